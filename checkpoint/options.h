@@ -1,0 +1,15 @@
+// Options of checkpoint save/load (leaf header: includes only core/). spec/deepspeed.md §1.9.
+#pragma once
+
+namespace zrt::ckpt {
+
+enum class TagValidation { kIgnore, kWarn, kFail };
+
+struct CheckpointOptions {
+  TagValidation tag_validation = TagValidation::kWarn;
+  bool use_node_local_storage = false;  // writer rank = local rank 0 of each node
+  bool load_universal = false;          // read latest_universal (not supported yet: ConfigError)
+  bool parallel_write_pipeline_stage = false;
+};
+
+}  // namespace zrt::ckpt

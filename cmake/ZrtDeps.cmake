@@ -1,0 +1,97 @@
+# Finds ZeroRT's dependencies and resolves the AUTO options into ZRT_<X>_ENABLED (0 or 1).
+# LibTorch and nlohmann_json are required; MPI, CUDA and NCCL are optional.
+
+# --- LibTorch ----------------------------------------------------------------------------------
+find_package(Torch REQUIRED)
+# TORCH_CXX_FLAGS carries the C++ ABI define (-D_GLIBCXX_USE_CXX11_ABI=0|1). Every target must use
+# it, including the ones that do not include LibTorch, because std::string crosses their APIs.
+separate_arguments(ZRT_TORCH_CXX_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+add_compile_options(${ZRT_TORCH_CXX_FLAGS})
+if(NOT Torch_VERSION)
+  set(Torch_VERSION "unknown")
+endif()
+
+# --- JSON, CLI --------------------------------------------------------------------------------
+find_package(nlohmann_json 3.9 REQUIRED)
+find_path(ZRT_CXXOPTS_INCLUDE_DIR cxxopts.hpp REQUIRED)
+
+# --- MPI --------------------------------------------------------------------------------------
+set(ZRT_MPI_ENABLED 0)
+if(NOT ZRT_WITH_MPI STREQUAL "OFF")
+  find_package(MPI COMPONENTS C)
+  if(MPI_C_FOUND)
+    set(ZRT_MPI_ENABLED 1)
+  elseif(ZRT_WITH_MPI STREQUAL "ON")
+    message(FATAL_ERROR "ZRT_WITH_MPI=ON but MPI was not found (install libopenmpi-dev)")
+  endif()
+endif()
+
+# --- CUDA -------------------------------------------------------------------------------------
+# Looked up in CUDA_HOME, then the toolkit's default prefix. CUDA is never required.
+set(ZRT_CUDA_ENABLED 0)
+if(NOT ZRT_WITH_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER)
+    foreach(_prefix "$ENV{CUDA_HOME}" "$ENV{CUDA_PATH}" "/usr/local/cuda")
+      if(_prefix AND EXISTS "${_prefix}/bin/nvcc")
+        set(CMAKE_CUDA_COMPILER "${_prefix}/bin/nvcc" CACHE FILEPATH "nvcc")
+        break()
+      endif()
+    endforeach()
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80 90 CACHE STRING "CUDA architectures")
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit)
+    if(CUDAToolkit_FOUND)
+      set(ZRT_CUDA_ENABLED 1)
+    endif()
+  endif()
+  if(NOT ZRT_CUDA_ENABLED AND ZRT_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "ZRT_WITH_CUDA=ON but no usable nvcc/CUDA toolkit was found (set CUDA_HOME)")
+  endif()
+endif()
+
+# --- NCCL -------------------------------------------------------------------------------------
+set(ZRT_NCCL_ENABLED 0)
+if(NOT ZRT_WITH_NCCL STREQUAL "OFF" AND ZRT_CUDA_ENABLED)
+  set(_nccl_hints "$ENV{NCCL_HOME}" "$ENV{CUDA_HOME}" "${CUDAToolkit_LIBRARY_ROOT}" "/usr/local/cuda")
+  find_path(ZRT_NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS}
+            PATH_SUFFIXES include)
+  find_library(ZRT_NCCL_LIBRARY nccl HINTS ${_nccl_hints} ${CUDAToolkit_LIBRARY_DIR}
+               PATH_SUFFIXES lib64 lib)
+  if(ZRT_NCCL_INCLUDE_DIR AND ZRT_NCCL_LIBRARY AND ZRT_MPI_ENABLED)
+    set(ZRT_NCCL_ENABLED 1)
+    file(STRINGS "${ZRT_NCCL_INCLUDE_DIR}/nccl.h" _nccl_ver REGEX "#define NCCL_(MAJOR|MINOR|PATCH) ")
+    string(REGEX REPLACE ".*NCCL_MAJOR ([0-9]+).*NCCL_MINOR ([0-9]+).*NCCL_PATCH ([0-9]+).*"
+           "\\1.\\2.\\3" ZRT_NCCL_VERSION "${_nccl_ver}")
+  endif()
+endif()
+if(ZRT_WITH_NCCL STREQUAL "ON" AND NOT ZRT_NCCL_ENABLED)
+  message(FATAL_ERROR "ZRT_WITH_NCCL=ON but NCCL (with CUDA and MPI for bootstrap) was not found")
+endif()
+
+# --- Test dependencies ------------------------------------------------------------------------
+if(ZRT_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+
+# --- ccache -----------------------------------------------------------------------------------
+find_program(ZRT_CCACHE ccache)
+if(ZRT_CCACHE)
+  # Precompiled headers are only cacheable with these sloppiness settings.
+  set(_launcher env CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+      ${ZRT_CCACHE})
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${_launcher})
+  set(CMAKE_C_COMPILER_LAUNCHER ${_launcher})
+endif()
+
+# --- Version --------------------------------------------------------------------------------
+execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}
+                OUTPUT_VARIABLE ZRT_GIT_HASH OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+if(NOT ZRT_GIT_HASH)
+  set(ZRT_GIT_HASH "unknown")
+endif()

@@ -1,0 +1,123 @@
+# Helpers shared by every CMakeLists.txt in the tree:
+#   zrt_add_module(<name> SOURCES ... [DEPS ...] [TORCH])   library zrt_<name>, alias ZeroRT::<name>
+#   zrt_add_tool(<exe> SOURCES ... DEPS ...)                a user-facing zrt-* program
+#   zrt_add_test(<name> SOURCES ... DEPS ... [WORLD_SIZES 1 2 3 4] [LABELS ...] [TIMEOUT s])
+#   zrt_print_summary()
+
+set(ZRT_SOURCE_ROOT ${CMAKE_CURRENT_LIST_DIR}/..)
+set(ZRT_GENERATED_INCLUDE ${CMAKE_BINARY_DIR}/generated)
+
+# One precompiled LibTorch header shared by every target that includes LibTorch (REUSE_FROM).
+function(_zrt_ensure_pch)
+  if(TARGET zrt_torch_pch OR NOT ZRT_USE_PCH)
+    return()
+  endif()
+  file(WRITE ${CMAKE_BINARY_DIR}/zrt_torch_pch.cpp "// Anchor for the shared LibTorch PCH.\n")
+  add_library(zrt_torch_pch OBJECT ${CMAKE_BINARY_DIR}/zrt_torch_pch.cpp)
+  target_link_libraries(zrt_torch_pch PRIVATE torch)
+  target_precompile_headers(zrt_torch_pch PRIVATE <torch/torch.h>)
+endfunction()
+
+# Links LibTorch into <target> and reuses the shared precompiled header.
+function(zrt_use_torch target visibility)
+  target_link_libraries(${target} ${visibility} torch)
+  if(ZRT_USE_PCH)
+    _zrt_ensure_pch()
+    target_precompile_headers(${target} REUSE_FROM zrt_torch_pch)
+  endif()
+endfunction()
+
+function(zrt_add_module name)
+  cmake_parse_arguments(M "TORCH" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  set(target zrt_${name})
+  add_library(${target} ${M_SOURCES})
+  add_library(ZeroRT::${name} ALIAS ${target})
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${ZRT_SOURCE_ROOT}>
+    $<BUILD_INTERFACE:${ZRT_GENERATED_INCLUDE}>
+    $<INSTALL_INTERFACE:include/zrt>)
+  target_link_libraries(${target} PUBLIC ${M_DEPS} PRIVATE ${M_PRIVATE_DEPS})
+  if(M_TORCH)
+    zrt_use_torch(${target} PUBLIC)
+  endif()
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${name})
+  set_property(GLOBAL APPEND PROPERTY ZRT_MODULES ${target})
+endfunction()
+
+function(zrt_add_tool exe)
+  cmake_parse_arguments(T "TORCH" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${exe} ${T_SOURCES})
+  target_link_libraries(${exe} PRIVATE ${T_DEPS})
+  if(T_TORCH)
+    zrt_use_torch(${exe} PRIVATE)
+  endif()
+  set_target_properties(${exe} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  set_property(GLOBAL APPEND PROPERTY ZRT_TOOLS ${exe})
+endfunction()
+
+# Registers a GoogleTest binary. Without WORLD_SIZES it is one CTest test (label "unit"). With
+# WORLD_SIZES it is one CTest test per size, run as `mpirun -np N --oversubscribe --timeout T`
+# (label "mpi"); those need MPI and are skipped at configure time without it.
+function(zrt_add_test name)
+  cmake_parse_arguments(T "TORCH;MPI_MAIN" "TIMEOUT" "SOURCES;DEPS;WORLD_SIZES;LABELS;ENV" ${ARGN})
+  if(T_WORLD_SIZES AND NOT ZRT_MPI_ENABLED)
+    message(STATUS "  test ${name}: skipped (needs MPI)")
+    return()
+  endif()
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_DEPS} GTest::gtest)
+  if(T_MPI_MAIN)
+    target_link_libraries(${name} PRIVATE zrt_test_mpi_main)
+  else()
+    target_link_libraries(${name} PRIVATE GTest::gtest_main)
+  endif()
+  if(T_TORCH)
+    zrt_use_torch(${name} PRIVATE)
+  endif()
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  set(_env "ZRT_TEST_DATA=${ZRT_SOURCE_ROOT}/tests/data" ${T_ENV})
+  if(NOT T_WORLD_SIZES)
+    add_test(NAME ${name} COMMAND ${name})
+    set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "unit;${T_LABELS}"
+                         ENVIRONMENT "${_env}")
+    return()
+  endif()
+  foreach(np ${T_WORLD_SIZES})
+    # mpirun's own --timeout fires first (it names the job); CTest's TIMEOUT is the backstop.
+    add_test(NAME ${name}.np${np}
+             COMMAND ${MPIEXEC_EXECUTABLE} -np ${np} --oversubscribe --bind-to none
+                     --timeout ${T_TIMEOUT} $<TARGET_FILE:${name}>)
+    math(EXPR _ctest_timeout "${T_TIMEOUT} + 30")
+    set_tests_properties(${name}.np${np} PROPERTIES
+      TIMEOUT ${_ctest_timeout} LABELS "mpi;${T_LABELS}" PROCESSORS 2
+      ENVIRONMENT "${_env};OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
+endfunction()
+
+function(_zrt_onoff value out)
+  if(${value})
+    set(${out} "yes" PARENT_SCOPE)
+  else()
+    set(${out} "no" PARENT_SCOPE)
+  endif()
+endfunction()
+
+function(zrt_print_summary)
+  _zrt_onoff(ZRT_MPI_ENABLED mpi)
+  _zrt_onoff(ZRT_CUDA_ENABLED cuda)
+  _zrt_onoff(ZRT_NCCL_ENABLED nccl)
+  _zrt_onoff(ZRT_CCACHE ccache)
+  message(STATUS "")
+  message(STATUS "ZeroRT ${PROJECT_VERSION} (${ZRT_GIT_HASH}) configuration summary")
+  message(STATUS "  LibTorch      : ${Torch_VERSION} (${TORCH_INSTALL_PREFIX})")
+  message(STATUS "  C++ flags     : ${TORCH_CXX_FLAGS}")
+  message(STATUS "  MPI           : ${mpi} (MPI ${MPI_C_VERSION}, ${MPIEXEC_EXECUTABLE})")
+  message(STATUS "  CUDA          : ${cuda} ${CUDAToolkit_VERSION} (archs ${CMAKE_CUDA_ARCHITECTURES})")
+  message(STATUS "  NCCL          : ${nccl} ${ZRT_NCCL_VERSION}")
+  message(STATUS "  tests / bench : ${ZRT_BUILD_TESTS} / ${ZRT_BUILD_BENCH}")
+  message(STATUS "  ccache / PCH  : ${ccache} / ${ZRT_USE_PCH}")
+  message(STATUS "")
+endfunction()

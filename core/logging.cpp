@@ -1,0 +1,90 @@
+#include "core/logging.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+namespace zrt {
+namespace {
+
+struct LogState {
+  std::atomic<int> rank{0};
+  std::atomic<int> level{static_cast<int>(LogLevel::kInfo)};
+  std::mutex mutex;
+  LogSink sink;
+  LogState() {
+    if (const char* env = std::getenv("ZRT_LOG_LEVEL"); env != nullptr && *env != '\0') {
+      try {
+        level = static_cast<int>(parse_log_level(env));
+      } catch (const Error& e) {
+        std::fprintf(stderr, "[zrt WARN] ignoring ZRT_LOG_LEVEL: %s\n", e.what());
+      }
+    }
+  }
+};
+
+LogState& state() {
+  static LogState s;
+  return s;
+}
+
+}  // namespace
+
+LogLevel parse_log_level(const std::string& text) {
+  std::string t = text;
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (t == "debug" || t == "trace") return LogLevel::kDebug;
+  if (t == "info") return LogLevel::kInfo;
+  if (t == "warn" || t == "warning") return LogLevel::kWarn;
+  if (t == "error") return LogLevel::kError;
+  if (t == "off" || t == "none") return LogLevel::kOff;
+  throw ConfigError(str("invalid log level '", text, "': expected debug, info, warn, error or off"));
+}
+
+const char* log_level_name(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug: return "DEBUG";
+    case LogLevel::kInfo: return "INFO";
+    case LogLevel::kWarn: return "WARN";
+    case LogLevel::kError: return "ERROR";
+    case LogLevel::kOff: return "OFF";
+  }
+  return "?";
+}
+
+void set_log_rank(int rank) { state().rank = rank; }
+int log_rank() { return state().rank; }
+void set_log_level(LogLevel level) { state().level = static_cast<int>(level); }
+LogLevel log_level() { return static_cast<LogLevel>(state().level.load()); }
+
+bool log_enabled(LogLevel level) {
+  return level != LogLevel::kOff && static_cast<int>(level) >= state().level.load();
+}
+
+void set_log_sink(LogSink sink) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().sink = std::move(sink);
+}
+
+void log_line(LogLevel level, bool all_ranks, const std::string& message) {
+  LogState& s = state();
+  const int rank = s.rank;
+  if (!log_enabled(level) || (!all_ranks && rank != 0)) return;
+  std::string line = str("[zrt ", log_level_name(level), "]");
+  if (rank != 0) line += str("[rank ", rank, "]");
+  line += " ";
+  line += message;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.sink) {
+    s.sink(level, line);
+  } else {
+    line += '\n';
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    std::fflush(stderr);
+  }
+}
+
+}  // namespace zrt

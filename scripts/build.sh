@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Configures and builds ZeroRT into ${ZRT_BUILD_DIR:-build}. Extra arguments go to cmake.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${ZRT_BUILD_DIR:-$ROOT/build}"
+GENERATOR=()
+if command -v ninja >/dev/null 2>&1; then GENERATOR=(-G Ninja); fi
+if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
+  cmake -S "$ROOT" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
+elif [[ $# -gt 0 ]]; then
+  cmake -S "$ROOT" -B "$BUILD" "$@"
+fi
+cmake --build "$BUILD" --parallel "$(nproc)"
