@@ -10,6 +10,12 @@ add_compile_options(${ZRT_TORCH_CXX_FLAGS})
 if(NOT Torch_VERSION)
   set(Torch_VERSION "unknown")
 endif()
+# Whether this LibTorch was built with CUDA (Debian's is CPU only; pip wheels usually are not).
+if(TORCH_CUDA_LIBRARIES OR CAFFE2_USE_CUDA)
+  set(ZRT_TORCH_CUDA_ENABLED 1)
+else()
+  set(ZRT_TORCH_CUDA_ENABLED 0)
+endif()
 
 # --- JSON, CLI --------------------------------------------------------------------------------
 find_package(nlohmann_json 3.9 REQUIRED)

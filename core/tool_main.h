@@ -8,6 +8,18 @@ namespace zrt {
 
 // Runs `body`; returns its result, or on an exception prints "<tool>: error: <message>" to
 // stderr and returns the exception's exit code (zrt::Error subclasses), 70 for anything else.
+// On an exception the abort hook (if any) runs first with that exit code.
 int run_tool(const char* tool_name, const std::function<int()>& body);
+
+// Note [Failing fast in a multi-process job]
+// A rank that fails must not go on to MPI_Finalize (which waits for the other ranks, who are
+// themselves waiting for the failed one, until their communication timeout). comm/ installs a
+// hook that calls MPI_Abort with the exit code, so mpirun ends the whole job within about a
+// second. Programs with their own main() get the same by letting the exception escape
+// (std::terminate) or by calling zrt::run_abort_hook(code) before returning.
+using AbortHook = void (*)(int exit_code);
+void set_abort_hook(AbortHook hook);
+// Runs the hook if one is installed (it normally does not return).
+void run_abort_hook(int exit_code);
 
 }  // namespace zrt

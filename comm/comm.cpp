@@ -1,0 +1,172 @@
+#include "comm/comm.h"
+
+#include "core/error.h"
+
+namespace zrt::comm {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
+const char* op_type_name(OpType op) {
+  switch (op) {
+    case OpType::kAllReduce: return "all_reduce";
+    case OpType::kReduceScatter: return "reduce_scatter";
+    case OpType::kAllGather: return "all_gather";
+    case OpType::kBroadcast: return "broadcast";
+    case OpType::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+std::string OpInfo::describe() const {
+  std::string s = op_type_name(type);
+  if (type == OpType::kAllReduce || type == OpType::kReduceScatter) {
+    s += str("(", reduce_op_name(reduce_op), ")");
+  } else if (type == OpType::kBroadcast) {
+    s += str("(root=", root, ")");
+  }
+  s += str(" #", seq);
+  if (type != OpType::kBarrier) s += str(" dtype=", c10::toString(dtype), " numel=", numel);
+  return s;
+}
+
+bool is_supported_dtype(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+    case at::kDouble:
+    case at::kBFloat16:
+    case at::kHalf:
+    case at::kInt:
+    case at::kLong:
+    case at::kByte:
+    case at::kBool:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+class CompletedWork final : public Work {
+ public:
+  void wait() override {}
+  bool is_completed() override { return true; }
+};
+
+void check_tensor(const Comm& comm, const char* op, const char* what, const at::Tensor& t) {
+  ZRT_CHECK_AS(CommError, t.defined(), op, ": ", what, " tensor is undefined");
+  ZRT_CHECK_AS(CommError, t.is_contiguous(), op, ": ", what,
+               " tensor must be contiguous (sizes ", t.sizes(), ", strides ", t.strides(), ")");
+  ZRT_CHECK_AS(CommError, t.device().type() == comm.device_type(), op, ": ", what,
+               " tensor is on ", t.device(), " but the ", comm.backend_name(),
+               " communicator handles ", c10::DeviceTypeName(comm.device_type()), " tensors");
+  ZRT_CHECK_AS(CommError, is_supported_dtype(t.scalar_type()), op, ": ", what,
+               " tensor has unsupported dtype ", t.scalar_type(),
+               " (supported: Float, Double, BFloat16, Half, Int, Long, Byte, Bool)");
+  ZRT_CHECK_AS(CommError, !t.is_sparse(), op, ": sparse tensors are not supported");
+}
+
+void check_reduce_op(const char* op, const at::Tensor& t, ReduceOp rop) {
+  ZRT_CHECK_AS(CommError, rop != ReduceOp::kAvg || at::isFloatingType(t.scalar_type()), op,
+               ": ReduceOp avg needs a floating dtype, got ", t.scalar_type());
+  ZRT_CHECK_AS(CommError, t.scalar_type() != at::kBool || rop == ReduceOp::kMax ||
+                              rop == ReduceOp::kMin,
+               op, ": Bool tensors support only max (logical or) and min (logical and)");
+}
+
+void check_same_dtype(const char* op, const at::Tensor& out, const at::Tensor& in) {
+  ZRT_CHECK_AS(CommError, out.scalar_type() == in.scalar_type(), op, ": output dtype ",
+               out.scalar_type(), " differs from input dtype ", in.scalar_type());
+  ZRT_CHECK_AS(CommError, out.device() == in.device(), op, ": output is on ", out.device(),
+               " but input is on ", in.device());
+}
+
+}  // namespace
+
+std::shared_ptr<Work> completed_work() { return std::make_shared<CompletedWork>(); }
+
+OpInfo Comm::next_info(OpType type, const at::Tensor* tensor, ReduceOp op, int root) {
+  OpInfo info;
+  info.type = type;
+  info.reduce_op = op;
+  info.root = root;
+  if (tensor != nullptr) {
+    info.dtype = tensor->scalar_type();
+    info.numel = tensor->numel();
+  }
+  info.seq = ++seq_;
+  return info;
+}
+
+std::shared_ptr<Work> Comm::all_reduce_async(const at::Tensor& tensor, ReduceOp op) {
+  check_tensor(*this, "all_reduce", "the", tensor);
+  check_reduce_op("all_reduce", tensor, op);
+  const OpInfo info = next_info(OpType::kAllReduce, &tensor, op);
+  before_collective(info);
+  return all_reduce_impl(tensor, info);
+}
+
+std::shared_ptr<Work> Comm::reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
+                                                 ReduceOp op) {
+  check_tensor(*this, "reduce_scatter", "output", output);
+  check_tensor(*this, "reduce_scatter", "input", input);
+  check_same_dtype("reduce_scatter", output, input);
+  check_reduce_op("reduce_scatter", input, op);
+  ZRT_CHECK_AS(CommError, input.numel() == output.numel() * size(),
+               "reduce_scatter: input must have world_size x output elements: input numel ",
+               input.numel(), ", output numel ", output.numel(), ", world size ", size());
+  ZRT_CHECK_AS(CommError, !output.is_same(input) || size() == 1,
+               "reduce_scatter: output and input must be different tensors");
+  const OpInfo info = next_info(OpType::kReduceScatter, &input, op);
+  before_collective(info);
+  return reduce_scatter_impl(output, input, info);
+}
+
+std::shared_ptr<Work> Comm::all_gather_async(const at::Tensor& output, const at::Tensor& input) {
+  check_tensor(*this, "all_gather", "output", output);
+  check_tensor(*this, "all_gather", "input", input);
+  check_same_dtype("all_gather", output, input);
+  ZRT_CHECK_AS(CommError, output.numel() == input.numel() * size(),
+               "all_gather: output must have world_size x input elements: output numel ",
+               output.numel(), ", input numel ", input.numel(), ", world size ", size());
+  const OpInfo info = next_info(OpType::kAllGather, &input, ReduceOp::kSum);
+  before_collective(info);
+  return all_gather_impl(output, input, info);
+}
+
+std::shared_ptr<Work> Comm::broadcast_async(const at::Tensor& tensor, int root) {
+  check_tensor(*this, "broadcast", "the", tensor);
+  ZRT_CHECK_AS(CommError, root >= 0 && root < size(), "broadcast: root ", root,
+               " is not a rank of a world of size ", size());
+  const OpInfo info = next_info(OpType::kBroadcast, &tensor, ReduceOp::kSum, root);
+  before_collective(info);
+  return broadcast_impl(tensor, info);
+}
+
+std::shared_ptr<Work> Comm::barrier_async() {
+  const OpInfo info = next_info(OpType::kBarrier, nullptr);
+  before_collective(info);
+  return barrier_impl(info);
+}
+
+void Comm::all_reduce(const at::Tensor& tensor, ReduceOp op) {
+  all_reduce_async(tensor, op)->wait();
+}
+void Comm::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  reduce_scatter_async(output, input, op)->wait();
+}
+void Comm::all_gather(const at::Tensor& output, const at::Tensor& input) {
+  all_gather_async(output, input)->wait();
+}
+void Comm::broadcast(const at::Tensor& tensor, int root) { broadcast_async(tensor, root)->wait(); }
+void Comm::barrier() { barrier_async()->wait(); }
+
+}  // namespace zrt::comm

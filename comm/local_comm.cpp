@@ -1,0 +1,267 @@
+#include "comm/local_comm.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "comm/op_queue.h"
+#include "comm/reduce_kernels.h"
+#include "core/error.h"
+#include "core/shard.h"
+
+namespace zrt::comm {
+
+// The state shared by the ranks of one in-process world. Every collective is a sequence of
+// rendezvous phases; between phases a rank only reads the buffers other ranks published in
+// their slot, and writes only its own tensors (see run_* below).
+class LocalWorld {
+ public:
+  struct Slot {
+    OpInfo info;
+    const uint8_t* in = nullptr;
+    uint8_t* out = nullptr;
+    const uint8_t* partial = nullptr;  // all_reduce: this rank's reduced slice
+  };
+
+  LocalWorld(int size, double timeout_seconds)
+      : size_(size), timeout_(timeout_seconds), slots_(size), partials_(size), arrived_(size) {}
+
+  int size() const { return size_; }
+
+  void abort(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_.empty()) aborted_ = why;
+    cv_.notify_all();
+  }
+
+  void run_all_reduce(int rank, const at::Tensor& t, const OpInfo& info) {
+    publish(rank, info, t.data_ptr(), t.data_ptr());
+    const int64_t n = info.numel;
+    const int64_t es = static_cast<int64_t>(t.element_size());
+    const ShardInfo mine = slice_of(n, rank);
+    std::vector<uint8_t>& partial = partials_[rank];
+    partial.resize(static_cast<size_t>(mine.size * es));
+    if (mine.size > 0) {
+      std::memcpy(partial.data(), slots_[0].in + mine.offset * es, partial.size());
+      for (int k = 1; k < size_; ++k) {
+        detail::reduce_inplace(partial.data(), slots_[k].in + mine.offset * es, mine.size,
+                               info.dtype, info.reduce_op);
+      }
+    }
+    slots_[rank].partial = partial.data();
+    rendezvous(rank, info, "reduce");
+    auto* out = static_cast<uint8_t*>(t.data_ptr());
+    for (int k = 0; k < size_; ++k) {
+      const ShardInfo s = slice_of(n, k);
+      if (s.size > 0) std::memcpy(out + s.offset * es, slots_[k].partial, s.size * es);
+    }
+    if (info.reduce_op == ReduceOp::kAvg) detail::divide_inplace(out, n, info.dtype, size_);
+    rendezvous(rank, info, "finish");
+  }
+
+  void run_reduce_scatter(int rank, const at::Tensor& out, const at::Tensor& in,
+                          const OpInfo& info) {
+    publish(rank, info, in.data_ptr(), out.data_ptr());
+    const int64_t c = out.numel();
+    const size_t bytes = static_cast<size_t>(c * out.element_size());
+    auto* o = static_cast<uint8_t*>(out.data_ptr());
+    if (c > 0) {
+      std::memcpy(o, slots_[0].in + rank * bytes, bytes);
+      for (int k = 1; k < size_; ++k) {
+        detail::reduce_inplace(o, slots_[k].in + rank * bytes, c, info.dtype, info.reduce_op);
+      }
+      if (info.reduce_op == ReduceOp::kAvg) detail::divide_inplace(o, c, info.dtype, size_);
+    }
+    rendezvous(rank, info, "finish");
+  }
+
+  void run_all_gather(int rank, const at::Tensor& out, const at::Tensor& in, const OpInfo& info) {
+    publish(rank, info, in.data_ptr(), out.data_ptr());
+    const size_t bytes = static_cast<size_t>(in.numel() * in.element_size());
+    auto* o = static_cast<uint8_t*>(out.data_ptr());
+    if (bytes > 0) {
+      for (int k = 0; k < size_; ++k) std::memcpy(o + k * bytes, slots_[k].in, bytes);
+    }
+    rendezvous(rank, info, "finish");
+  }
+
+  void run_broadcast(int rank, const at::Tensor& t, const OpInfo& info) {
+    publish(rank, info, t.data_ptr(), t.data_ptr());
+    const size_t bytes = static_cast<size_t>(t.numel() * t.element_size());
+    if (rank != info.root && bytes > 0) {
+      std::memcpy(t.data_ptr(), slots_[info.root].in, bytes);
+    }
+    rendezvous(rank, info, "finish");
+  }
+
+  void run_barrier(int rank, const OpInfo& info) { publish(rank, info, nullptr, nullptr); }
+
+ private:
+  // Element range of the all_reduce slice that rank `r` reduces.
+  ShardInfo slice_of(int64_t n, int r) const { return param_shard(n, r, size_); }
+
+  // Publishes this rank's buffers, waits for every rank, and checks that all called the same
+  // collective (the check runs on every rank against the same slots, so all agree).
+  void publish(int rank, const OpInfo& info, const void* in, void* out) {
+    slots_[rank].info = info;
+    slots_[rank].in = static_cast<const uint8_t*>(in);
+    slots_[rank].out = static_cast<uint8_t*>(out);
+    rendezvous(rank, info, "start");
+    const OpInfo& first = slots_[0].info;
+    for (int k = 1; k < size_; ++k) {
+      const OpInfo& other = slots_[k].info;
+      const bool same = other.type == first.type && other.dtype == first.dtype &&
+                        other.numel == first.numel && other.root == first.root &&
+                        (other.type != OpType::kAllReduce && other.type != OpType::kReduceScatter
+                             ? true
+                             : other.reduce_op == first.reduce_op);
+      ZRT_CHECK_AS(CommError, same, "[rank ", rank,
+                   "] collective mismatch between ranks: rank 0 called ", first.describe(),
+                   " but rank ", k, " called ", other.describe());
+    }
+  }
+
+  void rendezvous(int rank, const OpInfo& info, const char* phase) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!aborted_.empty()) throw CommError(aborted_);
+    const uint64_t gen = generation_;
+    arrived_[rank] = true;
+    if (++count_ == size_) {
+      count_ = 0;
+      std::fill(arrived_.begin(), arrived_.end(), false);
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
+    const bool ok = cv_.wait_until(lock, deadline,
+                                   [&] { return generation_ != gen || !aborted_.empty(); });
+    if (generation_ != gen) return;
+    if (!ok && aborted_.empty()) {
+      std::string missing;
+      for (int k = 0; k < size_; ++k) {
+        if (!arrived_[k]) missing += str(missing.empty() ? "" : ", ", k);
+      }
+      aborted_ = str("[rank ", rank, "] communication timeout: ", info.describe(), " (", phase,
+                     ") on the local communicator did not complete after ", timeout_,
+                     " s; rank(s) ", missing, " never joined it");
+      cv_.notify_all();
+    }
+    throw CommError(aborted_);
+  }
+
+  const int size_;
+  const double timeout_;
+  std::vector<Slot> slots_;
+  std::vector<std::vector<uint8_t>> partials_;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<bool> arrived_;
+  int count_ = 0;
+  uint64_t generation_ = 0;
+  std::string aborted_;
+};
+
+namespace {
+
+class LocalComm final : public Comm {
+ public:
+  LocalComm(std::shared_ptr<LocalWorld> world, int rank, const CommOptions& options)
+      : world_(std::move(world)), rank_(rank), queue_("local", rank, options.timeout_seconds) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return world_->size(); }
+  int local_rank() const override { return rank_; }
+  int local_size() const override { return world_->size(); }
+  std::string backend_name() const override { return "local"; }
+  at::DeviceType device_type() const override { return at::kCPU; }
+  double timeout_seconds() const override { return queue_.timeout_seconds(); }
+
+ protected:
+  std::shared_ptr<Work> all_reduce_impl(const at::Tensor& t, const OpInfo& info) override {
+    return queue_.submit(
+        info, [w = world_.get(), r = rank_, t, info] { w->run_all_reduce(r, t, info); }, {t});
+  }
+  std::shared_ptr<Work> reduce_scatter_impl(const at::Tensor& out, const at::Tensor& in,
+                                            const OpInfo& info) override {
+    return queue_.submit(
+        info,
+        [w = world_.get(), r = rank_, out, in, info] { w->run_reduce_scatter(r, out, in, info); },
+        {out, in});
+  }
+  std::shared_ptr<Work> all_gather_impl(const at::Tensor& out, const at::Tensor& in,
+                                        const OpInfo& info) override {
+    return queue_.submit(
+        info, [w = world_.get(), r = rank_, out, in, info] { w->run_all_gather(r, out, in, info); },
+        {out, in});
+  }
+  std::shared_ptr<Work> broadcast_impl(const at::Tensor& t, const OpInfo& info) override {
+    return queue_.submit(
+        info, [w = world_.get(), r = rank_, t, info] { w->run_broadcast(r, t, info); }, {t});
+  }
+  std::shared_ptr<Work> barrier_impl(const OpInfo& info) override {
+    return queue_.submit(info, [w = world_.get(), r = rank_, info] { w->run_barrier(r, info); },
+                         {});
+  }
+
+ private:
+  std::shared_ptr<LocalWorld> world_;  // outlives queue_ (declared first, destroyed last)
+  int rank_;
+  OpQueue queue_;
+};
+
+}  // namespace
+
+std::vector<std::shared_ptr<Comm>> make_local_world(int size, const CommOptions& options) {
+  ZRT_CHECK_AS(ConfigError, size >= 1, "local world size must be >= 1, got ", size);
+  auto world = std::make_shared<LocalWorld>(size, options.timeout_seconds);
+  std::vector<std::shared_ptr<Comm>> comms;
+  comms.reserve(size);
+  for (int r = 0; r < size; ++r) comms.push_back(std::make_shared<LocalComm>(world, r, options));
+  return comms;
+}
+
+void run_local_world(int size, const std::function<void(Comm&)>& fn, const CommOptions& options) {
+  ZRT_CHECK_AS(ConfigError, size >= 1, "local world size must be >= 1, got ", size);
+  auto world = std::make_shared<LocalWorld>(size, options.timeout_seconds);
+  std::vector<std::shared_ptr<Comm>> comms;
+  for (int r = 0; r < size; ++r) comms.push_back(std::make_shared<LocalComm>(world, r, options));
+  std::vector<std::exception_ptr> errors(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(*comms[r]);
+      } catch (const std::exception& e) {
+        errors[r] = std::current_exception();
+        world->abort(str("[rank ", r, "] raised: ", e.what()));
+      } catch (...) {
+        errors[r] = std::current_exception();
+        world->abort(str("[rank ", r, "] raised an unknown exception"));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  comms.clear();
+  // Prefer the root cause over the CommErrors it provoked on other ranks.
+  for (const auto& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const CommError&) {
+      continue;
+    } catch (...) {
+      throw;
+    }
+  }
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace zrt::comm

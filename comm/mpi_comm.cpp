@@ -1,0 +1,388 @@
+#include "comm/mpi_comm.h"
+
+#include "zrt/build_config.h"
+
+#if ZRT_WITH_MPI
+
+#define OMPI_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <climits>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "comm/op_queue.h"
+#include "comm/reduce_kernels.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/tool_main.h"
+
+// The one checking macro for MPI return codes (DESIGN.md, style rule 4).
+#define ZRT_MPI_CHECK(call)                                                                \
+  do {                                                                                     \
+    const int zrt_mpi_rc = (call);                                                         \
+    if (zrt_mpi_rc != MPI_SUCCESS) ::zrt::comm::throw_mpi_error(#call, zrt_mpi_rc, __FILE__, \
+                                                                __LINE__);                 \
+  } while (false)
+
+namespace zrt::comm {
+
+[[noreturn]] void throw_mpi_error(const char* call, int rc, const char* file, int line) {
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw CommError(str("MPI call ", call, " failed at ", file, ":", line, ": ", text));
+}
+
+namespace {
+
+// See Note [Failing fast in a multi-process job] (core/tool_main.h).
+void abort_mpi_job(int exit_code) {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  int size = 1;
+  if (initialized && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size <= 1) return;
+  // Ranks failing for the same reason (e.g. all timing out on one collective) get a moment to
+  // print their own error before the abort kills them.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  MPI_Abort(MPI_COMM_WORLD, exit_code == 0 ? 1 : exit_code);
+}
+
+// ---- Reduced-precision reductions as user-defined MPI ops -------------------------------------
+
+template <at::ScalarType kType, ReduceOp kOp>
+void user_reduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  detail::reduce_inplace(inout, in, *len, kType, kOp);
+}
+
+// Owns MPI initialisation for the process. Finalizes at exit unless a communicator broke (a
+// thread may then be stuck inside MPI and MPI_Finalize would hang; see Note [Collective
+// deadlines]).
+class MpiRuntime {
+ public:
+  static MpiRuntime& get() {
+    static MpiRuntime runtime;
+    return runtime;
+  }
+
+  ~MpiRuntime() {
+    if (!initialized_by_us_ || any_comm_broken()) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    for (MPI_Op& op : ops_) MPI_Op_free(&op);
+    MPI_Finalize();
+  }
+
+  // Lower-precision dtypes travel as 16-bit words with these ops; others use MPI's built-ins.
+  MPI_Op op_for(at::ScalarType dtype, ReduceOp op) const {
+    if (dtype == at::kBFloat16 || dtype == at::kHalf) {
+      const int base = dtype == at::kBFloat16 ? 0 : 3;
+      switch (op) {
+        case ReduceOp::kSum:
+        case ReduceOp::kAvg: return ops_[base + 0];
+        case ReduceOp::kMax: return ops_[base + 1];
+        case ReduceOp::kMin: return ops_[base + 2];
+      }
+    }
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: return MPI_SUM;
+      case ReduceOp::kMax: return MPI_MAX;
+      case ReduceOp::kMin: return MPI_MIN;
+    }
+    return MPI_SUM;
+  }
+
+ private:
+  MpiRuntime() {
+    int initialized = 0;
+    ZRT_MPI_CHECK(MPI_Initialized(&initialized));
+    if (!initialized) {
+      int provided = 0;
+      ZRT_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+      initialized_by_us_ = true;
+      ZRT_CHECK_AS(CommError, provided >= MPI_THREAD_SERIALIZED,
+                   "the MPI library provides thread level ", provided,
+                   "; ZeroRT needs at least MPI_THREAD_SERIALIZED");
+    }
+    ZRT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    set_abort_hook(&abort_mpi_job);
+    ZRT_MPI_CHECK(MPI_Op_create(&user_reduce<at::kBFloat16, ReduceOp::kSum>, 1, &ops_[0]));
+    ZRT_MPI_CHECK(MPI_Op_create(&user_reduce<at::kBFloat16, ReduceOp::kMax>, 1, &ops_[1]));
+    ZRT_MPI_CHECK(MPI_Op_create(&user_reduce<at::kBFloat16, ReduceOp::kMin>, 1, &ops_[2]));
+    ZRT_MPI_CHECK(MPI_Op_create(&user_reduce<at::kHalf, ReduceOp::kSum>, 1, &ops_[3]));
+    ZRT_MPI_CHECK(MPI_Op_create(&user_reduce<at::kHalf, ReduceOp::kMax>, 1, &ops_[4]));
+    ZRT_MPI_CHECK(MPI_Op_create(&user_reduce<at::kHalf, ReduceOp::kMin>, 1, &ops_[5]));
+  }
+
+  bool initialized_by_us_ = false;
+  MPI_Op ops_[6] = {};
+};
+
+MPI_Datatype mpi_type(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return MPI_FLOAT;
+    case at::kDouble: return MPI_DOUBLE;
+    case at::kBFloat16:
+    case at::kHalf: return MPI_UINT16_T;
+    case at::kInt: return MPI_INT32_T;
+    case at::kLong: return MPI_INT64_T;
+    case at::kByte:
+    case at::kBool: return MPI_UINT8_T;
+    default: ZRT_INTERNAL_ASSERT(false, "no MPI type for ", dtype);
+  }
+  return MPI_BYTE;
+}
+
+MpiAlgo algo_from_env() {
+  auto v = env::get_string("ZRT_MPI_ALGO");
+  if (!v || *v == "auto") return MpiAlgo::kAuto;
+  if (*v == "native") return MpiAlgo::kNative;
+  if (*v == "ring") return MpiAlgo::kRing;
+  throw ConfigError(str("ZRT_MPI_ALGO='", *v, "': expected auto, native or ring"));
+}
+
+constexpr int kTagRing = 7301;
+
+class MpiComm final : public Comm {
+ public:
+  explicit MpiComm(const CommOptions& options)
+      : runtime_(MpiRuntime::get()), algo_(algo_from_env()) {
+    ZRT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    ZRT_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    ZRT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    ZRT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    MPI_Comm node = MPI_COMM_NULL;
+    ZRT_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    ZRT_MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
+    ZRT_MPI_CHECK(MPI_Comm_size(node, &local_size_));
+    ZRT_MPI_CHECK(MPI_Comm_free(&node));
+    const int64_t max_count = env::get_int("ZRT_MPI_MAX_COUNT").value_or(INT_MAX);
+    ZRT_CHECK_AS(ConfigError, max_count > 0 && max_count <= INT_MAX,
+                 "ZRT_MPI_MAX_COUNT must be in [1, ", INT_MAX, "], got ", max_count);
+    max_count_ = max_count;
+    queue_ = std::make_unique<OpQueue>("mpi", rank_, options.timeout_seconds);
+  }
+
+  ~MpiComm() override {
+    queue_.reset();  // joins the thread (or detaches it if a collective hung)
+    if (!any_comm_broken()) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+  std::string backend_name() const override { return "mpi"; }
+  at::DeviceType device_type() const override { return at::kCPU; }
+  double timeout_seconds() const override { return queue_->timeout_seconds(); }
+
+ protected:
+  std::shared_ptr<Work> all_reduce_impl(const at::Tensor& t, const OpInfo& info) override {
+    return queue_->submit(info, [this, t, info] { run_all_reduce(t, info); }, {t});
+  }
+  std::shared_ptr<Work> reduce_scatter_impl(const at::Tensor& out, const at::Tensor& in,
+                                            const OpInfo& info) override {
+    return queue_->submit(info, [this, out, in, info] { run_reduce_scatter(out, in, info); },
+                          {out, in});
+  }
+  std::shared_ptr<Work> all_gather_impl(const at::Tensor& out, const at::Tensor& in,
+                                        const OpInfo& info) override {
+    return queue_->submit(info, [this, out, in, info] { run_all_gather(out, in, info); },
+                          {out, in});
+  }
+  std::shared_ptr<Work> broadcast_impl(const at::Tensor& t, const OpInfo& info) override {
+    return queue_->submit(info, [this, t, info] { run_broadcast(t, info); }, {t});
+  }
+  std::shared_ptr<Work> barrier_impl(const OpInfo& info) override {
+    return queue_->submit(info, [this] { ZRT_MPI_CHECK(MPI_Barrier(comm_)); }, {});
+  }
+
+ private:
+  // ---- run on the queue's thread only ----
+
+  void run_all_reduce(const at::Tensor& t, const OpInfo& info) {
+    auto* p = static_cast<uint8_t*>(t.data_ptr());
+    const int64_t es = t.element_size();
+    const MPI_Datatype dt = mpi_type(info.dtype);
+    const MPI_Op op = runtime_.op_for(info.dtype, info.reduce_op);
+    for (int64_t off = 0; off < info.numel; off += max_count_) {
+      const int count = static_cast<int>(std::min(max_count_, info.numel - off));
+      ZRT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + off * es, count, dt, op, comm_));
+    }
+    if (info.reduce_op == ReduceOp::kAvg) detail::divide_inplace(p, info.numel, info.dtype, size_);
+  }
+
+  bool use_ring(int64_t count_per_rank) const {
+    if (algo_ == MpiAlgo::kRing) return true;
+    if (count_per_rank > max_count_) return true;  // MPI counts are int
+    if (algo_ == MpiAlgo::kNative) return false;
+    return auto_prefers_ring(count_per_rank);
+  }
+
+  // See docs/PERFORMANCE.md (comm): measured crossover on the development machine.
+  bool auto_prefers_ring(int64_t count_per_rank) const {
+    (void)count_per_rank;
+    return true;
+  }
+
+  void run_reduce_scatter(const at::Tensor& out, const at::Tensor& in, const OpInfo& info) {
+    const int64_t c = out.numel();
+    const int64_t es = out.element_size();
+    const auto* src = static_cast<const uint8_t*>(in.data_ptr());
+    auto* dst = static_cast<uint8_t*>(out.data_ptr());
+    if (c == 0) return;
+    if (size_ == 1) {
+      std::memcpy(dst, src, c * es);
+    } else if (use_ring(c)) {
+      ring_reduce_scatter(src, dst, c, es, info);
+    } else {
+      ZRT_MPI_CHECK(MPI_Reduce_scatter_block(src, dst, static_cast<int>(c), mpi_type(info.dtype),
+                                             runtime_.op_for(info.dtype, info.reduce_op), comm_));
+    }
+    if (info.reduce_op == ReduceOp::kAvg) detail::divide_inplace(dst, c, info.dtype, size_);
+  }
+
+  void run_all_gather(const at::Tensor& out, const at::Tensor& in, const OpInfo& info) {
+    const int64_t c = in.numel();
+    const int64_t es = in.element_size();
+    const auto* src = static_cast<const uint8_t*>(in.data_ptr());
+    auto* dst = static_cast<uint8_t*>(out.data_ptr());
+    if (c == 0) return;
+    if (size_ == 1) {
+      if (dst != src) std::memmove(dst, src, c * es);
+    } else if (use_ring(c)) {
+      ring_all_gather(src, dst, c * es);
+    } else {
+      const MPI_Datatype dt = mpi_type(info.dtype);
+      const bool in_place = src == dst + rank_ * c * es;
+      ZRT_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : src, static_cast<int>(c), dt, dst,
+                                  static_cast<int>(c), dt, comm_));
+    }
+  }
+
+  void run_broadcast(const at::Tensor& t, const OpInfo& info) {
+    auto* p = static_cast<uint8_t*>(t.data_ptr());
+    const int64_t es = t.element_size();
+    for (int64_t off = 0; off < info.numel; off += max_count_) {
+      const int count = static_cast<int>(std::min(max_count_, info.numel - off));
+      ZRT_MPI_CHECK(MPI_Bcast(p + off * es, count, mpi_type(info.dtype), info.root, comm_));
+    }
+  }
+
+  // Sends `bytes` from `send` to the right neighbour while receiving `bytes` into `recv` from the
+  // left one, in messages of at most max_count_ bytes (MPI counts are int).
+  void ring_exchange(const uint8_t* send, uint8_t* recv, int64_t bytes) {
+    const int right = (rank_ + 1) % size_;
+    const int left = (rank_ - 1 + size_) % size_;
+    requests_.clear();
+    for (int64_t off = 0; off < bytes; off += max_count_) {
+      const int n = static_cast<int>(std::min(max_count_, bytes - off));
+      requests_.emplace_back();
+      ZRT_MPI_CHECK(MPI_Irecv(recv + off, n, MPI_BYTE, left, kTagRing, comm_, &requests_.back()));
+    }
+    for (int64_t off = 0; off < bytes; off += max_count_) {
+      const int n = static_cast<int>(std::min(max_count_, bytes - off));
+      requests_.emplace_back();
+      ZRT_MPI_CHECK(MPI_Isend(send + off, n, MPI_BYTE, right, kTagRing, comm_, &requests_.back()));
+    }
+    ZRT_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(),
+                              MPI_STATUSES_IGNORE));
+  }
+
+  // Note [Ring reduce-scatter]
+  // Step s (0 ≤ s < n−1): send the running partial sum of block (r−s−1) mod n to the right and
+  // receive the partial of block (r−s−2) mod n from the left, adding this rank's own input block
+  // to it. After n−1 steps the block received is block r, complete. Each rank moves (n−1)/n of
+  // the input once, the bandwidth-optimal volume.
+  void ring_reduce_scatter(const uint8_t* in, uint8_t* out, int64_t count, int64_t es,
+                           const OpInfo& info) {
+    const int n = size_;
+    const int64_t cb = count * es;
+    send_buf_.resize(static_cast<size_t>(cb));
+    recv_buf_.resize(static_cast<size_t>(cb));
+    for (int s = 0; s < n - 1; ++s) {
+      const int b_send = ((rank_ - s - 1) % n + n) % n;
+      const int b_recv = ((rank_ - s - 2) % n + n) % n;
+      const uint8_t* src = s == 0 ? in + b_send * cb : send_buf_.data();
+      ring_exchange(src, recv_buf_.data(), cb);
+      uint8_t* dst = s == n - 2 ? out : send_buf_.data();
+      detail::reduce_into(dst, in + b_recv * cb, recv_buf_.data(), count, info.dtype,
+                          info.reduce_op);
+    }
+  }
+
+  // Step s: forward block (r−s) mod n to the right, receive block (r−s−1) mod n from the left,
+  // directly into the output.
+  void ring_all_gather(const uint8_t* in, uint8_t* out, int64_t cb) {
+    const int n = size_;
+    if (out + rank_ * cb != in) std::memmove(out + rank_ * cb, in, cb);
+    for (int s = 0; s < n - 1; ++s) {
+      const int b_send = ((rank_ - s) % n + n) % n;
+      const int b_recv = ((rank_ - s - 1) % n + n) % n;
+      ring_exchange(out + b_send * cb, out + b_recv * cb, cb);
+    }
+  }
+
+  MpiRuntime& runtime_;
+  MpiAlgo algo_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  int64_t max_count_ = INT_MAX;
+  // Reused across calls (queue thread only) to avoid page faults on every collective.
+  std::vector<uint8_t> send_buf_;
+  std::vector<uint8_t> recv_buf_;
+  std::vector<MPI_Request> requests_;
+  std::unique_ptr<OpQueue> queue_;
+};
+
+}  // namespace
+
+std::shared_ptr<Comm> make_mpi_comm(const CommOptions& options) {
+  return std::make_shared<MpiComm>(options);
+}
+
+bool mpi_available() { return true; }
+
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(text, &len);
+  std::string s(text, static_cast<size_t>(len));
+  const auto nl = s.find_first_of("\r\n");
+  if (nl != std::string::npos) s.resize(nl);
+  while (!s.empty() && (s.back() == ',' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace zrt::comm
+
+#else  // !ZRT_WITH_MPI
+
+#include "core/error.h"
+
+namespace zrt::comm {
+
+std::shared_ptr<Comm> make_mpi_comm(const CommOptions&) {
+  throw CommError(
+      "this ZeroRT build has no MPI support (configure with libopenmpi-dev installed, "
+      "ZRT_WITH_MPI=ON)");
+}
+bool mpi_available() { return false; }
+std::string mpi_library_version() { return "not compiled in"; }
+
+}  // namespace zrt::comm
+
+#endif  // ZRT_WITH_MPI

@@ -1,0 +1,62 @@
+// OpQueue: runs the collectives of one CPU communicator on a dedicated thread, in the order they
+// were submitted, and turns a collective that does not complete in time into a CommError.
+//
+// Used by the MPI and in-process backends. It gives them asynchronous Work handles (the caller
+// keeps computing while the collective runs on the queue's thread) and the no-silent-hang rule of
+// DESIGN.md: see Note [Collective deadlines].
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/comm.h"
+
+namespace zrt::comm {
+
+// Note [Collective deadlines]
+// A blocking MPI call cannot be interrupted, so collectives execute on the queue's thread and the
+// caller waits on a condition variable. wait() throws CommError once the collective that is
+// *currently executing* has been running longer than the timeout (if the caller's own op is still
+// queued, the one blocking the queue is the culprit and is the one named). The message names the
+// op, dtype, element count, rank and the time waited. After that the communicator is broken:
+// every later call fails immediately, the stuck thread is detached at destruction, and MPI is not
+// finalized (that would hang too); the process is expected to exit non-zero, which makes mpirun
+// tear the job down. A collective whose body throws also breaks the communicator, since the
+// ranks can no longer be assumed to be in step.
+class OpQueue {
+ public:
+  // `label` is used in messages ("mpi", "local"); `rank` is this process's rank.
+  OpQueue(std::string label, int rank, double timeout_seconds);
+  // Drains pending collectives (bounded by the timeout) and joins the thread; detaches it when
+  // the queue is broken or the drain does not finish in time.
+  ~OpQueue();
+
+  OpQueue(const OpQueue&) = delete;
+  OpQueue& operator=(const OpQueue&) = delete;
+
+  // Enqueues `body` (run on the queue's thread). `keep_alive` tensors are referenced until the
+  // collective completed. Throws CommError if the queue is already broken.
+  std::shared_ptr<Work> submit(const OpInfo& info, std::function<void()> body,
+                               std::vector<at::Tensor> keep_alive);
+
+  // Blocks until every submitted collective completed (throws like Work::wait()).
+  void drain();
+
+  bool broken() const;
+  double timeout_seconds() const;
+
+  struct Core;  // shared with the Work handles and the thread (defined in op_queue.cpp)
+
+ private:
+  std::shared_ptr<Core> core_;
+};
+
+// True once any communicator in this process broke (timeout or failed collective). MPI uses it to
+// skip MPI_Finalize at exit.
+bool any_comm_broken();
+
+}  // namespace zrt::comm

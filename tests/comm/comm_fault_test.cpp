@@ -1,0 +1,70 @@
+// Fault tests: runs comm_fault_prog under mpirun with a short communication timeout and checks
+// that a rank that throws, exits, skips a collective or stalls ends the whole job non-zero within
+// the deadline, with an error naming the collective where one is expected.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+struct JobResult {
+  int exit_code = -1;
+  double seconds = 0;
+  std::string output;
+};
+
+JobResult run_job(const std::string& scenario, int comm_timeout) {
+  const std::string cmd = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+                          "ZRT_COMM_TIMEOUT=" + std::to_string(comm_timeout) + " " ZRT_MPIEXEC
+                          " -np 2 --oversubscribe --bind-to none --timeout 60 " ZRT_FAULT_PROG " " +
+                          scenario + " 2>&1";
+  const auto start = std::chrono::steady_clock::now();
+  JobResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), pipe) != nullptr) r.output += buf.data();
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+// A failing or dying rank must end the job within seconds even with a long communication
+// timeout: the others must not wait for their deadline.
+TEST(CommFaults, RankThatThrowsEndsTheJob) {
+  JobResult r = run_job("throw", 100);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.seconds, 15) << r.output;
+  EXPECT_NE(r.output.find("rank 1 gives up (injected)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("finished normally"), std::string::npos) << r.output;
+}
+
+TEST(CommFaults, RankThatExitsEndsTheJob) {
+  JobResult r = run_job("exit", 100);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.seconds, 15) << r.output;
+}
+
+TEST(CommFaults, SkippedCollectiveTimesOutNamingTheOp) {
+  JobResult r = run_job("skip", 3);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.seconds, 30) << r.output;
+  EXPECT_NE(r.output.find("communication timeout"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("all_reduce(sum) #2 dtype=Float numel=16"), std::string::npos)
+      << r.output;
+}
+
+TEST(CommFaults, StalledRankTimesOutNamingTheOp) {
+  JobResult r = run_job("stall", 3);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(r.seconds, 30) << r.output;  // the stalled rank would sleep 120 s
+  EXPECT_NE(r.output.find("[rank 0] communication timeout: all_reduce(sum) #2"), std::string::npos)
+      << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,212 @@
+// The in-process backend: every collective against closed-form results at world sizes 1–4,
+// mismatch detection, timeouts and failure propagation, the counting decorator, init_from_env.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "comm/counting_comm.h"
+#include "comm/init.h"
+#include "comm/local_comm.h"
+#include "comm/op_queue.h"
+#include "core/error.h"
+#include "tests/comm/collective_checks.h"
+
+namespace zrt::comm {
+namespace {
+
+class LocalWorldTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(LocalWorldTest, EveryCollectiveMatchesClosedForm) {
+  run_local_world(GetParam(), [](Comm& comm) { test::check_everything(comm); });
+}
+
+TEST_P(LocalWorldTest, AsyncCollectivesOverlapAndComplete) {
+  run_local_world(GetParam(), [](Comm& comm) { test::check_async_overlap(comm); });
+}
+
+TEST_P(LocalWorldTest, LargeTensors) {
+  // > 64 MiB in total per collective.
+  run_local_world(GetParam(), [](Comm& comm) {
+    test::check_all_reduce(comm, at::kFloat, (64 << 20) / 4 + 5, ReduceOp::kSum);
+    test::check_all_gather(comm, at::kFloat, (16 << 20) / 4 + 3);
+  });
+}
+
+TEST_P(LocalWorldTest, CountingDecoratorUsesRingAccounting) {
+  const int n = GetParam();
+  run_local_world(n, [n](Comm& inner) {
+    auto counting = std::make_shared<CountingComm>(std::shared_ptr<Comm>(&inner, [](Comm*) {}));
+    at::Tensor a = at::ones({1000}, at::kFloat);
+    counting->all_reduce(a);
+    at::Tensor rs_in = at::ones({10L * n}, at::kBFloat16);
+    at::Tensor rs_out = at::empty({10}, at::kBFloat16);
+    counting->reduce_scatter(rs_out, rs_in);
+    at::Tensor ag_out = at::empty({6L * n}, at::kDouble);
+    counting->all_gather(ag_out, at::zeros({6}, at::kDouble));
+    at::Tensor b = at::zeros({8}, at::kLong);
+    counting->broadcast(b, 0);
+    counting->barrier();
+    const CommStats s = counting->stats();
+    const double f = static_cast<double>(n - 1) / n;
+    EXPECT_DOUBLE_EQ(s[OpType::kAllReduce].wire_bytes, 2 * f * 4000);
+    EXPECT_DOUBLE_EQ(s[OpType::kReduceScatter].wire_bytes, f * 2 * 10 * n);
+    EXPECT_DOUBLE_EQ(s[OpType::kAllGather].wire_bytes, f * 8 * 6 * n);
+    EXPECT_DOUBLE_EQ(s[OpType::kBroadcast].wire_bytes, n > 1 ? 64 : 0);
+    EXPECT_EQ(s[OpType::kBarrier].calls, 1);
+    EXPECT_EQ(s.total_calls(), 5);
+    EXPECT_EQ(s[OpType::kAllReduce].elements, 1000);
+    counting->reset();
+    EXPECT_EQ(counting->stats().total_calls(), 0);
+    EXPECT_EQ(counting->backend_name(), "counting(local)");
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, LocalWorldTest, ::testing::Values(1, 2, 3, 4));
+
+TEST(LocalWorld, MismatchedCollectivesFailOnEveryRankNamingBoth) {
+  std::vector<std::string> messages(2);
+  EXPECT_THROW(run_local_world(2,
+                               [&](Comm& comm) {
+                                 at::Tensor t = at::ones({comm.rank() == 0 ? 4 : 5});
+                                 try {
+                                   comm.all_reduce(t);
+                                 } catch (const CommError& e) {
+                                   messages[comm.rank()] = e.what();
+                                   throw;
+                                 }
+                               }),
+               CommError);
+  for (const auto& m : messages) {
+    EXPECT_NE(m.find("collective mismatch"), std::string::npos) << m;
+    EXPECT_NE(m.find("numel=4"), std::string::npos) << m;
+    EXPECT_NE(m.find("numel=5"), std::string::npos) << m;
+  }
+}
+
+TEST(LocalWorld, SkippedCollectiveTimesOutNamingTheOp) {
+  CommOptions opts;
+  opts.timeout_seconds = 0.5;
+  const auto start = std::chrono::steady_clock::now();
+  std::string message;
+  try {
+    run_local_world(
+        2,
+        [&](Comm& comm) {
+          if (comm.rank() == 1) return;  // skips the collective
+          at::Tensor t = at::ones({3});
+          comm.all_reduce(t);
+        },
+        opts);
+    FAIL() << "no timeout";
+  } catch (const CommError& e) {
+    message = e.what();
+  }
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(secs, 5.0);
+  EXPECT_NE(message.find("communication timeout"), std::string::npos) << message;
+  EXPECT_NE(message.find("all_reduce(sum) #1"), std::string::npos) << message;
+  EXPECT_NE(message.find("numel=3"), std::string::npos) << message;
+}
+
+TEST(LocalWorld, ExceptionOnOneRankReleasesTheOthersQuickly) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    run_local_world(3, [](Comm& comm) {
+      if (comm.rank() == 2) throw ConfigError("rank 2 hit a bad config");
+      at::Tensor t = at::ones({3});
+      comm.all_reduce(t);  // would wait forever for rank 2 without the abort
+    });
+    FAIL() << "no exception";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "rank 2 hit a bad config");  // the root cause wins
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+}
+
+TEST(LocalWorld, BrokenCommunicatorRefusesLaterCalls) {
+  CommOptions opts;
+  opts.timeout_seconds = 0.3;
+  auto comms = make_local_world(2, opts);
+  at::Tensor t = at::ones({2});
+  EXPECT_THROW(comms[0]->all_reduce(t), CommError);  // rank 1 never joins
+  try {
+    comms[0]->all_reduce(t);
+    FAIL() << "broken communicator accepted a collective";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("broken"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(any_comm_broken());
+}
+
+TEST(CommValidation, RejectsBadArgumentsWithClearErrors) {
+  auto comm = make_local_world(1)[0];
+  auto expect_msg = [](const std::function<void()>& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected: " << needle;
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  at::Tensor nc = at::ones({4, 4}).t();
+  expect_msg([&] { comm->all_reduce(nc); }, "must be contiguous");
+  expect_msg([&] { comm->all_reduce(at::Tensor()); }, "undefined");
+  expect_msg([&] { comm->all_reduce(at::ones({2}, at::kComplexFloat)); }, "unsupported dtype");
+  expect_msg([&] { comm->all_reduce(at::ones({2}, at::kInt), ReduceOp::kAvg); },
+             "avg needs a floating dtype");
+  expect_msg([&] { comm->all_reduce(at::ones({2}, at::kBool)); }, "Bool tensors support only");
+  expect_msg([&] { comm->reduce_scatter(at::ones({3}), at::ones({4})); },
+             "input must have world_size x output elements");
+  expect_msg([&] { comm->all_gather(at::ones({3}), at::ones({2})); },
+             "output must have world_size x input elements");
+  expect_msg([&] { comm->all_gather(at::ones({2}, at::kDouble), at::ones({2})); },
+             "output dtype Double differs from input dtype Float");
+  expect_msg([&] { comm->broadcast(at::ones({2}), 1); }, "root 1 is not a rank");
+}
+
+TEST(InitFromEnv, AloneIsAWorldOfOne) {
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  ::unsetenv("PMI_SIZE");
+  ::unsetenv("PMIX_RANK");
+  ::unsetenv("WORLD_SIZE");
+  auto comm = init_from_env();
+  EXPECT_EQ(comm->size(), 1);
+  EXPECT_EQ(comm->rank(), 0);
+  at::Tensor t = at::full({3}, 2.0);
+  comm->all_reduce(t, ReduceOp::kAvg);
+  EXPECT_TRUE(at::equal(t, at::full({3}, 2.0)));
+}
+
+TEST(InitFromEnv, TorchrunEnvironmentExplainsHowToLaunch) {
+  ::setenv("RANK", "1", 1);
+  ::setenv("WORLD_SIZE", "4", 1);
+  try {
+    init_from_env();
+    FAIL() << "accepted a torchrun environment";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("mpirun -np 4"), std::string::npos) << m;
+    EXPECT_NE(m.find("zrt-launch --np 4"), std::string::npos) << m;
+  }
+  ::setenv("RANK", "7", 1);
+  EXPECT_THROW(detect_launch(), ConfigError);  // rank outside the world
+  ::unsetenv("RANK");
+  ::unsetenv("WORLD_SIZE");
+}
+
+TEST(InitFromEnv, TimeoutFromEnvironment) {
+  ::setenv("ZRT_COMM_TIMEOUT", "12.5", 1);
+  EXPECT_DOUBLE_EQ(comm_options_from_env().timeout_seconds, 12.5);
+  ::setenv("ZRT_COMM_TIMEOUT", "-1", 1);
+  EXPECT_THROW(comm_options_from_env(), ConfigError);
+  ::setenv("ZRT_COMM_TIMEOUT", "soon", 1);
+  EXPECT_THROW(comm_options_from_env(), ConfigError);
+  ::unsetenv("ZRT_COMM_TIMEOUT");
+  EXPECT_DOUBLE_EQ(comm_options_from_env().timeout_seconds, 600.0);
+}
+
+}  // namespace
+}  // namespace zrt::comm
