@@ -10,6 +10,9 @@
 #include <variant>
 #include <vector>
 
+#include "core/error.h"
+#include "core/logging.h"
+
 namespace zrt::sched {
 
 enum class WarmupType { kLog, kLinear };
@@ -75,6 +78,7 @@ struct HfScheduleOptions {
   int64_t num_warmup_steps = 0;
   int64_t num_training_steps = 0;
   double num_cycles = 0.5;  // cosine: 0.5 (half wave); cosine_with_restarts: set to 1 by default
+                            // (transformers' default there; the resolver must fill it)
   double lr_end = 1e-7;     // polynomial
   double power = 1.0;       // polynomial
 };
@@ -82,5 +86,57 @@ struct HfScheduleOptions {
 // The resolved "scheduler" section (or the HF fallback).
 using SchedulerSpec = std::variant<WarmupLROptions, WarmupDecayLROptions, WarmupCosineLROptions,
                                    OneCycleOptions, LRRangeTestOptions, HfScheduleOptions>;
+
+// ---------------------------------------------------------------------------------------------
+// Names as written in configs. Inline so that config/ can use them without linking zrt_sched.
+
+inline const char* warmup_type_name(WarmupType type) {
+  return type == WarmupType::kLinear ? "linear" : "log";
+}
+
+// Which schedule reads a "warmup_type" (the two readers differ on unknown names).
+enum class WarmupTypeReader { kWarmupLR, kWarmupCosineLR };
+
+// DeepSpeed's reading of "warmup_type" (spec/deepspeed.md §1.8): "log" or "linear". An unknown
+// name makes WarmupLR / WarmupDecayLR warn and fall back to log; WarmupCosineLR crashes at its
+// first step in DeepSpeed, which we report up front as a ConfigError.
+inline WarmupType resolve_warmup_type(const std::string& text, WarmupTypeReader reader) {
+  if (text == "log") return WarmupType::kLog;
+  if (text == "linear") return WarmupType::kLinear;
+  ZRT_CHECK_AS(ConfigError, reader != WarmupTypeReader::kWarmupCosineLR,
+               "WarmupCosineLR: unknown warmup_type '", text,
+               "' (expected \"log\" or \"linear\"; DeepSpeed crashes on it at the first step)");
+  ZRT_LOG_WARN("Using unknown warmup_type: ", text,
+               ". The increasing function is set to default (log)");
+  return WarmupType::kLog;
+}
+
+// transformers' SchedulerType values.
+inline const char* hf_schedule_name(HfScheduleType type) {
+  switch (type) {
+    case HfScheduleType::kLinear:
+      return "linear";
+    case HfScheduleType::kCosine:
+      return "cosine";
+    case HfScheduleType::kCosineWithRestarts:
+      return "cosine_with_restarts";
+    case HfScheduleType::kPolynomial:
+      return "polynomial";
+    case HfScheduleType::kConstant:
+      return "constant";
+    case HfScheduleType::kConstantWithWarmup:
+      return "constant_with_warmup";
+  }
+  return "?";
+}
+
+inline std::optional<HfScheduleType> parse_hf_schedule_type(const std::string& text) {
+  for (HfScheduleType type : {HfScheduleType::kLinear, HfScheduleType::kCosine,
+                              HfScheduleType::kCosineWithRestarts, HfScheduleType::kPolynomial,
+                              HfScheduleType::kConstant, HfScheduleType::kConstantWithWarmup}) {
+    if (text == hf_schedule_name(type)) return type;
+  }
+  return std::nullopt;
+}
 
 }  // namespace zrt::sched
