@@ -21,13 +21,16 @@ const char* op_type_name(OpType op) {
     case OpType::kAllGather: return "all_gather";
     case OpType::kBroadcast: return "broadcast";
     case OpType::kBarrier: return "barrier";
+    case OpType::kReduceScatterV: return "reduce_scatter_v";
+    case OpType::kAllGatherV: return "all_gather_v";
   }
   return "?";
 }
 
 std::string OpInfo::describe() const {
   std::string s = op_type_name(type);
-  if (type == OpType::kAllReduce || type == OpType::kReduceScatter) {
+  if (type == OpType::kAllReduce || type == OpType::kReduceScatter ||
+      type == OpType::kReduceScatterV) {
     s += str("(", reduce_op_name(reduce_op), ")");
   } else if (type == OpType::kBroadcast) {
     s += str("(root=", root, ")");
@@ -89,6 +92,27 @@ void check_same_dtype(const char* op, const at::Tensor& out, const at::Tensor& i
                " but input is on ", in.device());
 }
 
+// Checks a *_v counts vector and returns its sum.
+int64_t check_counts(const char* op, const std::vector<int64_t>& counts, int world) {
+  ZRT_CHECK_AS(CommError, static_cast<int>(counts.size()) == world, op, ": got ", counts.size(),
+               " counts for a world of size ", world);
+  int64_t total = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    ZRT_CHECK_AS(CommError, counts[r] >= 0, op, ": counts[", r, "] = ", counts[r],
+                 " is negative");
+    total += counts[r];
+  }
+  return total;
+}
+
+bool overlaps(const at::Tensor& a, const at::Tensor& b) {
+  const auto* pa = static_cast<const char*>(a.data_ptr());
+  const auto* pb = static_cast<const char*>(b.data_ptr());
+  const int64_t na = a.numel() * static_cast<int64_t>(a.element_size());
+  const int64_t nb = b.numel() * static_cast<int64_t>(b.element_size());
+  return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
+}
+
 }  // namespace
 
 std::shared_ptr<Work> completed_work() { return std::make_shared<CompletedWork>(); }
@@ -142,6 +166,53 @@ std::shared_ptr<Work> Comm::all_gather_async(const at::Tensor& output, const at:
   return all_gather_impl(output, input, info);
 }
 
+std::shared_ptr<Work> Comm::reduce_scatter_v_async(const at::Tensor& output,
+                                                   const at::Tensor& input,
+                                                   std::vector<int64_t> counts, ReduceOp op) {
+  const char* name = "reduce_scatter_v";
+  check_tensor(*this, name, "output", output);
+  check_tensor(*this, name, "input", input);
+  check_same_dtype(name, output, input);
+  check_reduce_op(name, input, op);
+  const int64_t total = check_counts(name, counts, size());
+  ZRT_CHECK_AS(CommError, total == input.numel(), name, ": counts sum to ", total,
+               " but the input has ", input.numel(), " elements");
+  ZRT_CHECK_AS(CommError, output.numel() == counts[rank()], name, ": output has ",
+               output.numel(), " elements but counts[", rank(), "] = ", counts[rank()]);
+  ZRT_CHECK_AS(CommError, !overlaps(output, input), name,
+               ": output must not overlap the input");
+  OpInfo info = next_info(OpType::kReduceScatterV, &input, op);
+  info.counts = std::move(counts);
+  before_collective(info);
+  return reduce_scatter_v_impl(output, input, info);
+}
+
+std::shared_ptr<Work> Comm::all_gather_v_async(const at::Tensor& output, const at::Tensor& input,
+                                               std::vector<int64_t> counts) {
+  const char* name = "all_gather_v";
+  check_tensor(*this, name, "output", output);
+  check_tensor(*this, name, "input", input);
+  check_same_dtype(name, output, input);
+  const int64_t total = check_counts(name, counts, size());
+  ZRT_CHECK_AS(CommError, total == output.numel(), name, ": counts sum to ", total,
+               " but the output has ", output.numel(), " elements");
+  ZRT_CHECK_AS(CommError, input.numel() == counts[rank()], name, ": input has ", input.numel(),
+               " elements but counts[", rank(), "] = ", counts[rank()]);
+  if (overlaps(output, input)) {
+    int64_t offset = 0;
+    for (int r = 0; r < rank(); ++r) offset += counts[r];
+    const auto* expected = static_cast<const char*>(output.data_ptr()) +
+                           offset * static_cast<int64_t>(output.element_size());
+    ZRT_CHECK_AS(CommError, input.data_ptr() == expected, name,
+                 ": an input that overlaps the output must be the output's view at this rank's "
+                 "offset ", offset);
+  }
+  OpInfo info = next_info(OpType::kAllGatherV, &output, ReduceOp::kSum);
+  info.counts = std::move(counts);
+  before_collective(info);
+  return all_gather_v_impl(output, input, info);
+}
+
 std::shared_ptr<Work> Comm::broadcast_async(const at::Tensor& tensor, int root) {
   check_tensor(*this, "broadcast", "the", tensor);
   ZRT_CHECK_AS(CommError, root >= 0 && root < size(), "broadcast: root ", root,
@@ -165,6 +236,14 @@ void Comm::reduce_scatter(const at::Tensor& output, const at::Tensor& input, Red
 }
 void Comm::all_gather(const at::Tensor& output, const at::Tensor& input) {
   all_gather_async(output, input)->wait();
+}
+void Comm::reduce_scatter_v(const at::Tensor& output, const at::Tensor& input,
+                            std::vector<int64_t> counts, ReduceOp op) {
+  reduce_scatter_v_async(output, input, std::move(counts), op)->wait();
+}
+void Comm::all_gather_v(const at::Tensor& output, const at::Tensor& input,
+                        std::vector<int64_t> counts) {
+  all_gather_v_async(output, input, std::move(counts))->wait();
 }
 void Comm::broadcast(const at::Tensor& tensor, int root) { broadcast_async(tensor, root)->wait(); }
 void Comm::barrier() { barrier_async()->wait(); }

@@ -11,13 +11,23 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace zrt::comm {
 
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 const char* reduce_op_name(ReduceOp op);
 
-enum class OpType { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kBarrier };
+enum class OpType {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kBarrier,
+  kReduceScatterV,
+  kAllGatherV,
+};
+inline constexpr int kNumOpTypes = 7;
 const char* op_type_name(OpType op);
 
 // What one collective call is, for error messages, byte counting and desync checks.
@@ -28,6 +38,7 @@ struct OpInfo {
   int64_t numel = 0;  // elements of the input tensor
   int root = 0;       // broadcast only
   uint64_t seq = 0;   // per-communicator sequence number, from 1
+  std::vector<int64_t> counts;  // the *_v collectives: elements per rank
 
   // "all_reduce(sum) #3 dtype=Float numel=1024"
   std::string describe() const;
@@ -82,6 +93,18 @@ class Comm {
                                              ReduceOp op = ReduceOp::kSum);
   // Collective. `output` has size()·k elements; chunk r of it receives rank r's `input` (k).
   std::shared_ptr<Work> all_gather_async(const at::Tensor& output, const at::Tensor& input);
+  // Collective. The variable-size reduce-scatter: `input` is cut into consecutive pieces of
+  // counts[0], ..., counts[n−1] elements and rank r receives, in `output` (counts[r] elements),
+  // the reduction over ranks of piece r. Every rank passes the same counts. This is the primitive
+  // for ZeRO's contiguous flat buffers, where a bucket straddles partition boundaries.
+  std::shared_ptr<Work> reduce_scatter_v_async(const at::Tensor& output, const at::Tensor& input,
+                                               std::vector<int64_t> counts,
+                                               ReduceOp op = ReduceOp::kSum);
+  // Collective. The variable-size all-gather: rank r contributes `input` (counts[r] elements) and
+  // `output` (sum of counts) receives rank k's input at offset counts[0] + ... + counts[k−1].
+  // `input` may be the view of `output` at this rank's offset (in-place).
+  std::shared_ptr<Work> all_gather_v_async(const at::Tensor& output, const at::Tensor& input,
+                                           std::vector<int64_t> counts);
   // Collective. Copies `tensor` of rank `root` into `tensor` on every other rank.
   std::shared_ptr<Work> broadcast_async(const at::Tensor& tensor, int root = 0);
   // Collective. Completes once every rank has entered it.
@@ -92,6 +115,10 @@ class Comm {
   void reduce_scatter(const at::Tensor& output, const at::Tensor& input,
                       ReduceOp op = ReduceOp::kSum);
   void all_gather(const at::Tensor& output, const at::Tensor& input);
+  void reduce_scatter_v(const at::Tensor& output, const at::Tensor& input,
+                        std::vector<int64_t> counts, ReduceOp op = ReduceOp::kSum);
+  void all_gather_v(const at::Tensor& output, const at::Tensor& input,
+                    std::vector<int64_t> counts);
   void broadcast(const at::Tensor& tensor, int root = 0);
   void barrier();
 
@@ -105,6 +132,13 @@ class Comm {
                                                     const OpInfo& info) = 0;
   virtual std::shared_ptr<Work> all_gather_impl(const at::Tensor& output, const at::Tensor& input,
                                                 const OpInfo& info) = 0;
+  // info.counts holds the per-rank counts.
+  virtual std::shared_ptr<Work> reduce_scatter_v_impl(const at::Tensor& output,
+                                                      const at::Tensor& input,
+                                                      const OpInfo& info) = 0;
+  virtual std::shared_ptr<Work> all_gather_v_impl(const at::Tensor& output,
+                                                  const at::Tensor& input,
+                                                  const OpInfo& info) = 0;
   virtual std::shared_ptr<Work> broadcast_impl(const at::Tensor& tensor, const OpInfo& info) = 0;
   virtual std::shared_ptr<Work> barrier_impl(const OpInfo& info) = 0;
 

@@ -27,17 +27,24 @@ double CountingComm::wire_bytes(OpType type, double full_bytes, int n) {
     case OpType::kAllGather: return static_cast<double>(n - 1) / n * full_bytes;
     case OpType::kBroadcast: return n > 1 ? full_bytes : 0.0;
     case OpType::kBarrier: return 0.0;
+    case OpType::kReduceScatterV:
+    case OpType::kAllGatherV: return 0.0;  // depends on the pieces: see record()
   }
   return 0.0;
 }
 
-void CountingComm::record(OpType type, const at::Tensor& full) {
+void CountingComm::record(OpType type, const at::Tensor& full, int64_t own_piece) {
   const double bytes = static_cast<double>(full.numel()) * full.element_size();
+  const bool variable = type == OpType::kReduceScatterV || type == OpType::kAllGatherV;
+  const double wire =
+      variable ? (inner_->size() > 1 ? bytes - static_cast<double>(own_piece) * full.element_size()
+                                     : 0.0)
+               : wire_bytes(type, bytes, inner_->size());
   std::lock_guard<std::mutex> lock(mutex_);
   OpCounter& c = stats_.by_op[static_cast<int>(type)];
   c.calls += 1;
   c.elements += full.numel();
-  c.wire_bytes += wire_bytes(type, bytes, inner_->size());
+  c.wire_bytes += wire;
 }
 
 CommStats CountingComm::stats() const {
@@ -65,6 +72,19 @@ std::shared_ptr<Work> CountingComm::all_gather_impl(const at::Tensor& out, const
                                                     const OpInfo&) {
   record(OpType::kAllGather, out);
   return inner_->all_gather_async(out, in);
+}
+
+std::shared_ptr<Work> CountingComm::reduce_scatter_v_impl(const at::Tensor& out,
+                                                          const at::Tensor& in,
+                                                          const OpInfo& info) {
+  record(OpType::kReduceScatterV, in, info.counts[inner_->rank()]);
+  return inner_->reduce_scatter_v_async(out, in, info.counts, info.reduce_op);
+}
+
+std::shared_ptr<Work> CountingComm::all_gather_v_impl(const at::Tensor& out, const at::Tensor& in,
+                                                      const OpInfo& info) {
+  record(OpType::kAllGatherV, out, info.counts[inner_->rank()]);
+  return inner_->all_gather_v_async(out, in, info.counts);
 }
 
 std::shared_ptr<Work> CountingComm::broadcast_impl(const at::Tensor& t, const OpInfo& info) {

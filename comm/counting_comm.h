@@ -5,7 +5,9 @@
 // For a collective over S bytes on n ranks (S = the full tensor: the all_reduce tensor, the
 // reduce_scatter input, the all_gather output):
 //   all_reduce 2(n−1)/n·S, reduce_scatter (n−1)/n·S, all_gather (n−1)/n·S, broadcast S,
-//   barrier 0.
+//   barrier 0; the variable-size reduce_scatter_v and all_gather_v count S minus this rank's own
+//   piece (what a ring sends; equal to (n−1)/n·S for equal pieces, and summing to (n−1)·S over
+//   ranks in every case).
 #pragma once
 
 #include <array>
@@ -23,7 +25,7 @@ struct OpCounter {
 };
 
 struct CommStats {
-  std::array<OpCounter, 5> by_op;  // indexed by static_cast<int>(OpType)
+  std::array<OpCounter, kNumOpTypes> by_op;  // indexed by static_cast<int>(OpType)
   const OpCounter& operator[](OpType op) const { return by_op[static_cast<int>(op)]; }
   double total_wire_bytes() const;
   int64_t total_calls() const;
@@ -55,11 +57,15 @@ class CountingComm final : public Comm {
                                             const OpInfo& info) override;
   std::shared_ptr<Work> all_gather_impl(const at::Tensor& out, const at::Tensor& in,
                                         const OpInfo& info) override;
+  std::shared_ptr<Work> reduce_scatter_v_impl(const at::Tensor& out, const at::Tensor& in,
+                                              const OpInfo& info) override;
+  std::shared_ptr<Work> all_gather_v_impl(const at::Tensor& out, const at::Tensor& in,
+                                          const OpInfo& info) override;
   std::shared_ptr<Work> broadcast_impl(const at::Tensor& t, const OpInfo& info) override;
   std::shared_ptr<Work> barrier_impl(const OpInfo& info) override;
 
  private:
-  void record(OpType type, const at::Tensor& full);
+  void record(OpType type, const at::Tensor& full, int64_t own_piece = 0);
 
   std::shared_ptr<Comm> inner_;
   mutable std::mutex mutex_;

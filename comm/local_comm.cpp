@@ -62,28 +62,34 @@ class LocalWorld {
     rendezvous(rank, info, "finish");
   }
 
+  // Both reduce-scatters: piece r of every rank's input, at offsets[r], is reduced into rank
+  // r's output (counts[r] elements).
   void run_reduce_scatter(int rank, const at::Tensor& out, const at::Tensor& in,
-                          const OpInfo& info) {
+                          const OpInfo& info, const std::vector<int64_t>& counts) {
     publish(rank, info, in.data_ptr(), out.data_ptr());
-    const int64_t c = out.numel();
-    const size_t bytes = static_cast<size_t>(c * out.element_size());
+    const int64_t es = static_cast<int64_t>(out.element_size());
+    const int64_t c = counts[rank];
+    const int64_t offset = offset_of(counts, rank) * es;
     auto* o = static_cast<uint8_t*>(out.data_ptr());
     if (c > 0) {
-      std::memcpy(o, slots_[0].in + rank * bytes, bytes);
+      std::memcpy(o, slots_[0].in + offset, c * es);
       for (int k = 1; k < size_; ++k) {
-        detail::reduce_inplace(o, slots_[k].in + rank * bytes, c, info.dtype, info.reduce_op);
+        detail::reduce_inplace(o, slots_[k].in + offset, c, info.dtype, info.reduce_op);
       }
       if (info.reduce_op == ReduceOp::kAvg) detail::divide_inplace(o, c, info.dtype, size_);
     }
     rendezvous(rank, info, "finish");
   }
 
-  void run_all_gather(int rank, const at::Tensor& out, const at::Tensor& in, const OpInfo& info) {
+  // Both all-gathers: rank k's input lands at offsets[k] of every output.
+  void run_all_gather(int rank, const at::Tensor& out, const at::Tensor& in, const OpInfo& info,
+                      const std::vector<int64_t>& counts) {
     publish(rank, info, in.data_ptr(), out.data_ptr());
-    const size_t bytes = static_cast<size_t>(in.numel() * in.element_size());
+    const int64_t es = static_cast<int64_t>(in.element_size());
     auto* o = static_cast<uint8_t*>(out.data_ptr());
-    if (bytes > 0) {
-      for (int k = 0; k < size_; ++k) std::memcpy(o + k * bytes, slots_[k].in, bytes);
+    for (int k = 0; k < size_; ++k) {
+      uint8_t* dst = o + offset_of(counts, k) * es;
+      if (counts[k] > 0 && dst != slots_[k].in) std::memcpy(dst, slots_[k].in, counts[k] * es);
     }
     rendezvous(rank, info, "finish");
   }
@@ -100,6 +106,12 @@ class LocalWorld {
   void run_barrier(int rank, const OpInfo& info) { publish(rank, info, nullptr, nullptr); }
 
  private:
+  static int64_t offset_of(const std::vector<int64_t>& counts, int r) {
+    int64_t o = 0;
+    for (int k = 0; k < r; ++k) o += counts[k];
+    return o;
+  }
+
   // Element range of the all_reduce slice that rank `r` reduces.
   ShardInfo slice_of(int64_t n, int r) const { return param_shard(n, r, size_); }
 
@@ -115,9 +127,10 @@ class LocalWorld {
       const OpInfo& other = slots_[k].info;
       const bool same = other.type == first.type && other.dtype == first.dtype &&
                         other.numel == first.numel && other.root == first.root &&
-                        (other.type != OpType::kAllReduce && other.type != OpType::kReduceScatter
-                             ? true
-                             : other.reduce_op == first.reduce_op);
+                        other.counts == first.counts &&
+                        (other.type == OpType::kAllGather || other.type == OpType::kAllGatherV ||
+                         other.type == OpType::kBroadcast || other.type == OpType::kBarrier ||
+                         other.reduce_op == first.reduce_op);
       ZRT_CHECK_AS(CommError, same, "[rank ", rank,
                    "] collective mismatch between ranks: rank 0 called ", first.describe(),
                    " but rank ", k, " called ", other.describe());
@@ -189,15 +202,40 @@ class LocalComm final : public Comm {
   }
   std::shared_ptr<Work> reduce_scatter_impl(const at::Tensor& out, const at::Tensor& in,
                                             const OpInfo& info) override {
+    std::vector<int64_t> counts(world_->size(), out.numel());
     return queue_.submit(
         info,
-        [w = world_.get(), r = rank_, out, in, info] { w->run_reduce_scatter(r, out, in, info); },
+        [w = world_.get(), r = rank_, out, in, info, counts] {
+          w->run_reduce_scatter(r, out, in, info, counts);
+        },
+        {out, in});
+  }
+  std::shared_ptr<Work> reduce_scatter_v_impl(const at::Tensor& out, const at::Tensor& in,
+                                              const OpInfo& info) override {
+    return queue_.submit(
+        info,
+        [w = world_.get(), r = rank_, out, in, info] {
+          w->run_reduce_scatter(r, out, in, info, info.counts);
+        },
         {out, in});
   }
   std::shared_ptr<Work> all_gather_impl(const at::Tensor& out, const at::Tensor& in,
                                         const OpInfo& info) override {
+    std::vector<int64_t> counts(world_->size(), in.numel());
     return queue_.submit(
-        info, [w = world_.get(), r = rank_, out, in, info] { w->run_all_gather(r, out, in, info); },
+        info,
+        [w = world_.get(), r = rank_, out, in, info, counts] {
+          w->run_all_gather(r, out, in, info, counts);
+        },
+        {out, in});
+  }
+  std::shared_ptr<Work> all_gather_v_impl(const at::Tensor& out, const at::Tensor& in,
+                                          const OpInfo& info) override {
+    return queue_.submit(
+        info,
+        [w = world_.get(), r = rank_, out, in, info] {
+          w->run_all_gather(r, out, in, info, info.counts);
+        },
         {out, in});
   }
   std::shared_ptr<Work> broadcast_impl(const at::Tensor& t, const OpInfo& info) override {

@@ -152,6 +152,10 @@ MpiAlgo algo_from_env() {
 }
 
 constexpr int kTagRing = 7301;
+// ZRT_MPI_ALGO=auto uses the point-to-point ring for reduce-scatters and all-gathers of at least
+// this many bytes (whole array) and Open MPI's own collectives below. Measured on the 2-core
+// development machine, Open MPI 4.1.4 (docs/PERFORMANCE.md, comm section).
+constexpr int64_t kRingMinBytes = 32 * 1024;
 
 class MpiComm final : public Comm {
  public:
@@ -192,13 +196,28 @@ class MpiComm final : public Comm {
   }
   std::shared_ptr<Work> reduce_scatter_impl(const at::Tensor& out, const at::Tensor& in,
                                             const OpInfo& info) override {
-    return queue_->submit(info, [this, out, in, info] { run_reduce_scatter(out, in, info); },
-                          {out, in});
+    std::vector<int64_t> counts(size_, out.numel());
+    return queue_->submit(
+        info, [this, out, in, info, counts] { run_reduce_scatter(out, in, info, counts); },
+        {out, in});
+  }
+  std::shared_ptr<Work> reduce_scatter_v_impl(const at::Tensor& out, const at::Tensor& in,
+                                              const OpInfo& info) override {
+    return queue_->submit(
+        info, [this, out, in, info] { run_reduce_scatter(out, in, info, info.counts); },
+        {out, in});
   }
   std::shared_ptr<Work> all_gather_impl(const at::Tensor& out, const at::Tensor& in,
                                         const OpInfo& info) override {
-    return queue_->submit(info, [this, out, in, info] { run_all_gather(out, in, info); },
-                          {out, in});
+    std::vector<int64_t> counts(size_, in.numel());
+    return queue_->submit(
+        info, [this, out, in, info, counts] { run_all_gather(out, in, info, counts); },
+        {out, in});
+  }
+  std::shared_ptr<Work> all_gather_v_impl(const at::Tensor& out, const at::Tensor& in,
+                                          const OpInfo& info) override {
+    return queue_->submit(
+        info, [this, out, in, info] { run_all_gather(out, in, info, info.counts); }, {out, in});
   }
   std::shared_ptr<Work> broadcast_impl(const at::Tensor& t, const OpInfo& info) override {
     return queue_->submit(info, [this, t, info] { run_broadcast(t, info); }, {t});
@@ -222,51 +241,73 @@ class MpiComm final : public Comm {
     if (info.reduce_op == ReduceOp::kAvg) detail::divide_inplace(p, info.numel, info.dtype, size_);
   }
 
-  bool use_ring(int64_t count_per_rank) const {
+  // `max_piece`: the largest per-rank element count; `total_bytes`: the whole array.
+  bool use_ring(int64_t max_piece, int64_t total_bytes) const {
     if (algo_ == MpiAlgo::kRing) return true;
-    if (count_per_rank > max_count_) return true;  // MPI counts are int
+    if (max_piece > max_count_) return true;  // MPI counts and displacements are int
     if (algo_ == MpiAlgo::kNative) return false;
-    return auto_prefers_ring(count_per_rank);
+    return total_bytes >= kRingMinBytes;
   }
 
-  // See docs/PERFORMANCE.md (comm): measured crossover on the development machine.
-  bool auto_prefers_ring(int64_t count_per_rank) const {
-    (void)count_per_rank;
-    return true;
+  static std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
+    std::vector<int64_t> offsets(counts.size() + 1, 0);
+    for (size_t r = 0; r < counts.size(); ++r) offsets[r + 1] = offsets[r] + counts[r];
+    return offsets;
   }
 
-  void run_reduce_scatter(const at::Tensor& out, const at::Tensor& in, const OpInfo& info) {
-    const int64_t c = out.numel();
+  // Both reduce-scatters. `counts` are the per-rank piece sizes (equal for reduce_scatter).
+  void run_reduce_scatter(const at::Tensor& out, const at::Tensor& in, const OpInfo& info,
+                          const std::vector<int64_t>& counts) {
     const int64_t es = out.element_size();
     const auto* src = static_cast<const uint8_t*>(in.data_ptr());
     auto* dst = static_cast<uint8_t*>(out.data_ptr());
-    if (c == 0) return;
+    const int64_t c = counts[rank_];
+    const int64_t max_piece = *std::max_element(counts.begin(), counts.end());
+    if (max_piece == 0) return;
     if (size_ == 1) {
       std::memcpy(dst, src, c * es);
-    } else if (use_ring(c)) {
-      ring_reduce_scatter(src, dst, c, es, info);
-    } else {
+    } else if (use_ring(max_piece, info.numel * es)) {
+      ring_reduce_scatter(src, dst, counts, es, info);
+    } else if (info.type == OpType::kReduceScatter) {
       ZRT_MPI_CHECK(MPI_Reduce_scatter_block(src, dst, static_cast<int>(c), mpi_type(info.dtype),
                                              runtime_.op_for(info.dtype, info.reduce_op), comm_));
+    } else {
+      std::vector<int> icounts(counts.begin(), counts.end());
+      ZRT_MPI_CHECK(MPI_Reduce_scatter(src, dst, icounts.data(), mpi_type(info.dtype),
+                                       runtime_.op_for(info.dtype, info.reduce_op), comm_));
     }
-    if (info.reduce_op == ReduceOp::kAvg) detail::divide_inplace(dst, c, info.dtype, size_);
+    if (info.reduce_op == ReduceOp::kAvg && c > 0) {
+      detail::divide_inplace(dst, c, info.dtype, size_);
+    }
   }
 
-  void run_all_gather(const at::Tensor& out, const at::Tensor& in, const OpInfo& info) {
-    const int64_t c = in.numel();
+  // Both all-gathers; `in` may be the view of `out` at this rank's offset.
+  void run_all_gather(const at::Tensor& out, const at::Tensor& in, const OpInfo& info,
+                      const std::vector<int64_t>& counts) {
     const int64_t es = in.element_size();
     const auto* src = static_cast<const uint8_t*>(in.data_ptr());
     auto* dst = static_cast<uint8_t*>(out.data_ptr());
-    if (c == 0) return;
+    const std::vector<int64_t> offsets = offsets_of(counts);
+    const int64_t max_piece = *std::max_element(counts.begin(), counts.end());
+    if (max_piece == 0) return;
+    uint8_t* mine = dst + offsets[rank_] * es;
     if (size_ == 1) {
-      if (dst != src) std::memmove(dst, src, c * es);
-    } else if (use_ring(c)) {
-      ring_all_gather(src, dst, c * es);
+      if (mine != src) std::memmove(mine, src, counts[rank_] * es);
+    } else if (use_ring(max_piece, out.numel() * es)) {
+      if (mine != src) std::memmove(mine, src, counts[rank_] * es);
+      ring_all_gather(dst, counts, offsets, es);
     } else {
       const MPI_Datatype dt = mpi_type(info.dtype);
-      const bool in_place = src == dst + rank_ * c * es;
-      ZRT_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : src, static_cast<int>(c), dt, dst,
-                                  static_cast<int>(c), dt, comm_));
+      const void* send = mine == src ? MPI_IN_PLACE : static_cast<const void*>(src);
+      if (info.type == OpType::kAllGather) {
+        ZRT_MPI_CHECK(MPI_Allgather(send, static_cast<int>(counts[rank_]), dt, dst,
+                                    static_cast<int>(counts[rank_]), dt, comm_));
+      } else {
+        std::vector<int> icounts(counts.begin(), counts.end());
+        std::vector<int> idispls(offsets.begin(), offsets.end() - 1);
+        ZRT_MPI_CHECK(MPI_Allgatherv(send, static_cast<int>(counts[rank_]), dt, dst,
+                                     icounts.data(), idispls.data(), dt, comm_));
+      }
     }
   }
 
@@ -279,19 +320,19 @@ class MpiComm final : public Comm {
     }
   }
 
-  // Sends `bytes` from `send` to the right neighbour while receiving `bytes` into `recv` from the
-  // left one, in messages of at most max_count_ bytes (MPI counts are int).
-  void ring_exchange(const uint8_t* send, uint8_t* recv, int64_t bytes) {
+  // Sends `send_bytes` from `send` to the right neighbour while receiving `recv_bytes` into
+  // `recv` from the left one, in messages of at most max_count_ bytes (MPI counts are int).
+  void ring_exchange(const uint8_t* send, int64_t send_bytes, uint8_t* recv, int64_t recv_bytes) {
     const int right = (rank_ + 1) % size_;
     const int left = (rank_ - 1 + size_) % size_;
     requests_.clear();
-    for (int64_t off = 0; off < bytes; off += max_count_) {
-      const int n = static_cast<int>(std::min(max_count_, bytes - off));
+    for (int64_t off = 0; off < recv_bytes; off += max_count_) {
+      const int n = static_cast<int>(std::min(max_count_, recv_bytes - off));
       requests_.emplace_back();
       ZRT_MPI_CHECK(MPI_Irecv(recv + off, n, MPI_BYTE, left, kTagRing, comm_, &requests_.back()));
     }
-    for (int64_t off = 0; off < bytes; off += max_count_) {
-      const int n = static_cast<int>(std::min(max_count_, bytes - off));
+    for (int64_t off = 0; off < send_bytes; off += max_count_) {
+      const int n = static_cast<int>(std::min(max_count_, send_bytes - off));
       requests_.emplace_back();
       ZRT_MPI_CHECK(MPI_Isend(send + off, n, MPI_BYTE, right, kTagRing, comm_, &requests_.back()));
     }
@@ -300,36 +341,39 @@ class MpiComm final : public Comm {
   }
 
   // Note [Ring reduce-scatter]
-  // Step s (0 ≤ s < n−1): send the running partial sum of block (r−s−1) mod n to the right and
-  // receive the partial of block (r−s−2) mod n from the left, adding this rank's own input block
-  // to it. After n−1 steps the block received is block r, complete. Each rank moves (n−1)/n of
-  // the input once, the bandwidth-optimal volume.
-  void ring_reduce_scatter(const uint8_t* in, uint8_t* out, int64_t count, int64_t es,
-                           const OpInfo& info) {
+  // Step s (0 ≤ s < n−1): send the running partial sum of piece (r−s−1) mod n to the right and
+  // receive the partial of piece (r−s−2) mod n from the left, adding this rank's own input piece
+  // to it. After n−1 steps the piece received is piece r, complete. Each rank sends every piece
+  // but its own once: the bandwidth-optimal (n−1)/n of the input for equal pieces. Pieces may
+  // differ in size (reduce_scatter_v); buffers are sized for the largest.
+  void ring_reduce_scatter(const uint8_t* in, uint8_t* out, const std::vector<int64_t>& counts,
+                           int64_t es, const OpInfo& info) {
     const int n = size_;
-    const int64_t cb = count * es;
-    send_buf_.resize(static_cast<size_t>(cb));
-    recv_buf_.resize(static_cast<size_t>(cb));
+    const std::vector<int64_t> offsets = offsets_of(counts);
+    const int64_t max_bytes = *std::max_element(counts.begin(), counts.end()) * es;
+    send_buf_.resize(static_cast<size_t>(max_bytes));
+    recv_buf_.resize(static_cast<size_t>(max_bytes));
     for (int s = 0; s < n - 1; ++s) {
       const int b_send = ((rank_ - s - 1) % n + n) % n;
       const int b_recv = ((rank_ - s - 2) % n + n) % n;
-      const uint8_t* src = s == 0 ? in + b_send * cb : send_buf_.data();
-      ring_exchange(src, recv_buf_.data(), cb);
+      const uint8_t* src = s == 0 ? in + offsets[b_send] * es : send_buf_.data();
+      ring_exchange(src, counts[b_send] * es, recv_buf_.data(), counts[b_recv] * es);
       uint8_t* dst = s == n - 2 ? out : send_buf_.data();
-      detail::reduce_into(dst, in + b_recv * cb, recv_buf_.data(), count, info.dtype,
-                          info.reduce_op);
+      detail::reduce_into(dst, in + offsets[b_recv] * es, recv_buf_.data(), counts[b_recv],
+                          info.dtype, info.reduce_op);
     }
   }
 
-  // Step s: forward block (r−s) mod n to the right, receive block (r−s−1) mod n from the left,
-  // directly into the output.
-  void ring_all_gather(const uint8_t* in, uint8_t* out, int64_t cb) {
+  // Step s: forward piece (r−s) mod n to the right, receive piece (r−s−1) mod n from the left,
+  // directly into the output (which already holds this rank's piece).
+  void ring_all_gather(uint8_t* out, const std::vector<int64_t>& counts,
+                       const std::vector<int64_t>& offsets, int64_t es) {
     const int n = size_;
-    if (out + rank_ * cb != in) std::memmove(out + rank_ * cb, in, cb);
     for (int s = 0; s < n - 1; ++s) {
       const int b_send = ((rank_ - s) % n + n) % n;
       const int b_recv = ((rank_ - s - 1) % n + n) % n;
-      ring_exchange(out + b_send * cb, out + b_recv * cb, cb);
+      ring_exchange(out + offsets[b_send] * es, counts[b_send] * es, out + offsets[b_recv] * es,
+                    counts[b_recv] * es);
     }
   }
 

@@ -242,6 +242,45 @@ class NcclComm final : public Comm {
       return ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(info.dtype), c, s);
     });
   }
+  // NCCL has no variable-size reduce-scatter/all-gather: one grouped reduce / broadcast per
+  // piece, which moves the same bytes as the ring collectives.
+  std::shared_ptr<Work> reduce_scatter_v_impl(const at::Tensor& out, const at::Tensor& in,
+                                              const OpInfo& info) override {
+    return launch(info, {out, in}, [&](ncclComm_t c, cudaStream_t s) {
+      const size_t es = in.element_size();
+      ncclResult_t rc = ncclGroupStart();
+      int64_t offset = 0;
+      for (int r = 0; r < size() && rc == ncclSuccess; ++r) {
+        const auto* src = static_cast<const char*>(in.data_ptr()) + offset * es;
+        void* dst = r == rank() ? out.data_ptr() : nullptr;
+        if (info.counts[r] > 0) {
+          rc = ncclReduce(src, dst, info.counts[r], nccl_type(info.dtype), nccl_op(info.reduce_op),
+                          r, c, s);
+        }
+        offset += info.counts[r];
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return rc != ncclSuccess ? rc : end;
+    });
+  }
+  std::shared_ptr<Work> all_gather_v_impl(const at::Tensor& out, const at::Tensor& in,
+                                          const OpInfo& info) override {
+    return launch(info, {out, in}, [&](ncclComm_t c, cudaStream_t s) {
+      const size_t es = out.element_size();
+      ncclResult_t rc = ncclGroupStart();
+      int64_t offset = 0;
+      for (int r = 0; r < size() && rc == ncclSuccess; ++r) {
+        char* dst = static_cast<char*>(out.data_ptr()) + offset * es;
+        const void* src = r == rank() ? in.data_ptr() : dst;
+        if (info.counts[r] > 0) {
+          rc = ncclBroadcast(src, dst, info.counts[r], nccl_type(info.dtype), r, c, s);
+        }
+        offset += info.counts[r];
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return rc != ncclSuccess ? rc : end;
+    });
+  }
   std::shared_ptr<Work> broadcast_impl(const at::Tensor& t, const OpInfo& info) override {
     return launch(info, {t}, [&](ncclComm_t c, cudaStream_t s) {
       return ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(info.dtype), info.root,

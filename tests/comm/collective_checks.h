@@ -116,6 +116,54 @@ inline void check_all_gather(comm::Comm& comm, at::ScalarType dtype, int64_t c) 
                "all_gather " + std::string(c10::toString(dtype)) + " c=" + std::to_string(c));
 }
 
+// Uneven pieces, some empty: counts[r] = (3r + base) mod 5 · scale.
+inline std::vector<int64_t> uneven_counts(int world, int base, int64_t scale) {
+  std::vector<int64_t> counts(world);
+  for (int r = 0; r < world; ++r) counts[r] = ((3 * r + base) % 5) * scale;
+  return counts;
+}
+
+inline void check_reduce_scatter_v(comm::Comm& comm, at::ScalarType dtype,
+                                   const std::vector<int64_t>& counts) {
+  const int r = comm.rank();
+  const int w = comm.size();
+  int64_t total = 0;
+  int64_t offset = 0;
+  for (int k = 0; k < w; ++k) {
+    if (k == r) offset = total;
+    total += counts[k];
+  }
+  at::Tensor in = pattern(total, 5, r + 1, dtype);
+  at::Tensor out = at::full({counts[r]}, 99, dtype);
+  comm.reduce_scatter_v(out, in, counts);
+  at::Tensor want = pattern(total, 5, w * (w + 1) / 2.0, dtype).narrow(0, offset, counts[r]);
+  expect_equal(out, want, "reduce_scatter_v " + std::string(c10::toString(dtype)));
+}
+
+// Rank k's piece is k·8 + (j mod 8). With in_place, the input is the output's own view.
+inline void check_all_gather_v(comm::Comm& comm, at::ScalarType dtype,
+                               const std::vector<int64_t>& counts, bool in_place) {
+  const int r = comm.rank();
+  const int w = comm.size();
+  int64_t total = 0;
+  std::vector<int64_t> offsets;
+  for (int k = 0; k < w; ++k) {
+    offsets.push_back(total);
+    total += counts[k];
+  }
+  auto piece = [&](int k) {
+    return at::arange(counts[k], at::kLong).remainder(8).add(8 * k).to(dtype);
+  };
+  at::Tensor out = at::full({total}, 99, dtype);
+  at::Tensor in = in_place ? out.narrow(0, offsets[r], counts[r]) : piece(r);
+  if (in_place) in.copy_(piece(r));
+  comm.all_gather_v(out, in, counts);
+  at::Tensor want = at::empty({total}, dtype);
+  for (int k = 0; k < w; ++k) want.narrow(0, offsets[k], counts[k]).copy_(piece(k));
+  expect_equal(out, want, "all_gather_v " + std::string(c10::toString(dtype)) +
+                              (in_place ? " in place" : ""));
+}
+
 inline void check_broadcast(comm::Comm& comm, at::ScalarType dtype, int64_t n, int root) {
   at::Tensor want = at::arange(n, at::kLong).remainder(11).add(root).to(dtype);
   at::Tensor t = comm.rank() == root ? want.clone() : at::full({n}, 77, dtype);
@@ -172,6 +220,16 @@ inline void check_everything(comm::Comm& comm) {
       check_all_gather(comm, dtype, n);
       check_broadcast(comm, dtype, n, comm.size() - 1);
       check_broadcast(comm, dtype, n, 0);
+    }
+  }
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kLong}) {
+    for (int base : {0, 2}) {
+      for (int64_t scale : {1, 1000}) {
+        const auto counts = uneven_counts(comm.size(), base, scale);
+        check_reduce_scatter_v(comm, dtype, counts);
+        check_all_gather_v(comm, dtype, counts, false);
+        check_all_gather_v(comm, dtype, counts, true);
+      }
     }
   }
   check_bool_all_reduce(comm);

@@ -57,6 +57,17 @@ TEST_P(LocalWorldTest, CountingDecoratorUsesRingAccounting) {
     EXPECT_EQ(s[OpType::kBarrier].calls, 1);
     EXPECT_EQ(s.total_calls(), 5);
     EXPECT_EQ(s[OpType::kAllReduce].elements, 1000);
+    // Variable-size pieces: S minus this rank's own piece.
+    std::vector<int64_t> counts(n);
+    int64_t total = 0;
+    for (int r = 0; r < n; ++r) total += (counts[r] = r + 1);
+    const int me = inner.rank();
+    counting->reduce_scatter_v(at::empty({counts[me]}), at::ones({total}), counts);
+    counting->all_gather_v(at::empty({total}), at::ones({counts[me]}), counts);
+    const CommStats v = counting->stats();
+    const double expect_v = n > 1 ? 4.0 * (total - counts[me]) : 0.0;
+    EXPECT_DOUBLE_EQ(v[OpType::kReduceScatterV].wire_bytes, expect_v);
+    EXPECT_DOUBLE_EQ(v[OpType::kAllGatherV].wire_bytes, expect_v);
     counting->reset();
     EXPECT_EQ(counting->stats().total_calls(), 0);
     EXPECT_EQ(counting->backend_name(), "counting(local)");
