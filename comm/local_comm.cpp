@@ -103,7 +103,12 @@ class LocalWorld {
     rendezvous(rank, info, "finish");
   }
 
-  void run_barrier(int rank, const OpInfo& info) { publish(rank, info, nullptr, nullptr); }
+  // The second phase keeps fast ranks from republishing their slot while slower ones still
+  // compare slots in publish().
+  void run_barrier(int rank, const OpInfo& info) {
+    publish(rank, info, nullptr, nullptr);
+    rendezvous(rank, info, "finish");
+  }
 
  private:
   static int64_t offset_of(const std::vector<int64_t>& counts, int r) {
