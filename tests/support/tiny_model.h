@@ -1,0 +1,62 @@
+// Small deterministic models for parity tests: parameter values depend only on their names and
+// shapes (no RNG), so every rank — thread or process — builds the identical model.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "zero/flat_layout.h"
+
+namespace zrt::test {
+
+// An MLP with sizes that divide no world size: 5 → 7 → 3 (+ bias), ReLU, and optionally a frozen
+// scale and a parameter that never receives a gradient.
+struct TinyMlpImpl : torch::nn::Module {
+  explicit TinyMlpImpl(bool with_extras = false) {
+    fc1 = register_module("fc1", torch::nn::Linear(5, 7));
+    fc2 = register_module("fc2", torch::nn::Linear(7, 3));
+    if (with_extras) {
+      frozen = register_parameter("frozen_scale", torch::ones({3}), /*requires_grad=*/false);
+      unused = register_parameter("unused", torch::zeros({4}));
+    }
+    reset_deterministic();
+  }
+  void reset_deterministic() {
+    torch::NoGradGuard no_grad;
+    int salt = 1;
+    for (auto& p : named_parameters()) {
+      const int64_t n = p.value().numel();
+      auto v = torch::arange(n, torch::kFloat).mul(0.37f * salt).sin().mul(0.5f);
+      p.value().copy_(v.view(p.value().sizes()));
+      ++salt;
+    }
+    if (frozen.defined()) frozen.fill_(1.5f);
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = torch::relu(fc1->forward(x));
+    auto y = fc2->forward(h);
+    if (frozen.defined()) y = y * frozen;
+    return y;
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::Tensor frozen, unused;
+};
+TORCH_MODULE(TinyMlp);
+
+// Deterministic batch for `rank` at `step`: inputs (n × 5) and targets (n × 3).
+inline std::pair<torch::Tensor, torch::Tensor> tiny_batch(int rank, int step, int64_t n = 4) {
+  const float base = 0.1f * rank + 0.013f * step;
+  auto x = torch::arange(n * 5, torch::kFloat).view({n, 5}).mul(0.21f).add(base).cos();
+  auto y = torch::arange(n * 3, torch::kFloat).view({n, 3}).mul(0.17f).sub(base).sin();
+  return {x, y};
+}
+
+inline std::vector<zero::NamedParam> named_params(torch::nn::Module& m) {
+  std::vector<zero::NamedParam> out;
+  for (auto& p : m.named_parameters()) out.push_back({p.key(), p.value()});
+  return out;
+}
+
+}  // namespace zrt::test
