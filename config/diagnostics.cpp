@@ -57,12 +57,48 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return prev[m];
 }
 
+namespace {
+
+std::vector<std::string_view> tokens(std::string_view s) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t end = std::min(s.find('_', start), s.size());
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+bool token_subset(std::string_view small, std::string_view big) {
+  const auto big_tokens = tokens(big);
+  for (std::string_view t : tokens(small)) {
+    if (std::find(big_tokens.begin(), big_tokens.end(), t) == big_tokens.end()) return false;
+  }
+  return true;
+}
+
+// Edit distance, but a key whose words are all words of the candidate (or the reverse:
+// "warmup_steps" vs "warmup_num_steps") counts as close: 1 + the difference in word count.
+std::size_t suggestion_score(std::string_view key, std::string_view candidate) {
+  std::size_t score = edit_distance(key, candidate);
+  if (token_subset(key, candidate) || token_subset(candidate, key)) {
+    const std::size_t a = tokens(key).size();
+    const std::size_t b = tokens(candidate).size();
+    score = std::min(score, 1 + (a > b ? a - b : b - a));
+  }
+  return score;
+}
+
+}  // namespace
+
 std::optional<std::string> did_you_mean(std::string_view key,
                                         const std::vector<std::string_view>& candidates) {
+  if (key.empty()) return std::nullopt;
   std::optional<std::string> best;
   std::size_t best_distance = 0;
   for (std::string_view candidate : candidates) {
-    const std::size_t d = edit_distance(key, candidate);
+    const std::size_t d = suggestion_score(key, candidate);
     if (!best || d < best_distance) {
       best = std::string(candidate);
       best_distance = d;
