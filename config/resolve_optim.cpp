@@ -128,7 +128,10 @@ void resolve_optimizer_section(const Json& root, Diagnostics& diag, ResolvedConf
   }
   auto name = r.get_string("type");
   if (!name) return;
-  const Json& p = params ? *params : empty_object();
+  // max_grad_norm is reported above; keep it out of the parameter checks.
+  Json params_copy = params ? *params : Json::object();
+  params_copy.erase("max_grad_norm");
+  const Json& p = params_copy;
   const std::string low = lower(*name);
   if (contains(kDeepSpeedOptimizers, low)) {
     if (low == "adam" || low == "adamw") {
