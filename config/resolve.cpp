@@ -1,0 +1,204 @@
+// resolve_config(): the top-level scalars and batch triad (spec/deepspeed.md §1.2, §1.3), the
+// per-section resolvers (resolve_*.cpp), cross-section rules (ZeRO reduce-scatter limits, dtype
+// mixes, optimizer acceptance §1.10/§1.12) and the unknown / ignored top-level keys.
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+#include "config/batch.h"
+#include "config/keys.h"
+#include "config/resolve_sections.h"
+#include "config/resolved.h"
+#include "config/section_reader.h"
+#include "core/error.h"
+#include "core/logging.h"
+
+namespace zrt::config {
+namespace {
+
+bool listed(const keys::KeyList& list, std::string_view key) {
+  return std::find(list.begin(), list.end(), key) != list.end();
+}
+
+void resolve_batch_keys(SectionReader& top, int world_size, Diagnostics& diag,
+                        ResolvedConfig& out) {
+  bool usable = true;
+  auto read = [&](const char* key) -> std::optional<int64_t> {
+    if (!top.has(key)) return std::nullopt;
+    auto value = top.get_int(key);
+    if (!value) usable = false;
+    return value;
+  };
+  auto tbs = read("train_batch_size");
+  auto mbs = read("train_micro_batch_size_per_gpu");
+  auto gas = read("gradient_accumulation_steps");
+  if (!usable) return;  // the type problems are already reported
+  try {
+    out.batch = resolve_batch(tbs, mbs, gas, world_size);
+  } catch (const ConfigError& e) {
+    diag.error_text(e.what());
+  }
+}
+
+void resolve_scalars(SectionReader& top, ResolvedConfig& out) {
+  if (auto v = top.get_number("gradient_clipping", NumberRange::non_negative())) {
+    out.gradient_clipping = *v;
+  }
+  if (auto v = top.get_int("steps_per_print", 1)) out.steps_per_print = *v;
+  if (auto v = top.get_bool("wall_clock_breakdown")) out.wall_clock_breakdown = *v;
+  if (auto v = top.get_bool("memory_breakdown")) out.memory_breakdown = *v;
+  if (auto v = top.get_bool("dump_state")) out.dump_state = *v;
+  if (auto v = top.get_bool("prescale_gradients")) out.prescale_gradients = *v;
+  if (auto v = top.get_number("gradient_predivide_factor", NumberRange::positive())) {
+    out.gradient_predivide_factor = *v;
+  }
+  if (auto v = top.get_string("communication_data_type")) {
+    std::string low = *v;
+    std::transform(low.begin(), low.end(), low.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (low == "fp32" || low == "fp16" || low == "bf16") {
+      out.communication_data_type = parse_dtype(low);
+    } else {
+      top.error("communication_data_type",
+                str("Invalid communication_data_type. Supported data types: ['fp16', 'bf16', "
+                    "'fp32']. Got: ",
+                    low));
+    }
+  }
+  if (auto v = top.get_bool("sparse_gradients"); v && *v) {
+    top.error("sparse_gradients", "sparse gradient all-reduce is not supported by ZeroRT");
+  }
+  if (auto v = top.get_bool("zero_allow_untested_optimizer")) {
+    out.zero_allow_untested_optimizer = *v;
+  }
+  if (auto v = top.get_bool("zero_force_ds_cpu_optimizer")) out.zero_force_ds_cpu_optimizer = *v;
+  if (auto v = top.get_bool("dataloader_drop_last")) out.dataloader_drop_last = *v;
+}
+
+void check_top_level_keys(const Json& root, Diagnostics& diag) {
+  for (const auto& [key, value] : root.items()) {
+    if (listed(keys::kTopLevel, key)) continue;
+    if (listed(keys::kIgnoredTopLevel, key)) {
+      diag.warn(str(key, ": DeepSpeed section ignored by ZeroRT"));
+      continue;
+    }
+    if (listed(keys::kUnsupportedWhenEnabled, key)) {
+      const bool enabled = value.is_object() && value.contains("enabled") &&
+                           value["enabled"].is_boolean() && value["enabled"].get<bool>();
+      if (enabled) {
+        diag.error(key,
+                   "this DeepSpeed feature is not supported by ZeroRT; set \"enabled\": "
+                   "false or remove the section");
+      } else {
+        diag.warn(str(key, ": DeepSpeed section ignored by ZeroRT (not enabled)"));
+      }
+      continue;
+    }
+    keys::KeyList candidates = keys::kTopLevel;
+    candidates.insert(candidates.end(), keys::kIgnoredTopLevel.begin(),
+                      keys::kIgnoredTopLevel.end());
+    diag.warn(str(key, ": unknown top-level key, ignored (as DeepSpeed does)",
+                  did_you_mean_suffix(key, candidates)));
+  }
+}
+
+void check_cross_section_rules(Diagnostics& diag, ResolvedConfig& out) {
+  const int stage = out.zero.stage;
+  if ((stage == 1 || stage == 2) && out.zero.reduce_scatter) {
+    const std::string name = stage == 2 ? "ZeRO-2" : "ZeRO-1";
+    if (out.gradient_predivide_factor != 1.0) {
+      diag.error("gradient_predivide_factor",
+                 str("gradient_predivide_factor != 1.0 is not yet supported with ", name,
+                     " with reduce scatter enabled"));
+    }
+    if (out.prescale_gradients) {
+      diag.error("prescale_gradients", str("pre-scale gradients is not yet supported with ", name,
+                                           " with reduce scatter enabled"));
+    }
+  }
+  // Which wrapper DeepSpeed would build without ZeRO (spec §1.12).
+  if (stage == 0) {
+    const DType m = out.model_dtype;
+    const DType g = out.effective_grad_accum_dtype();
+    if (m == DType::kBFloat16 && g == DType::kBFloat16) {
+      diag.error("data_types.grad_accum_dtype",
+                 "Bfloat16 wrapper must use a gradient accumulation type of fp32, enable ZeRO to "
+                 "use Bfloat16 gradient accumulation");
+    } else if (m != g && !(m == DType::kBFloat16 && g == DType::kFloat32)) {
+      diag.error("data_types.grad_accum_dtype",
+                 str("unsupported mix of model dtype and gradient accumulation type (model ",
+                     dtype_name(m), ", gradient accumulation ", dtype_name(g), ")"));
+    }
+  }
+  // Optimizer acceptance (spec §1.10).
+  if (stage > 0 && out.optimizer && out.optimizer->kind == optim::OptimizerKind::kSgd) {
+    if (!out.zero_allow_untested_optimizer) {
+      diag.error("optimizer.type",
+                 "You are using an untested ZeRO Optimizer. Please add "
+                 "<\"zero_allow_untested_optimizer\": true> in the configuration file to use it.");
+    } else {
+      diag.warn("**** You are using ZeRO with an untested optimizer, proceed with caution *****");
+    }
+  }
+  if ((stage == 1 || stage == 2) && !out.optimizer && !out.client_optimizer) {
+    diag.error("optimizer", str("zero stage ", stage, " requires an optimizer"));
+  }
+}
+
+}  // namespace
+
+DType ResolvedConfig::effective_communication_data_type() const {
+  if (communication_data_type) return *communication_data_type;
+  if (fp16.enabled) return DType::kFloat16;
+  if (bf16.enabled) return DType::kBFloat16;
+  return DType::kFloat32;
+}
+
+DType ResolvedConfig::effective_grad_accum_dtype() const {
+  if (grad_accum_dtype) return *grad_accum_dtype;
+  if (bf16.enabled && !zero_enabled()) return DType::kFloat32;
+  return model_dtype;
+}
+
+bool ResolvedConfig::inference_mode() const {
+  return zero.stage == 3 && !optimizer && !client_optimizer;
+}
+
+optim::LossScaleOptions ResolvedConfig::effective_loss_scale() const {
+  if (fp16.enabled) return fp16.loss_scale;
+  optim::LossScaleOptions fixed;
+  fixed.dynamic = false;
+  fixed.static_scale = 1.0;
+  fixed.initial_scale = 1.0;
+  return fixed;
+}
+
+ResolvedConfig resolve_config(const Json& config, const ResolveOptions& options) {
+  if (!config.is_object()) {
+    throw ConfigError(str("a DeepSpeed config must be a JSON object, got ", config.type_name()));
+  }
+  ZRT_CHECK_AS(ConfigError, options.world_size >= 1, "world size must be at least 1, got ",
+               options.world_size);
+  Diagnostics diag;
+  ResolvedConfig out;
+  out.client_optimizer = options.client_optimizer;
+  SectionReader top(config, "", AutoPolicy::kError, diag);
+  resolve_batch_keys(top, options.world_size, diag, out);
+  resolve_scalars(top, out);
+  detail::resolve_zero_section(config, diag, out);
+  detail::resolve_precision_sections(config, diag, out);
+  detail::resolve_optimizer_section(config, diag, out);
+  detail::resolve_scheduler_section(config, diag, out);
+  detail::resolve_misc_sections(config, diag, out);
+  check_top_level_keys(config, diag);
+  if (!diag.has_errors()) check_cross_section_rules(diag, out);
+  diag.throw_if_errors();
+
+  for (const auto& line : diag.warnings()) ZRT_LOG_WARN(line);
+  for (const auto& line : diag.notes()) ZRT_LOG_INFO(line);
+  out.warnings = diag.warnings();
+  out.notes = diag.notes();
+  return out;
+}
+
+}  // namespace zrt::config

@@ -1,0 +1,133 @@
+// Resolves the smaller sections: "checkpoint" (spec/deepspeed.md §1.9), "data_types",
+// "tensorboard" / "csv_monitor", and ZeroRT's own "zrt" section (communication timeout and
+// collective fingerprint checks; the ZRT_COMM_TIMEOUT / ZRT_DEBUG_COLLECTIVES environment
+// variables give the defaults, the config overrides them).
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+#include "config/keys.h"
+#include "config/py_format.h"
+#include "config/resolve_sections.h"
+#include "config/section_reader.h"
+#include "core/env.h"
+#include "core/error.h"
+
+namespace zrt::config::detail {
+namespace {
+
+const Json* section(const Json& root, const char* key, Diagnostics& diag) {
+  auto it = root.find(key);
+  if (it == root.end() || it->is_null()) return nullptr;
+  if (is_auto_value(*it)) {
+    diag.error_text(auto_error_message(key));
+    return nullptr;
+  }
+  if (!it->is_object()) {
+    diag.error(key, str("expected an object, got ", describe_value(*it)));
+    return nullptr;
+  }
+  return &*it;
+}
+
+void resolve_checkpoint(const Json& root, Diagnostics& diag, ckpt::CheckpointOptions& out) {
+  const Json* s = section(root, "checkpoint", diag);
+  if (!s) return;
+  SectionReader r(*s, "checkpoint", AutoPolicy::kError, diag);
+  r.check_unknown_keys(keys::kCheckpoint, /*strict=*/true);
+  if (auto mode = r.get_string("tag_validation")) {
+    std::string upper = *mode;
+    std::transform(upper.begin(), upper.end(), upper.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    if (upper == "WARN") {
+      out.tag_validation = ckpt::TagValidation::kWarn;
+    } else if (upper == "IGNORE") {
+      out.tag_validation = ckpt::TagValidation::kIgnore;
+    } else if (upper == "FAIL") {
+      out.tag_validation = ckpt::TagValidation::kFail;
+    } else {
+      r.error("tag_validation", str("Checkpoint config contains invalid tag_validation value of ",
+                                    upper, ", expecting one of ['WARN', 'IGNORE', 'FAIL']"));
+    }
+  }
+  if (auto v = r.get_bool("use_node_local_storage")) out.use_node_local_storage = *v;
+  if (auto v = r.get_bool("load_universal")) {
+    out.load_universal = *v;
+    if (*v) r.error("load_universal", "loading universal checkpoints is not supported by ZeroRT");
+  }
+  if (const Json* pw = r.get_object("parallel_write")) {
+    SectionReader w(*pw, "checkpoint.parallel_write", AutoPolicy::kError, diag);
+    w.check_unknown_keys(keys::kCheckpointParallelWrite, /*strict=*/true);
+    if (const Json* stage = w.get("pipeline_stage")) {
+      if (stage->is_boolean()) {
+        out.parallel_write_pipeline_stage = stage->get<bool>();
+      } else {
+        diag.error_text(str("checkpoint::parallel_write::pipeline_stage value of '", py_str(*stage),
+                            "' is invalid, expecting: true or false"));
+      }
+    }
+  }
+}
+
+void resolve_data_types(const Json& root, Diagnostics& diag, ResolvedConfig& out) {
+  const Json* s = section(root, "data_types", diag);
+  if (!s) return;
+  SectionReader r(*s, "data_types", AutoPolicy::kError, diag);
+  r.check_unknown_keys(keys::kDataTypes, /*strict=*/true);
+  auto name = r.get_string("grad_accum_dtype");
+  if (!name) return;
+  std::string text = *name;
+  if (text.rfind("torch.", 0) == 0) text = text.substr(6);
+  if (auto dtype = parse_dtype(text)) {
+    out.grad_accum_dtype = *dtype;
+  } else {
+    r.error(
+        "grad_accum_dtype",
+        str("expected \"fp32\", \"fp16\" or \"bf16\" (or float32, float16, bfloat16, half, "
+            "float), got \"",
+            *name, "\"", text == "int8" ? "; int8 accumulation is not supported by ZeroRT" : ""));
+  }
+}
+
+void resolve_monitor(const Json& root, const char* key, Diagnostics& diag, MonitorConfig& out) {
+  const Json* s = section(root, key, diag);
+  if (!s) return;
+  SectionReader r(*s, key, AutoPolicy::kError, diag);
+  r.check_unknown_keys(keys::kMonitor, /*strict=*/true);
+  if (auto v = r.get_bool("enabled")) out.enabled = *v;
+  if (auto v = r.get_string("output_path")) out.output_path = *v;
+  if (auto v = r.get_string("job_name")) out.job_name = *v;
+}
+
+void resolve_zrt(const Json& root, Diagnostics& diag, comm::CommOptions& out) {
+  try {
+    if (auto t = env::get_double(env::kCommTimeout)) {
+      if (!(*t > 0)) {
+        diag.error(env::kCommTimeout, str("expected a positive number of seconds, got ", *t));
+      } else {
+        out.timeout_seconds = *t;
+      }
+    }
+    if (auto d = env::get_bool(env::kDebugCollectives)) out.debug_collectives = *d;
+  } catch (const Error& e) {
+    diag.error_text(e.what());
+  }
+  const Json* s = section(root, "zrt", diag);
+  if (!s) return;
+  SectionReader r(*s, "zrt", AutoPolicy::kError, diag);
+  r.check_unknown_keys(keys::kZrt, /*strict=*/true);
+  if (auto v = r.get_number("comm_timeout", NumberRange::positive())) out.timeout_seconds = *v;
+  if (auto v = r.get_bool("debug_collectives")) out.debug_collectives = *v;
+}
+
+}  // namespace
+
+void resolve_misc_sections(const Json& root, Diagnostics& diag, ResolvedConfig& out) {
+  resolve_checkpoint(root, diag, out.checkpoint);
+  resolve_data_types(root, diag, out);
+  resolve_monitor(root, "tensorboard", diag, out.tensorboard);
+  resolve_monitor(root, "csv_monitor", diag, out.csv_monitor);
+  resolve_zrt(root, diag, out.comm);
+}
+
+}  // namespace zrt::config::detail

@@ -1,0 +1,275 @@
+// Resolves "zero_optimization" (spec/deepspeed.md §1.6): DeepSpeed's pydantic model, so unknown
+// keys are errors and "auto" values fall back to the default. Aliases (stage3_*), deprecated
+// keys, the legacy boolean form, stage-dependent defaults and the features ZeroRT does not
+// implement (ZeRO++, MiCS, NVMe offload) are handled here.
+#include <string>
+#include <string_view>
+
+#include "config/keys.h"
+#include "config/resolve_sections.h"
+#include "config/section_reader.h"
+#include "core/error.h"
+
+namespace zrt::config::detail {
+namespace {
+
+constexpr const char* kZeroPath = "zero_optimization";
+
+// Which of a field's two names is present: "" if neither; an error if both.
+std::string_view pick_name(SectionReader& r, std::string_view alias, std::string_view name) {
+  const bool has_alias = r.has(alias);
+  const bool has_name = r.has(name);
+  if (has_alias && has_name) {
+    r.diag().error(kZeroPath, str("\"", alias, "\" and \"", name,
+                                  "\" are two names of the same setting; give only one"));
+  }
+  if (has_alias) return alias;
+  if (has_name) return name;
+  return "";
+}
+
+void read_count(SectionReader& r, std::string_view key, int64_t& target) {
+  if (key.empty()) return;
+  if (auto v = r.get_int(key, 0)) target = *v;
+}
+
+void read_flag(SectionReader& r, std::string_view key, bool& target) {
+  if (key.empty()) return;
+  if (auto v = r.get_bool(key)) target = *v;
+}
+
+std::optional<zero::OffloadDevice> read_device(SectionReader& r) {
+  auto device = r.get_string("device");
+  if (!device) return std::nullopt;
+  if (*device == "none") return zero::OffloadDevice::kNone;
+  if (*device == "cpu") return zero::OffloadDevice::kCpu;
+  if (*device == "nvme") {
+    r.error("device", "NVMe offload (ZeRO-Infinity) is not supported by ZeroRT; use \"cpu\"");
+    return std::nullopt;
+  }
+  r.error("device",
+          str("expected \"none\", \"cpu\" or \"nvme\", got ", describe_value(Json(*device))));
+  return std::nullopt;
+}
+
+void read_offload_param(const Json& section, Diagnostics& diag, zero::OffloadParamOptions& o) {
+  SectionReader r(section, str(kZeroPath, ".offload_param"), AutoPolicy::kUseDefault, diag);
+  r.check_unknown_keys(keys::kOffloadParam, /*strict=*/true);
+  if (auto d = read_device(r)) o.device = *d;
+  if (auto p = r.get_string("nvme_path")) o.nvme_path = *p;
+  read_count(r, "buffer_count", o.buffer_count);
+  read_count(r, "buffer_size", o.buffer_size);
+  read_count(r, "max_in_cpu", o.max_in_cpu);
+  read_flag(r, "pin_memory", o.pin_memory);
+}
+
+void read_offload_optimizer(const Json& section, Diagnostics& diag,
+                            zero::OffloadOptimizerOptions& o) {
+  SectionReader r(section, str(kZeroPath, ".offload_optimizer"), AutoPolicy::kUseDefault, diag);
+  r.check_unknown_keys(keys::kOffloadOptimizer, /*strict=*/true);
+  if (auto d = read_device(r)) o.device = *d;
+  if (auto p = r.get_string("nvme_path")) o.nvme_path = *p;
+  read_count(r, "buffer_count", o.buffer_count);
+  read_flag(r, "pin_memory", o.pin_memory);
+  read_flag(r, "pipeline_read", o.pipeline_read);
+  read_flag(r, "pipeline_write", o.pipeline_write);
+  read_flag(r, "fast_init", o.fast_init);
+  if (auto ratio = r.get_number("ratio", NumberRange::unit())) o.ratio = *ratio;
+}
+
+// A deprecated boolean that switches an offload section to "cpu".
+void read_deprecated_offload(SectionReader& r, std::string_view old_key, std::string_view new_key,
+                             zero::OffloadDevice& device) {
+  if (!r.has(old_key)) return;
+  r.diag().warn(str(r.key_path(old_key), ": Config parameter ", old_key, " is deprecated use ",
+                    new_key, " instead"));
+  if (r.has(new_key)) {
+    r.diag().error(kZeroPath, str("Cannot provide deprecated parameter '", old_key,
+                                  "' and replacing parameter '", new_key, "' together"));
+    return;
+  }
+  if (auto on = r.get_bool(old_key)) {
+    if (*on) device = zero::OffloadDevice::kCpu;
+  }
+}
+
+// ZeRO++ / MiCS / legacy switches: accepted only at their defaults.
+void reject_unsupported(SectionReader& r) {
+  struct Flag {
+    const char* key;
+    const char* what;
+  };
+  const Flag flags[] = {
+      {"zero_quantized_weights", "ZeRO++ quantized weights"},
+      {"zero_quantized_nontrainable_weights", "ZeRO++ quantized non-trainable weights"},
+      {"zero_quantized_gradients", "ZeRO++ quantized gradients"},
+      {"mics_hierarchical_params_gather", "MiCS hierarchical parameter gathering"},
+      {"elastic_checkpoint", "elastic_checkpoint (DeepSpeed no longer supports it either)"},
+      {"legacy_stage1", "legacy_stage1 (removed from DeepSpeed in 0.5.9)"},
+  };
+  for (const Flag& f : flags) {
+    if (auto on = r.get_bool(f.key); on && *on) {
+      r.error(f.key, str(f.what, " is not supported by ZeroRT; remove it or set false"));
+    }
+  }
+  if (auto hpz = r.get_int("zero_hpz_partition_size", 0); hpz && *hpz > 1) {
+    r.error("zero_hpz_partition_size",
+            str("ZeRO++ hierarchical partitioning (hpZ) is not supported by ZeroRT; got ", *hpz,
+                ", expected 0 or 1"));
+  }
+  if (auto mics = r.get_int("mics_shard_size"); mics && *mics > 0) {
+    r.error("mics_shard_size",
+            str("MiCS sharding is not supported by ZeroRT; got ", *mics, ", expected -1"));
+  }
+  if (r.get_object("zeropp_loco_param") != nullptr) {
+    r.error("zeropp_loco_param", "ZeRO++ LoCo is not supported by ZeroRT; remove it");
+  }
+}
+
+void resolve_legacy_bool(const Json& root, bool enabled, Diagnostics& diag, zero::ZeroOptions& z) {
+  z.stage = enabled ? 1 : 0;
+  diag.warn(str(kZeroPath,
+                ": the boolean form is deprecated (DeepSpeed reads true as stage 1, "
+                "false as stage 0); write {\"stage\": ",
+                z.stage, "} instead"));
+  if (enabled) {
+    SectionReader top(root, "", AutoPolicy::kError, diag);
+    read_count(top, "allgather_size", z.allgather_bucket_size);
+  }
+}
+
+void apply_stage_rules(Diagnostics& diag, zero::ZeroOptions& z) {
+  if (!z.overlap_comm) z.overlap_comm = (z.stage == 3);
+  if (z.stage != 3 && z.offload_param.device != zero::OffloadDevice::kNone) {
+    diag.warn(str(kZeroPath,
+                  ".offload_param: only ZeRO stage 3 offloads parameters; ignored at "
+                  "stage ",
+                  z.stage));
+    z.offload_param.device = zero::OffloadDevice::kNone;
+  }
+  if (z.stage == 0 && z.offload_optimizer.device != zero::OffloadDevice::kNone) {
+    diag.warn(str(kZeroPath, ".offload_optimizer: ZeRO is disabled (stage 0); ignored"));
+    z.offload_optimizer.device = zero::OffloadDevice::kNone;
+  }
+  if (z.offload_optimizer.ratio < 1.0 && z.stage != 3) {
+    diag.error(str(kZeroPath, ".offload_optimizer.ratio"),
+               "Partial offloading only supported for ZeRO Stage 3.");
+  }
+  if ((z.stage == 1 || z.stage == 2) && z.allgather_bucket_size % 2 != 0) {
+    diag.error(str(kZeroPath, ".allgather_bucket_size"),
+               str("allgather_bucket_size must be a multiple of nccl_start_alignment_factor, 2 "
+                   "(got ",
+                   z.allgather_bucket_size, ")"));
+  }
+  if ((z.stage == 1 || z.stage == 2) && z.offload_optimizer_enabled() && !z.contiguous_gradients) {
+    diag.note(str(kZeroPath, ".contiguous_gradients: forced to true by CPU offload at stage ",
+                  z.stage, " (as DeepSpeed)"));
+    z.contiguous_gradients = true;
+  }
+}
+
+}  // namespace
+
+void resolve_zero_section(const Json& root, Diagnostics& diag, ResolvedConfig& out) {
+  zero::ZeroOptions& z = out.zero;
+  auto it = root.find(kZeroPath);
+  if (it == root.end() || it->is_null()) {
+    apply_stage_rules(diag, z);
+    return;
+  }
+  if (it->is_boolean()) {
+    resolve_legacy_bool(root, it->get<bool>(), diag, z);
+    apply_stage_rules(diag, z);
+    return;
+  }
+  if (is_auto_value(*it)) {
+    diag.error_text(auto_error_message(kZeroPath));
+    return;
+  }
+  if (!it->is_object()) {
+    diag.error(kZeroPath,
+               str("expected an object (or the legacy true/false), got ", describe_value(*it)));
+    return;
+  }
+
+  SectionReader r(*it, kZeroPath, AutoPolicy::kUseDefault, diag);
+  r.check_unknown_keys(keys::kZero, /*strict=*/true);
+  if (auto stage = r.get_int("stage")) {
+    if (*stage < 0 || *stage > 3) {
+      r.error("stage",
+              str("expected 0, 1, 2 or 3, got ", *stage,
+                  *stage > 3 ? " (DeepSpeedConfig: Maximum supported ZeRO stage is 3)" : ""));
+    } else {
+      z.stage = static_cast<int>(*stage);
+    }
+  }
+  read_flag(r, "contiguous_gradients", z.contiguous_gradients);
+  read_flag(r, "reduce_scatter", z.reduce_scatter);
+  read_count(r, "reduce_bucket_size", z.reduce_bucket_size);
+  read_flag(r, "use_multi_rank_bucket_allreduce", z.use_multi_rank_bucket_allreduce);
+  read_flag(r, "allgather_partitions", z.allgather_partitions);
+  read_count(r, "allgather_bucket_size", z.allgather_bucket_size);
+  if (auto overlap = r.get_bool("overlap_comm")) z.overlap_comm = *overlap;
+  read_flag(r, "load_from_fp32_weights", z.load_from_fp32_weights);
+  if (const Json* p = r.get_object("offload_param")) read_offload_param(*p, diag, z.offload_param);
+  if (const Json* o = r.get_object("offload_optimizer")) {
+    read_offload_optimizer(*o, diag, z.offload_optimizer);
+  }
+  read_count(r, "sub_group_size", z.sub_group_size);
+  read_count(r, pick_name(r, "stage3_prefetch_bucket_size", "prefetch_bucket_size"),
+             z.prefetch_bucket_size);
+  read_count(r, pick_name(r, "stage3_param_persistence_threshold", "param_persistence_threshold"),
+             z.param_persistence_threshold);
+  read_count(r, pick_name(r, "stage3_model_persistence_threshold", "model_persistence_threshold"),
+             z.model_persistence_threshold);
+  read_count(r, pick_name(r, "stage3_max_live_parameters", "max_live_parameters"),
+             z.max_live_parameters);
+  read_count(r, pick_name(r, "stage3_max_reuse_distance", "max_reuse_distance"),
+             z.max_reuse_distance);
+  const std::string_view gather = pick_name(r, "stage3_gather_16bit_weights_on_model_save",
+                                            "gather_16bit_weights_on_model_save");
+  read_flag(r, gather, z.gather_16bit_weights_on_model_save);
+  read_flag(r, "ignore_unused_parameters", z.ignore_unused_parameters);
+  read_flag(r, "round_robin_gradients", z.round_robin_gradients);
+
+  ZeroExtraOptions& extra = out.zero_extra;
+  if (auto key =
+          pick_name(r, "stage3_module_granularity_threshold", "module_granularity_threshold");
+      !key.empty()) {
+    if (auto v = r.get_int(key)) extra.module_granularity_threshold = *v;
+  }
+  read_flag(
+      r, pick_name(r, "stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params"),
+      extra.use_all_reduce_for_fetch_params);
+  read_flag(r, "memory_efficient_linear", extra.memory_efficient_linear);
+  read_flag(r, "pipeline_loading_checkpoint", extra.pipeline_loading_checkpoint);
+  read_flag(r, "override_module_apply", extra.override_module_apply);
+  read_flag(r, "log_trace_cache_warnings", extra.log_trace_cache_warnings);
+
+  // Deprecated keys and their replacements.
+  read_deprecated_offload(r, "cpu_offload", "offload_optimizer", z.offload_optimizer.device);
+  read_deprecated_offload(r, "cpu_offload_param", "offload_param", z.offload_param.device);
+  if (r.has("cpu_offload_use_pin_memory")) {
+    diag.warn(str(r.key_path("cpu_offload_use_pin_memory"),
+                  ": Config parameter cpu_offload_use_pin_memory is deprecated use offload_param "
+                  "or offload_optimizer instead"));
+    r.get_bool("cpu_offload_use_pin_memory");
+  }
+  if (r.has("stage3_gather_fp16_weights_on_model_save")) {
+    diag.warn(str(r.key_path("stage3_gather_fp16_weights_on_model_save"),
+                  ": Config parameter stage3_gather_fp16_weights_on_model_save is deprecated use "
+                  "gather_16bit_weights_on_model_save instead"));
+    if (!gather.empty()) {
+      diag.error(kZeroPath,
+                 "Cannot provide deprecated parameter 'stage3_gather_fp16_weights_on_model_save' "
+                 "and replacing parameter 'gather_16bit_weights_on_model_save' together");
+    } else {
+      read_flag(r, "stage3_gather_fp16_weights_on_model_save",
+                z.gather_16bit_weights_on_model_save);
+    }
+  }
+  reject_unsupported(r);
+  apply_stage_rules(diag, z);
+}
+
+}  // namespace zrt::config::detail

@@ -1,0 +1,127 @@
+// ResolvedConfig: a DeepSpeed config after parse -> resolve -> validate, as typed option
+// structs with DeepSpeed's code defaults (spec/deepspeed.md §1), ready for the runtime.
+//
+//   Json json = load_config_file(path);                  // config/load.h
+//   ResolvedConfig rc = resolve_config(json, {.world_size = 8});
+//
+// resolve_config() reports every problem at once in one ConfigError (one line per problem,
+// each naming its key path). Leftover "auto" values are errors except inside zero_optimization,
+// where DeepSpeed drops them and the default applies. HF-Trainer "auto" filling happens before
+// this, in config/hf_trainer.h. See config/KEYS.md for every key, default and "auto" rule.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/options.h"
+#include "comm/options.h"
+#include "core/dtype.h"
+#include "core/json.h"
+#include "optim/options.h"
+#include "sched/options.h"
+#include "zero/options.h"
+
+namespace zrt::config {
+
+// The batch triad after DeepSpeed's derivation and assertions (spec §1.2).
+struct BatchConfig {
+  int64_t train_batch_size = 0;
+  int64_t train_micro_batch_size_per_gpu = 0;
+  int64_t gradient_accumulation_steps = 0;
+  int world_size = 1;
+};
+
+struct Fp16Config {
+  bool enabled = false;
+  bool auto_cast = false;
+  // Effective loss-scaler settings. When the fp16 section gives none of initial_scale_power,
+  // loss_scale_window, min_loss_scale, hysteresis, consecutive_hysteresis (dynamic_args_given
+  // false), these are the defaults of the scaler DeepSpeed's code path builds (spec §1.4 trap):
+  // with ZeRO 2^32, window 1000, hysteresis 1; without ZeRO 2^16, window 1000, hysteresis 1.
+  optim::LossScaleOptions loss_scale;
+  bool dynamic_args_given = false;
+};
+
+struct Bf16Config {
+  bool enabled = false;
+  bool immediate_grad_update = false;
+};
+
+// "tensorboard" / "csv_monitor".
+struct MonitorConfig {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";
+};
+
+// zero_optimization keys that ZeroRT accepts but that do not change what ZeroRT does (they tune
+// DeepSpeed's Python stage-3 hooks). Kept so that the resolved dump shows every value.
+struct ZeroExtraOptions {
+  int64_t module_granularity_threshold = 0;
+  bool use_all_reduce_for_fetch_params = false;
+  bool memory_efficient_linear = true;
+  bool pipeline_loading_checkpoint = false;
+  bool override_module_apply = true;
+  bool log_trace_cache_warnings = false;
+};
+
+struct ResolvedConfig {
+  BatchConfig batch;
+  double gradient_clipping = 0.0;          // 0: no clipping (DeepSpeed's code default)
+  std::optional<int64_t> steps_per_print;  // unset: no progress line (code default None)
+  bool wall_clock_breakdown = false;
+  bool memory_breakdown = false;
+  bool dump_state = false;
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  std::optional<DType> communication_data_type;  // as configured; see effective_*()
+  std::optional<DType> grad_accum_dtype;         // data_types.grad_accum_dtype as configured
+  DType model_dtype = DType::kFloat32;           // fp16 / bf16 / fp32
+  Fp16Config fp16;
+  Bf16Config bf16;
+  zero::ZeroOptions zero;  // overlap_comm is always set (its stage-dependent default applied)
+  ZeroExtraOptions zero_extra;
+  std::optional<optim::OptimizerSpec> optimizer;  // the "optimizer" section
+  std::optional<sched::SchedulerSpec> scheduler;  // the "scheduler" section (DeepSpeed types)
+  ckpt::CheckpointOptions checkpoint;
+  MonitorConfig tensorboard;
+  MonitorConfig csv_monitor;
+  bool zero_allow_untested_optimizer = false;
+  bool zero_force_ds_cpu_optimizer = true;
+  bool dataloader_drop_last = false;
+  bool client_optimizer = false;      // ResolveOptions::client_optimizer
+  comm::CommOptions comm;             // the ZeroRT "zrt" section
+  std::vector<std::string> warnings;  // also logged (rank 0) by resolve_config
+  std::vector<std::string> notes;     // also logged at info level
+
+  bool zero_enabled() const { return zero.stage > 0; }
+  // Explicit communication_data_type, else fp16 / bf16 when enabled, else fp32 (spec §1.3).
+  DType effective_communication_data_type() const;
+  // Explicit grad_accum_dtype, else fp32 for bf16 without ZeRO, else the model dtype.
+  DType effective_grad_accum_dtype() const;
+  // ZeRO-3 with no optimizer at all: parameter partitioning only (spec §5.5).
+  bool inference_mode() const;
+  // fp16.loss_scale when fp16 is on; a static scale of 1 otherwise (bf16, fp32).
+  optim::LossScaleOptions effective_loss_scale() const;
+};
+
+struct ResolveOptions {
+  int world_size = 1;  // data-parallel world size for the batch triad
+  // The program supplies its own optimizer when the config has none (the HF Trainer does).
+  bool client_optimizer = false;
+};
+
+// Types, applies defaults and validates. Throws ConfigError listing every problem.
+ResolvedConfig resolve_config(const Json& config, const ResolveOptions& options = {});
+
+// The resolved config as a DeepSpeed JSON config with every effective value written out
+// (defaults included, "auto" gone, aliases and deprecated keys replaced by their canonical
+// names). Resolving the dump again gives the same ResolvedConfig.
+Json to_json(const ResolvedConfig& resolved);
+
+// Logs to_json(resolved) at info level on rank 0. Call it once, after resolution.
+void log_resolved_config(const ResolvedConfig& resolved);
+
+}  // namespace zrt::config

@@ -1,0 +1,246 @@
+#include "config/training_args.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include <cxxopts.hpp>
+
+#include "core/error.h"
+#include "core/logging.h"
+
+namespace zrt::config {
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+bool is_bool_word(const std::string& text) {
+  static const char* kWords[] = {"yes", "true", "t", "y", "1", "no", "false", "f", "n", "0"};
+  const std::string low = lower(text);
+  return std::any_of(std::begin(kWords), std::end(kWords), [&](const char* w) { return low == w; });
+}
+
+void check_choice(const char* flag, const std::string& value,
+                  const std::vector<std::string>& choices) {
+  if (std::find(choices.begin(), choices.end(), value) != choices.end()) return;
+  std::string list;
+  for (const auto& c : choices) list += (list.empty() ? "'" : ", '") + c + "'";
+  throw UsageError(
+      str("argument --", flag, ": invalid choice: '", value, "' (choose from ", list, ")"));
+}
+
+const std::vector<std::string> kSchedulerTypes = {"linear",
+                                                  "cosine",
+                                                  "cosine_with_restarts",
+                                                  "polynomial",
+                                                  "constant",
+                                                  "constant_with_warmup",
+                                                  "inverse_sqrt",
+                                                  "reduce_lr_on_plateau",
+                                                  "cosine_with_min_lr",
+                                                  "warmup_stable_decay"};
+const std::vector<std::string> kBackends = {"auto", "apex", "cpu_amp"};
+
+}  // namespace
+
+int64_t TrainingArguments::get_warmup_steps(int64_t num_training_steps) const {
+  if (warmup_steps > 0) return warmup_steps;
+  return static_cast<int64_t>(std::ceil(static_cast<double>(num_training_steps) * warmup_ratio));
+}
+
+std::string TrainingArguments::effective_fp16_backend() const {
+  return fp16_backend != "auto" ? fp16_backend : half_precision_backend;
+}
+
+void TrainingArguments::validate() const {
+  check_choice("lr_scheduler_type", lr_scheduler_type, kSchedulerTypes);
+  check_choice("fp16_backend", fp16_backend, kBackends);
+  check_choice("half_precision_backend", half_precision_backend, kBackends);
+  if (fp16 && bf16) throw UsageError("At most one of fp16 and bf16 can be True, but not both");
+  if (fp16_full_eval && bf16_full_eval) {
+    throw UsageError("At most one of fp16 and bf16 can be True for full eval, but not both");
+  }
+  if (bf16 && effective_fp16_backend() == "apex") {
+    throw UsageError(
+        " `--half_precision_backend apex`: bf16 is not supported by apex. Use "
+        "`--half_precision_backend amp` instead");
+  }
+  if (warmup_ratio < 0 || warmup_ratio > 1) {
+    throw UsageError("warmup_ratio must lie in range [0,1]");
+  }
+  if (warmup_ratio > 0 && warmup_steps > 0) {
+    ZRT_LOG_INFO(
+        "Both warmup_ratio and warmup_steps given, warmup_steps will override any effect of "
+        "warmup_ratio during training");
+  }
+  if (!lr_scheduler_kwargs.is_object()) {
+    throw UsageError("--lr_scheduler_kwargs must be a JSON object");
+  }
+}
+
+bool parse_hf_bool(const std::string& text) {
+  const std::string low = lower(text);
+  if (low == "yes" || low == "true" || low == "t" || low == "y" || low == "1") return true;
+  if (low == "no" || low == "false" || low == "f" || low == "n" || low == "0") return false;
+  throw UsageError(
+      str("Truthy value expected: got ", text,
+          " but expected one of yes/no, true/false, t/f, y/n, 1/0 (case insensitive)."));
+}
+
+const std::vector<std::string>& training_bool_flags() {
+  static const std::vector<std::string> kFlags = {"overwrite_output_dir",
+                                                  "do_train",
+                                                  "do_eval",
+                                                  "do_predict",
+                                                  "save_on_each_node",
+                                                  "fp16",
+                                                  "bf16",
+                                                  "fp16_full_eval",
+                                                  "bf16_full_eval",
+                                                  "adafactor",
+                                                  "dataloader_drop_last",
+                                                  "auto_find_batch_size",
+                                                  "gradient_checkpointing"};
+  return kFlags;
+}
+
+std::vector<std::string> join_bool_flag_values(const std::vector<std::string>& args) {
+  const auto& flags = training_bool_flags();
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    const bool is_flag = arg.rfind("--", 0) == 0 && arg.find('=') == std::string::npos &&
+                         std::find(flags.begin(), flags.end(), arg.substr(2)) != flags.end();
+    if (is_flag && i + 1 < args.size() && is_bool_word(args[i + 1])) {
+      out.push_back(arg + "=" + args[i + 1]);
+      ++i;
+    } else {
+      out.push_back(arg);
+    }
+  }
+  return out;
+}
+
+void add_training_arguments(cxxopts::Options& options) {
+  using cxxopts::value;
+  auto flag = [](const char* def) {
+    return value<std::string>()->default_value(def)->implicit_value("true");
+  };
+  options.add_options("Training arguments")("output_dir", "Where checkpoints and outputs go",
+                                            value<std::string>()->default_value("trainer_output"))(
+      "overwrite_output_dir", "Overwrite the content of output_dir", flag("false"))(
+      "do_train", "Run training", flag("false"))("do_eval", "Run evaluation", flag("false"))(
+      "do_predict", "Run prediction", flag("false"))("per_device_train_batch_size",
+                                                     "Micro-batch size per rank for training",
+                                                     value<int64_t>()->default_value("8"))(
+      "per_device_eval_batch_size", "Micro-batch size per rank for evaluation",
+      value<int64_t>()->default_value("8"))("gradient_accumulation_steps",
+                                            "Micro-batches per optimizer step",
+                                            value<int64_t>()->default_value("1"))(
+      "learning_rate", "Peak learning rate", value<double>()->default_value("5e-05"))(
+      "weight_decay", "Weight decay", value<double>()->default_value("0.0"))(
+      "adam_beta1", "Adam beta1", value<double>()->default_value("0.9"))(
+      "adam_beta2", "Adam beta2", value<double>()->default_value("0.999"))(
+      "adam_epsilon", "Adam epsilon", value<double>()->default_value("1e-08"))(
+      "max_grad_norm", "Gradient clipping norm", value<double>()->default_value("1.0"))(
+      "num_train_epochs", "Training epochs", value<double>()->default_value("3.0"))(
+      "max_steps", "Total optimizer steps (> 0 overrides num_train_epochs)",
+      value<int64_t>()->default_value("-1"))("lr_scheduler_type",
+                                             "HF schedule when the config has no scheduler",
+                                             value<std::string>()->default_value("linear"))(
+      "lr_scheduler_kwargs", "JSON object of extra schedule arguments",
+      value<std::string>()->default_value("{}"))("warmup_ratio",
+                                                 "Warmup as a fraction of the total steps",
+                                                 value<double>()->default_value("0.0"))(
+      "warmup_steps", "Warmup steps (> 0 overrides warmup_ratio)",
+      value<int64_t>()->default_value("0"))("logging_steps", "Log every N steps",
+                                            value<double>()->default_value("500"))(
+      "save_steps", "Save every N steps", value<double>()->default_value("500"))(
+      "eval_steps", "Evaluate every N steps", value<double>())(
+      "save_total_limit", "Keep at most N checkpoints", value<int64_t>())(
+      "save_on_each_node", "Save on every node (node-local storage)", flag("false"))(
+      "seed", "Random seed", value<int64_t>()->default_value("42"))(
+      "data_seed", "Seed of the data sampler", value<int64_t>())(
+      "fp16", "Train in fp16", flag("false"))("bf16", "Train in bf16", flag("false"))(
+      "fp16_full_eval", "Evaluate in fp16", flag("false"))("bf16_full_eval", "Evaluate in bf16",
+                                                           flag("false"))(
+      "fp16_opt_level", "apex AMP opt level", value<std::string>()->default_value("O1"))(
+      "fp16_backend", "Deprecated alias of half_precision_backend",
+      value<std::string>()->default_value("auto"))("half_precision_backend",
+                                                   "auto, apex or cpu_amp",
+                                                   value<std::string>()->default_value("auto"))(
+      "optim", "HF optimizer when the config has none",
+      value<std::string>()->default_value("adamw_torch"))(
+      "adafactor", "Use Adafactor (deprecated HF switch)", flag("false"))(
+      "dataloader_drop_last", "Drop the last incomplete batch", flag("false"))(
+      "dataloader_num_workers", "Data loader workers", value<int64_t>()->default_value("0"))(
+      "auto_find_batch_size", "Search for a batch size that fits", flag("false"))(
+      "gradient_checkpointing", "Recompute activations in backward", flag("false"))(
+      "resume_from_checkpoint", "Checkpoint folder to resume from", value<std::string>())(
+      "deepspeed", "DeepSpeed config: path, JSON string or base64", value<std::string>());
+}
+
+TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
+  TrainingArguments a;
+  auto text = [&](const char* name) { return result[name].as<std::string>(); };
+  auto boolean = [&](const char* name) { return parse_hf_bool(text(name)); };
+  auto i64 = [&](const char* name) { return result[name].as<int64_t>(); };
+  auto f64 = [&](const char* name) { return result[name].as<double>(); };
+  a.output_dir = text("output_dir");
+  a.overwrite_output_dir = boolean("overwrite_output_dir");
+  a.do_train = boolean("do_train");
+  a.do_eval = boolean("do_eval");
+  a.do_predict = boolean("do_predict");
+  a.per_device_train_batch_size = i64("per_device_train_batch_size");
+  a.per_device_eval_batch_size = i64("per_device_eval_batch_size");
+  a.gradient_accumulation_steps = i64("gradient_accumulation_steps");
+  a.learning_rate = f64("learning_rate");
+  a.weight_decay = f64("weight_decay");
+  a.adam_beta1 = f64("adam_beta1");
+  a.adam_beta2 = f64("adam_beta2");
+  a.adam_epsilon = f64("adam_epsilon");
+  a.max_grad_norm = f64("max_grad_norm");
+  a.num_train_epochs = f64("num_train_epochs");
+  a.max_steps = i64("max_steps");
+  a.lr_scheduler_type = text("lr_scheduler_type");
+  try {
+    a.lr_scheduler_kwargs = Json::parse(text("lr_scheduler_kwargs"));
+  } catch (const Json::exception&) {
+    throw UsageError(str("--lr_scheduler_kwargs: not valid JSON: ", text("lr_scheduler_kwargs")));
+  }
+  a.warmup_ratio = f64("warmup_ratio");
+  a.warmup_steps = i64("warmup_steps");
+  a.logging_steps = f64("logging_steps");
+  a.save_steps = f64("save_steps");
+  if (result.count("eval_steps")) a.eval_steps = f64("eval_steps");
+  if (result.count("save_total_limit")) a.save_total_limit = i64("save_total_limit");
+  a.save_on_each_node = boolean("save_on_each_node");
+  a.seed = i64("seed");
+  if (result.count("data_seed")) a.data_seed = i64("data_seed");
+  a.fp16 = boolean("fp16");
+  a.bf16 = boolean("bf16");
+  a.fp16_full_eval = boolean("fp16_full_eval");
+  a.bf16_full_eval = boolean("bf16_full_eval");
+  a.fp16_opt_level = text("fp16_opt_level");
+  a.fp16_backend = text("fp16_backend");
+  a.half_precision_backend = text("half_precision_backend");
+  a.optim = text("optim");
+  a.adafactor = boolean("adafactor");
+  if (a.adafactor) a.optim = "adafactor";  // as HF's __post_init__
+  a.dataloader_drop_last = boolean("dataloader_drop_last");
+  a.dataloader_num_workers = i64("dataloader_num_workers");
+  a.auto_find_batch_size = boolean("auto_find_batch_size");
+  a.gradient_checkpointing = boolean("gradient_checkpointing");
+  if (result.count("resume_from_checkpoint")) {
+    a.resume_from_checkpoint = text("resume_from_checkpoint");
+  }
+  if (result.count("deepspeed")) a.deepspeed = text("deepspeed");
+  a.validate();
+  return a;
+}
+
+}  // namespace zrt::config

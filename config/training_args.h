@@ -1,0 +1,99 @@
+// TrainingArguments: the HF Trainer arguments that the DeepSpeed integration reads, with HF's
+// names and defaults (transformers 4.x), and their command-line form with HF's spelling
+// (`--per_device_train_batch_size 4`, `--fp16`, `--fp16 true`, `--fp16=false`). Any ZeroRT
+// program can offer them: add_training_arguments() to its cxxopts::Options, then
+// parse_training_arguments() on the result (after join_bool_flag_values() on argv).
+// The world size is not an argument: it comes from the communicator.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+
+namespace cxxopts {
+class Options;
+class ParseResult;
+}  // namespace cxxopts
+
+namespace zrt::config {
+
+struct TrainingArguments {
+  std::string output_dir = "trainer_output";
+  bool overwrite_output_dir = false;
+  bool do_train = false;
+  bool do_eval = false;
+  bool do_predict = false;
+  int64_t per_device_train_batch_size = 8;
+  int64_t per_device_eval_batch_size = 8;
+  int64_t gradient_accumulation_steps = 1;
+  double learning_rate = 5e-5;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+  double max_grad_norm = 1.0;
+  double num_train_epochs = 3.0;
+  int64_t max_steps = -1;  // > 0 overrides num_train_epochs
+  std::string lr_scheduler_type = "linear";
+  Json lr_scheduler_kwargs = Json::object();  // e.g. {"num_cycles": 2}
+  double warmup_ratio = 0.0;
+  int64_t warmup_steps = 0;    // > 0 overrides warmup_ratio
+  double logging_steps = 500;  // < 1: a ratio of the total steps
+  double save_steps = 500;
+  std::optional<double> eval_steps;  // unset: logging_steps
+  std::optional<int64_t> save_total_limit;
+  bool save_on_each_node = false;
+  int64_t seed = 42;
+  std::optional<int64_t> data_seed;
+  bool fp16 = false;
+  bool bf16 = false;
+  bool fp16_full_eval = false;
+  bool bf16_full_eval = false;
+  std::string fp16_opt_level = "O1";
+  std::string fp16_backend = "auto";            // deprecated HF alias of half_precision_backend
+  std::string half_precision_backend = "auto";  // auto | apex | cpu_amp
+  std::string optim = "adamw_torch";
+  bool adafactor = false;  // deprecated HF switch for optim = adafactor
+  bool dataloader_drop_last = false;
+  int64_t dataloader_num_workers = 0;
+  bool auto_find_batch_size = false;
+  bool gradient_checkpointing = false;
+  std::optional<std::string> resume_from_checkpoint;
+  std::optional<std::string> deepspeed;  // path, JSON string or base64 of a DeepSpeed config
+
+  // transformers 4.x: warmup_steps if > 0, else ceil(num_training_steps * warmup_ratio).
+  int64_t get_warmup_steps(int64_t num_training_steps) const;
+
+  // HF's backend choice for fp16: fp16_backend when it is not "auto", else
+  // half_precision_backend.
+  std::string effective_fp16_backend() const;
+
+  // The checks of HF's TrainingArguments.__post_init__ that matter here; throws UsageError
+  // ("At most one of fp16 and bf16 can be True, but not both", "warmup_ratio must lie in range
+  // [0,1]", invalid choices, ...).
+  void validate() const;
+};
+
+// HF's string_to_bool: yes/true/t/y/1 and no/false/f/n/0, case-insensitive. UsageError
+// otherwise ("Truthy value expected: got ...").
+bool parse_hf_bool(const std::string& text);
+
+// Names (without "--") of the boolean training flags.
+const std::vector<std::string>& training_bool_flags();
+
+// Rewrites "--flag value" into "--flag=value" for the boolean training flags when value is a
+// boolean word (true/false/yes/no/1/0/...), so that cxxopts (which treats a flag with an
+// implicit value as taking no separate argument) accepts HF's spelling.
+std::vector<std::string> join_bool_flag_values(const std::vector<std::string>& args);
+
+// Adds every TrainingArguments flag to `options` (group "Training arguments").
+void add_training_arguments(cxxopts::Options& options);
+
+// Reads the flags added by add_training_arguments(); throws UsageError on bad values, then
+// runs validate().
+TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result);
+
+}  // namespace zrt::config

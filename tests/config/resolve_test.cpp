@@ -1,0 +1,258 @@
+// resolve_config: top-level scalars and their code defaults, dtype derivations, "auto" rules,
+// unknown and ignored top-level keys, collecting every problem, and the dump.
+#include <gtest/gtest.h>
+
+#include "config/keys.h"
+#include "config/resolved.h"
+#include "test_util.h"
+
+namespace zrt::config {
+namespace {
+
+using testing::J;
+using testing::resolve;
+using testing::resolve_error;
+
+TEST(Resolve, CodeDefaultsNotDocsDefaults) {
+  const ResolvedConfig rc = resolve(R"({"train_batch_size": 8})");
+  EXPECT_EQ(rc.gradient_clipping, 0.0);          // docs say 1.0
+  EXPECT_FALSE(rc.steps_per_print.has_value());  // docs say 10
+  EXPECT_FALSE(rc.wall_clock_breakdown);
+  EXPECT_FALSE(rc.memory_breakdown);
+  EXPECT_FALSE(rc.dump_state);
+  EXPECT_FALSE(rc.prescale_gradients);
+  EXPECT_EQ(rc.gradient_predivide_factor, 1.0);
+  EXPECT_FALSE(rc.zero_allow_untested_optimizer);
+  EXPECT_TRUE(rc.zero_force_ds_cpu_optimizer);
+  EXPECT_FALSE(rc.dataloader_drop_last);
+  EXPECT_EQ(rc.zero.stage, 0);
+  EXPECT_EQ(rc.zero.overlap_comm, std::optional<bool>(false));
+  EXPECT_EQ(rc.model_dtype, DType::kFloat32);
+  EXPECT_FALSE(rc.optimizer.has_value());
+  EXPECT_FALSE(rc.scheduler.has_value());
+  EXPECT_EQ(rc.checkpoint.tag_validation, ckpt::TagValidation::kWarn);
+  EXPECT_FALSE(rc.tensorboard.enabled);
+  EXPECT_EQ(rc.tensorboard.output_path, "");
+  EXPECT_EQ(rc.csv_monitor.job_name, "DeepSpeedJobName");
+  EXPECT_EQ(rc.comm.timeout_seconds, 600.0);
+  EXPECT_FALSE(rc.comm.debug_collectives);
+}
+
+TEST(Resolve, TopLevelScalars) {
+  const ResolvedConfig rc = resolve(R"({"train_batch_size": 8, "gradient_clipping": 1.0,
+      "steps_per_print": 10, "wall_clock_breakdown": true, "memory_breakdown": true,
+      "dump_state": true, "prescale_gradients": true, "gradient_predivide_factor": 2,
+      "zero_allow_untested_optimizer": true, "zero_force_ds_cpu_optimizer": false,
+      "dataloader_drop_last": true, "communication_data_type": "BF16",
+      "zrt": {"comm_timeout": 30, "debug_collectives": true}})");
+  EXPECT_EQ(rc.gradient_clipping, 1.0);
+  EXPECT_EQ(rc.steps_per_print, std::optional<int64_t>(10));
+  EXPECT_TRUE(rc.wall_clock_breakdown && rc.memory_breakdown && rc.dump_state);
+  EXPECT_TRUE(rc.prescale_gradients);
+  EXPECT_EQ(rc.gradient_predivide_factor, 2.0);
+  EXPECT_TRUE(rc.zero_allow_untested_optimizer);
+  EXPECT_FALSE(rc.zero_force_ds_cpu_optimizer);
+  EXPECT_TRUE(rc.dataloader_drop_last);
+  EXPECT_EQ(rc.communication_data_type, std::optional<DType>(DType::kBFloat16));
+  EXPECT_EQ(rc.comm.timeout_seconds, 30.0);
+  EXPECT_TRUE(rc.comm.debug_collectives);
+}
+
+TEST(Resolve, CommunicationDataType) {
+  EXPECT_EQ(resolve(R"({"train_batch_size": 8})").effective_communication_data_type(),
+            DType::kFloat32);
+  EXPECT_EQ(resolve(R"({"train_batch_size": 8, "fp16": {"enabled": true}})")
+                .effective_communication_data_type(),
+            DType::kFloat16);
+  EXPECT_EQ(resolve(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+                        "zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW"}})")
+                .effective_communication_data_type(),
+            DType::kBFloat16);
+  EXPECT_EQ(resolve(R"({"train_batch_size": 8, "fp16": {"enabled": true},
+                        "communication_data_type": "fp32"})")
+                .effective_communication_data_type(),
+            DType::kFloat32);
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "communication_data_type": "FP8"})"),
+            "communication_data_type: Invalid communication_data_type. Supported data types: "
+            "['fp16', 'bf16', 'fp32']. Got: fp8");
+}
+
+TEST(Resolve, GradAccumDtype) {
+  // bf16 without ZeRO accumulates in fp32; with ZeRO in the model dtype.
+  EXPECT_EQ(
+      resolve(R"({"train_batch_size": 8, "bf16": {"enabled": true}})").effective_grad_accum_dtype(),
+      DType::kFloat32);
+  EXPECT_EQ(resolve(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+                        "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW"}})")
+                .effective_grad_accum_dtype(),
+            DType::kBFloat16);
+  EXPECT_EQ(
+      resolve(R"({"train_batch_size": 8, "fp16": {"enabled": true}})").effective_grad_accum_dtype(),
+      DType::kFloat16);
+  EXPECT_EQ(resolve(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+                        "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW"},
+                        "data_types": {"grad_accum_dtype": "torch.float32"}})")
+                .effective_grad_accum_dtype(),
+            DType::kFloat32);
+  // Without ZeRO, bf16 accumulation is DeepSpeed's NotImplementedError.
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+                              "data_types": {"grad_accum_dtype": "bf16"}})"),
+            "data_types.grad_accum_dtype: Bfloat16 wrapper must use a gradient accumulation type "
+            "of fp32, enable ZeRO to use Bfloat16 gradient accumulation");
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8, "fp16": {"enabled": true},
+                                    "data_types": {"grad_accum_dtype": "fp32"}})"),
+                  "unsupported mix of model dtype and gradient accumulation type");
+  EXPECT_CONTAINS(
+      resolve_error(R"({"train_batch_size": 8, "data_types": {"grad_accum_dtype": "int8"}})"),
+      "int8 accumulation is not supported by ZeroRT");
+}
+
+TEST(Resolve, AutoOutsideZeroIsAnErrorNamingTheFlag) {
+  EXPECT_EQ(resolve_error(R"({"train_micro_batch_size_per_gpu": "auto"})"),
+            "train_micro_batch_size_per_gpu is \"auto\": pass --per_device_train_batch_size or "
+            "set a number");
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "gradient_clipping": "auto"})"),
+            "gradient_clipping is \"auto\": pass --max_grad_norm or set a number");
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "fp16": {"enabled": "auto"}})"),
+            "fp16.enabled is \"auto\": pass --fp16 (or --fp16 false) or set true or false");
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
+                              "params": {"lr": "auto"}}})"),
+            "optimizer.params.lr is \"auto\": pass --learning_rate or set a number");
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupDecayLR",
+                              "params": {"total_num_steps": "auto"}}})"),
+            "scheduler.params.total_num_steps is \"auto\": pass --num_training_steps (or "
+            "--max_steps) or set a number");
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "fp16": {"enabled": true,
+                              "loss_scale": "auto"}})"),
+            "fp16.loss_scale is \"auto\": nothing fills this key from the command line; set a "
+            "value");
+}
+
+TEST(Resolve, AutoInsideZeroMeansDefault) {
+  const ResolvedConfig rc = resolve(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW"},
+      "zero_optimization": {"stage": 3, "overlap_comm": "auto", "reduce_bucket_size": "auto",
+      "stage3_prefetch_bucket_size": "auto", "offload_param": {"device": "auto"}}})");
+  EXPECT_EQ(rc.zero.stage, 3);
+  EXPECT_EQ(rc.zero.overlap_comm, std::optional<bool>(true));
+  EXPECT_EQ(rc.zero.reduce_bucket_size, 500000000);
+  EXPECT_EQ(rc.zero.prefetch_bucket_size, 50000000);
+  EXPECT_EQ(rc.zero.offload_param.device, zero::OffloadDevice::kNone);
+  ASSERT_EQ(rc.notes.size(), 4u);
+  EXPECT_EQ(rc.notes[0],
+            "zero_optimization.reduce_bucket_size is \"auto\": DeepSpeed drops it, so the default "
+            "applies");
+  EXPECT_EQ(
+      rc.notes[1],
+      "zero_optimization.overlap_comm is \"auto\": DeepSpeed drops it, so the default applies");
+  // "stage": "auto" is dropped too: stage 0.
+  EXPECT_EQ(
+      resolve(R"({"train_batch_size": 8, "zero_optimization": {"stage": "auto"}})").zero.stage, 0);
+}
+
+TEST(Resolve, UnknownTopLevelKeysWarnWithSuggestion) {
+  const ResolvedConfig rc =
+      resolve(R"({"train_batch_size": 8, "gradient_cliping": 1.0, "my_custom_key": 1})");
+  ASSERT_EQ(rc.warnings.size(), 2u);
+  EXPECT_EQ(rc.warnings[0],
+            "gradient_cliping: unknown top-level key, ignored (as DeepSpeed does) (did you mean "
+            "\"gradient_clipping\"?)");
+  EXPECT_EQ(rc.warnings[1], "my_custom_key: unknown top-level key, ignored (as DeepSpeed does)");
+  EXPECT_EQ(rc.gradient_clipping, 0.0);
+}
+
+TEST(Resolve, IgnoredAndUnsupportedSections) {
+  const ResolvedConfig rc = resolve(R"({"train_batch_size": 8,
+      "flops_profiler": {"enabled": true}, "activation_checkpointing": {},
+      "elasticity": {"enabled": false}})");
+  ASSERT_EQ(rc.warnings.size(), 3u);
+  EXPECT_EQ(rc.warnings[0], "flops_profiler: DeepSpeed section ignored by ZeroRT");
+  EXPECT_EQ(rc.warnings[2], "elasticity: DeepSpeed section ignored by ZeroRT (not enabled)");
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "elasticity": {"enabled": true}})"),
+            "elasticity: this DeepSpeed feature is not supported by ZeroRT; set \"enabled\": "
+            "false or remove the section");
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "sparse_gradients": true})"),
+            "sparse_gradients: sparse gradient all-reduce is not supported by ZeroRT");
+}
+
+TEST(Resolve, EveryProblemIsReportedOnce) {
+  const std::string message = resolve_error(R"({
+      "train_batch_size": 8,
+      "gradient_clipping": -1,
+      "steps_per_print": 0,
+      "wall_clock_breakdown": "yes",
+      "zero_optimization": {"stage": 2, "reduce_bucket_size": -1, "overlap_com": true},
+      "fp16": {"enabled": true, "loss_scale_window": 0},
+      "bf16": {"enabled": true}})");
+  EXPECT_EQ(message,
+            "7 problems in the DeepSpeed config:\n"
+            "gradient_clipping: expected a non-negative number, got -1\n"
+            "steps_per_print: expected a positive integer, got 0\n"
+            "wall_clock_breakdown: expected true or false, got \"yes\" (a string)\n"
+            "zero_optimization.overlap_com: unknown key (did you mean \"overlap_comm\"?)\n"
+            "zero_optimization.reduce_bucket_size: expected a non-negative integer, got -1\n"
+            "fp16.loss_scale_window: expected a positive integer, got 0\n"
+            "bfloat16 and fp16 modes cannot be simultaneously enabled");
+}
+
+TEST(Resolve, MiscSections) {
+  const ResolvedConfig rc = resolve(R"({"train_batch_size": 8,
+      "checkpoint": {"tag_validation": "fail", "use_node_local_storage": true,
+                     "parallel_write": {"pipeline_stage": true}},
+      "tensorboard": {"enabled": true, "output_path": "tb/", "job_name": "run1"},
+      "csv_monitor": {"enabled": true}})");
+  EXPECT_EQ(rc.checkpoint.tag_validation, ckpt::TagValidation::kFail);
+  EXPECT_TRUE(rc.checkpoint.use_node_local_storage);
+  EXPECT_TRUE(rc.checkpoint.parallel_write_pipeline_stage);
+  EXPECT_TRUE(rc.tensorboard.enabled);
+  EXPECT_EQ(rc.tensorboard.output_path, "tb/");
+  EXPECT_EQ(rc.tensorboard.job_name, "run1");
+  EXPECT_TRUE(rc.csv_monitor.enabled);
+  EXPECT_EQ(rc.csv_monitor.job_name, "DeepSpeedJobName");
+  EXPECT_EQ(resolve(R"({"train_batch_size": 8, "checkpoint": {"tag_validation": "Ignore"}})")
+                .checkpoint.tag_validation,
+            ckpt::TagValidation::kIgnore);
+  EXPECT_EQ(
+      resolve_error(R"({"train_batch_size": 8, "checkpoint": {"tag_validation": "warning"}})"),
+      "checkpoint.tag_validation: Checkpoint config contains invalid tag_validation value "
+      "of WARNING, expecting one of ['WARN', 'IGNORE', 'FAIL']");
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8,
+                              "checkpoint": {"parallel_write": {"pipeline_stage": 1}}})"),
+            "checkpoint::parallel_write::pipeline_stage value of '1' is invalid, expecting: true "
+            "or false");
+  EXPECT_CONTAINS(
+      resolve_error(R"({"train_batch_size": 8, "checkpoint": {"load_universal": true}})"),
+      "not supported by ZeroRT");
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "tensorboard": {"enable": true}})"),
+            "tensorboard.enable: unknown key (did you mean \"enabled\"?)");
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "zrt": {"comm_timeout": 0}})"),
+            "zrt.comm_timeout: expected a positive number, got 0");
+}
+
+TEST(Resolve, DumpShowsEveryEffectiveValueAndRoundTrips) {
+  const ResolvedConfig rc = resolve(R"({"train_micro_batch_size_per_gpu": 2,
+      "fp16": {"enabled": true}, "optimizer": {"type": "Adam", "params": {"lr": 3e-4}},
+      "zero_optimization": {"stage": 2, "prefetch_bucket_size": 1e6}})",
+                                    4);
+  const Json dump = to_json(rc);
+  EXPECT_EQ(dump["train_batch_size"], 8);
+  EXPECT_EQ(dump["gradient_clipping"], 0.0);
+  EXPECT_TRUE(dump["steps_per_print"].is_null());
+  EXPECT_EQ(dump["communication_data_type"], "fp16");
+  EXPECT_EQ(dump["fp16"]["initial_scale_power"], 32);  // the §1.4 trap, written out
+  EXPECT_EQ(dump["fp16"]["hysteresis"], 1);
+  EXPECT_EQ(dump["zero_optimization"]["overlap_comm"], false);
+  EXPECT_EQ(dump["zero_optimization"]["stage3_prefetch_bucket_size"], 1000000);
+  EXPECT_EQ(dump["optimizer"]["params"]["adam_w_mode"], true);
+  EXPECT_EQ(dump["optimizer"]["params"]["lr"], 3e-4);
+  EXPECT_EQ(dump["zrt"]["comm_timeout"], 600.0);
+  ResolveOptions options;
+  options.world_size = 4;
+  EXPECT_EQ(to_json(resolve_config(dump, options)), dump);
+}
+
+TEST(Resolve, WorldSizeMustBePositive) {
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8})", 0), "world size must be at least 1, got 0");
+}
+
+}  // namespace
+}  // namespace zrt::config

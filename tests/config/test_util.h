@@ -1,0 +1,50 @@
+// Helpers shared by the config tests: JSON literals and checks on ConfigError messages.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "config/resolved.h"
+#include "core/error.h"
+#include "core/json.h"
+
+namespace zrt::config::testing {
+
+inline Json J(const std::string& text) { return Json::parse(text); }
+
+// The message of the ConfigError thrown by fn, or "<no error>" / "<other: ...>".
+inline std::string config_error(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const ConfigError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("<other: ") + e.what() + ">";
+  }
+  return "<no error>";
+}
+
+inline std::string resolve_error(const std::string& json, int world_size = 1) {
+  return config_error([&] {
+    ResolveOptions options;
+    options.world_size = world_size;
+    resolve_config(J(json), options);
+  });
+}
+
+inline ResolvedConfig resolve(const std::string& json, int world_size = 1) {
+  ResolveOptions options;
+  options.world_size = world_size;
+  return resolve_config(J(json), options);
+}
+
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+}  // namespace zrt::config::testing
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_PRED2(::zrt::config::testing::contains, haystack, needle)

@@ -1,0 +1,128 @@
+// The zrt-config binary: exit codes (0 ok, 1 usage, 2 config error), JSON on stdout, errors on
+// stderr.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace zrt::config {
+namespace {
+
+struct ToolResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+ToolResult run_tool(const std::string& args) {
+  const std::string base =
+      (std::filesystem::temp_directory_path() / ("zrt_config_tool_" + std::to_string(::getpid())))
+          .string();
+  const std::string command = std::string("'") + ZRT_CONFIG_TOOL + "' " + args + " >'" + base +
+                              ".out' 2>'" + base + ".err'";
+  const int status = std::system(command.c_str());
+  ToolResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_file(base + ".out");
+  r.err = read_file(base + ".err");
+  std::filesystem::remove(base + ".out");
+  std::filesystem::remove(base + ".err");
+  return r;
+}
+
+std::string example(const std::string& name) {
+  return std::string("'") + ZRT_SOURCE_DIR + "/examples/configs/" + name + ".json'";
+}
+
+TEST(Tool, ResolvePrintsJson) {
+  const ToolResult r = run_tool("resolve --deepspeed " + example("zero3") +
+                                " --world_size 4 --num_training_steps 500 --warmup_ratio 0.1 "
+                                "--hidden_size 1024 --per_device_train_batch_size 2 --bf16 true");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["train_batch_size"], 8);
+  EXPECT_EQ(j["bf16"]["enabled"], true);
+  EXPECT_EQ(j["fp16"]["enabled"], false);
+  EXPECT_EQ(j["zero_optimization"]["stage3_prefetch_bucket_size"], 943718);
+  EXPECT_EQ(j["scheduler"]["params"]["warmup_num_steps"], 50);
+  EXPECT_EQ(j["optimizer"]["params"]["lr"], 5e-5);
+}
+
+TEST(Tool, ResolveEveryExample) {
+  const char* flags = " --num_training_steps 100 --hidden_size 512";
+  for (const char* name : {"zero0", "zero1", "zero2", "zero2_offload", "zero3", "zero3_offload"}) {
+    const ToolResult r = run_tool(std::string("resolve --deepspeed ") + example(name) + flags);
+    EXPECT_EQ(r.exit_code, 0) << name << ": " << r.err;
+    EXPECT_NO_THROW(Json::parse(r.out)) << name;
+  }
+  EXPECT_EQ(run_tool("resolve --deepspeed " + example("bf16_zero2") + flags + " --bf16").exit_code,
+            0);
+  EXPECT_EQ(run_tool("resolve --deepspeed " + example("fp16_zero2") + flags + " --fp16").exit_code,
+            0);
+  EXPECT_EQ(run_tool("resolve --deepspeed " + example("zero3_inference") +
+                     " --hidden_sizes 256,1024 --inference")
+                .exit_code,
+            0);
+}
+
+TEST(Tool, ConfigErrorsExitTwo) {
+  const ToolResult mismatch = run_tool("resolve --deepspeed " + example("fp16_zero2") +
+                                       " --num_training_steps 10 --hidden_size 64");
+  EXPECT_EQ(mismatch.exit_code, 2);
+  EXPECT_TRUE(mismatch.out.empty());
+  EXPECT_CONTAINS(mismatch.err,
+                  "zrt-config: error: Please correct the following DeepSpeed config values that "
+                  "mismatch TrainingArguments values:\n- ds fp16.enabled=True vs hf "
+                  "fp16|fp16_full_eval+fp16_backend(amp)=False");
+  const ToolResult hidden = run_tool("resolve --deepspeed " + example("zero3"));
+  EXPECT_EQ(hidden.exit_code, 2);
+  EXPECT_CONTAINS(hidden.err, "pass --hidden_size H");
+  const ToolResult steps = run_tool("resolve --deepspeed " + example("zero3") + " --hidden_size 8");
+  EXPECT_EQ(steps.exit_code, 2);
+  EXPECT_CONTAINS(steps.err, "scheduler.params.warmup_num_steps is \"auto\"");
+  EXPECT_EQ(run_tool("resolve --deepspeed /nonexistent.json").exit_code, 2);
+  EXPECT_EQ(run_tool("resolve --deepspeed " + example("zero2") + " --inference").exit_code, 2);
+}
+
+TEST(Tool, UsageErrorsExitOne) {
+  EXPECT_EQ(run_tool("").exit_code, 1);
+  const ToolResult unknown_sub = run_tool("frobnicate");
+  EXPECT_EQ(unknown_sub.exit_code, 1);
+  EXPECT_CONTAINS(unknown_sub.err, "unknown subcommand 'frobnicate'");
+  const ToolResult unknown_flag = run_tool("resolve --deepspeed x.json --no_such_flag 3");
+  EXPECT_EQ(unknown_flag.exit_code, 1);
+  EXPECT_CONTAINS(unknown_flag.err, "no_such_flag");
+  EXPECT_EQ(run_tool("resolve").exit_code, 1);  // --deepspeed missing
+  EXPECT_EQ(run_tool("resolve --deepspeed x.json --world_size 0").exit_code, 1);
+  EXPECT_EQ(run_tool("resolve --deepspeed x.json --hidden_size 4 --hidden_sizes 4").exit_code, 1);
+  EXPECT_EQ(run_tool("resolve --deepspeed x.json --hidden_sizes 4,,5").exit_code, 1);
+  EXPECT_EQ(run_tool("resolve --deepspeed x.json --fp16 --bf16").exit_code, 1);
+  EXPECT_EQ(run_tool("resolve --deepspeed x.json stray").exit_code, 1);
+  EXPECT_EQ(run_tool("resolve --deepspeed x.json --per_device_train_batch_size many").exit_code, 1);
+}
+
+TEST(Tool, HelpExitsZero) {
+  const ToolResult top = run_tool("--help");
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_CONTAINS(top.out, "resolve");
+  const ToolResult sub = run_tool("resolve --help");
+  EXPECT_EQ(sub.exit_code, 0);
+  EXPECT_CONTAINS(sub.out, "--per_device_train_batch_size");
+  EXPECT_CONTAINS(sub.out, "--hidden_sizes");
+}
+
+}  // namespace
+}  // namespace zrt::config

@@ -1,0 +1,169 @@
+// TrainingArguments: HF defaults, HF flag spelling through cxxopts, get_warmup_steps, checks.
+#include "config/training_args.h"
+
+#include <cxxopts.hpp>
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace zrt::config {
+namespace {
+
+TrainingArguments parse(std::vector<std::string> args) {
+  cxxopts::Options options("test");
+  add_training_arguments(options);
+  std::vector<std::string> joined = join_bool_flag_values(args);
+  std::vector<const char*> argv = {"test"};
+  for (const auto& a : joined) argv.push_back(a.c_str());
+  auto result = options.parse(static_cast<int>(argv.size()), argv.data());
+  return parse_training_arguments(result);
+}
+
+std::string usage_error(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const UsageError& e) {
+    return e.what();
+  } catch (const cxxopts::exceptions::exception& e) {
+    return std::string("cxxopts: ") + e.what();
+  }
+  return "<no error>";
+}
+
+TEST(TrainingArguments, HfDefaults) {
+  const TrainingArguments a;
+  EXPECT_EQ(a.per_device_train_batch_size, 8);
+  EXPECT_EQ(a.per_device_eval_batch_size, 8);
+  EXPECT_EQ(a.gradient_accumulation_steps, 1);
+  EXPECT_EQ(a.learning_rate, 5e-5);
+  EXPECT_EQ(a.weight_decay, 0.0);
+  EXPECT_EQ(a.adam_beta1, 0.9);
+  EXPECT_EQ(a.adam_beta2, 0.999);
+  EXPECT_EQ(a.adam_epsilon, 1e-8);
+  EXPECT_EQ(a.max_grad_norm, 1.0);
+  EXPECT_EQ(a.num_train_epochs, 3.0);
+  EXPECT_EQ(a.max_steps, -1);
+  EXPECT_EQ(a.lr_scheduler_type, "linear");
+  EXPECT_EQ(a.warmup_ratio, 0.0);
+  EXPECT_EQ(a.warmup_steps, 0);
+  EXPECT_EQ(a.logging_steps, 500);
+  EXPECT_EQ(a.save_steps, 500);
+  EXPECT_FALSE(a.save_total_limit.has_value());
+  EXPECT_FALSE(a.eval_steps.has_value());
+  EXPECT_EQ(a.seed, 42);
+  EXPECT_FALSE(a.fp16 || a.bf16 || a.fp16_full_eval || a.bf16_full_eval);
+  EXPECT_EQ(a.fp16_backend, "auto");
+  EXPECT_EQ(a.fp16_opt_level, "O1");
+  EXPECT_FALSE(a.save_on_each_node);
+  EXPECT_FALSE(a.adafactor);
+  EXPECT_EQ(a.optim, "adamw_torch");
+  EXPECT_FALSE(a.deepspeed.has_value());
+  EXPECT_FALSE(a.resume_from_checkpoint.has_value());
+}
+
+TEST(TrainingArguments, ParsedDefaultsEqualStructDefaults) {
+  const TrainingArguments parsed = parse({});
+  const TrainingArguments plain;
+  EXPECT_EQ(parsed.learning_rate, plain.learning_rate);
+  EXPECT_EQ(parsed.adam_epsilon, plain.adam_epsilon);
+  EXPECT_EQ(parsed.per_device_train_batch_size, plain.per_device_train_batch_size);
+  EXPECT_EQ(parsed.output_dir, plain.output_dir);
+  EXPECT_EQ(parsed.lr_scheduler_kwargs, Json::object());
+}
+
+TEST(TrainingArguments, HfFlagSpelling) {
+  const TrainingArguments a = parse({"--per_device_train_batch_size",
+                                     "4",
+                                     "--gradient_accumulation_steps",
+                                     "2",
+                                     "--learning_rate",
+                                     "3e-4",
+                                     "--max_steps",
+                                     "-1",
+                                     "--fp16",
+                                     "--do_train",
+                                     "true",
+                                     "--do_eval=false",
+                                     "--save_total_limit",
+                                     "2",
+                                     "--deepspeed",
+                                     "ds.json",
+                                     "--output_dir",
+                                     "out",
+                                     "--lr_scheduler_type",
+                                     "cosine",
+                                     "--lr_scheduler_kwargs",
+                                     R"({"num_cycles": 1.5})",
+                                     "--resume_from_checkpoint",
+                                     "out/checkpoint-10",
+                                     "--save_on_each_node",
+                                     "yes",
+                                     "--bf16_full_eval",
+                                     "0"});
+  EXPECT_EQ(a.per_device_train_batch_size, 4);
+  EXPECT_EQ(a.gradient_accumulation_steps, 2);
+  EXPECT_EQ(a.learning_rate, 3e-4);
+  EXPECT_TRUE(a.fp16);
+  EXPECT_TRUE(a.do_train);
+  EXPECT_FALSE(a.do_eval);
+  EXPECT_EQ(a.save_total_limit, std::optional<int64_t>(2));
+  EXPECT_EQ(a.deepspeed, std::optional<std::string>("ds.json"));
+  EXPECT_EQ(a.output_dir, "out");
+  EXPECT_EQ(a.lr_scheduler_type, "cosine");
+  EXPECT_EQ(a.lr_scheduler_kwargs["num_cycles"], 1.5);
+  EXPECT_EQ(a.resume_from_checkpoint, std::optional<std::string>("out/checkpoint-10"));
+  EXPECT_TRUE(a.save_on_each_node);
+  EXPECT_FALSE(a.bf16_full_eval);
+}
+
+TEST(TrainingArguments, JoinBoolFlagValues) {
+  EXPECT_EQ(join_bool_flag_values({"--fp16", "false", "--bf16", "--seed", "1", "--do_train", "x"}),
+            (std::vector<std::string>{"--fp16=false", "--bf16", "--seed", "1", "--do_train", "x"}));
+  EXPECT_EQ(join_bool_flag_values({"--seed", "true"}),
+            (std::vector<std::string>{"--seed", "true"}));
+}
+
+TEST(TrainingArguments, BadValues) {
+  EXPECT_EQ(usage_error({"--fp16", "--bf16"}),
+            "At most one of fp16 and bf16 can be True, but not both");
+  EXPECT_EQ(usage_error({"--fp16_full_eval", "--bf16_full_eval"}),
+            "At most one of fp16 and bf16 can be True for full eval, but not both");
+  EXPECT_EQ(usage_error({"--warmup_ratio", "1.5"}), "warmup_ratio must lie in range [0,1]");
+  EXPECT_EQ(usage_error({"--fp16=maybe"}),
+            "Truthy value expected: got maybe but expected one of yes/no, true/false, t/f, y/n, "
+            "1/0 (case insensitive).");
+  EXPECT_EQ(usage_error({"--lr_scheduler_type", "exotic"}),
+            "argument --lr_scheduler_type: invalid choice: 'exotic' (choose from 'linear', "
+            "'cosine', 'cosine_with_restarts', 'polynomial', 'constant', 'constant_with_warmup', "
+            "'inverse_sqrt', 'reduce_lr_on_plateau', 'cosine_with_min_lr', "
+            "'warmup_stable_decay')");
+  EXPECT_EQ(usage_error({"--lr_scheduler_kwargs", "{oops"}),
+            "--lr_scheduler_kwargs: not valid JSON: {oops");
+  EXPECT_CONTAINS(usage_error({"--per_device_train_batch_size", "four"}), "cxxopts:");
+  EXPECT_EQ(usage_error({"--bf16", "--fp16_backend", "apex"}),
+            " `--half_precision_backend apex`: bf16 is not supported by apex. Use "
+            "`--half_precision_backend amp` instead");
+}
+
+TEST(TrainingArguments, AdafactorSwitchSetsOptim) {
+  EXPECT_EQ(parse({"--adafactor"}).optim, "adafactor");
+}
+
+TEST(TrainingArguments, WarmupStepsRuleOfTransformers4) {
+  TrainingArguments a;
+  a.warmup_ratio = 0.1;
+  EXPECT_EQ(a.get_warmup_steps(1000), 100);
+  EXPECT_EQ(a.get_warmup_steps(15), 2);  // ceil(1.5)
+  EXPECT_EQ(a.get_warmup_steps(0), 0);
+  a.warmup_steps = 7;  // > 0 wins over the ratio
+  EXPECT_EQ(a.get_warmup_steps(1000), 7);
+}
+
+TEST(TrainingArguments, HfBool) {
+  for (const char* t : {"yes", "TRUE", "t", "Y", "1"}) EXPECT_TRUE(parse_hf_bool(t)) << t;
+  for (const char* f : {"no", "False", "f", "n", "0"}) EXPECT_FALSE(parse_hf_bool(f)) << f;
+  EXPECT_THROW(parse_hf_bool("2"), UsageError);
+}
+
+}  // namespace
+}  // namespace zrt::config

@@ -1,0 +1,166 @@
+// zrt-config: dry-runs a DeepSpeed config exactly as a ZeroRT HF-Trainer job would read it.
+//
+//   zrt-config resolve --deepspeed ds.json [TrainingArguments flags] [--world_size N]
+//       [--num_training_steps N] [--hidden_size H | --hidden_sizes A,B,...] [--inference]
+//
+// prints the resolved config as JSON on stdout (exit 0), every problem on stderr (exit 2), or
+// usage (exit 1). Subcommands are rows of kSubcommands: add one by writing its run function.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <cxxopts.hpp>
+
+#include "config/hf_plan.h"
+#include "config/resolved.h"
+#include "config/training_args.h"
+#include "core/error.h"
+#include "core/tool_main.h"
+
+namespace {
+
+using zrt::UsageError;
+using Args = std::vector<std::string>;
+
+struct Subcommand {
+  const char* name;
+  const char* summary;
+  int (*run)(const Args& args);
+};
+
+int run_resolve(const Args& args);
+
+const Subcommand kSubcommands[] = {
+    {"resolve", "print the fully resolved DeepSpeed config as JSON", run_resolve},
+};
+
+std::string usage() {
+  std::string text =
+      "usage: zrt-config <subcommand> [options]\n"
+      "       zrt-config <subcommand> --help\n\nsubcommands:\n";
+  for (const Subcommand& s : kSubcommands) text += zrt::str("  ", s.name, "  ", s.summary, "\n");
+  return text;
+}
+
+// Parses `args` (without the program and subcommand names) with cxxopts, turning its
+// exceptions into UsageError.
+cxxopts::ParseResult parse_options(cxxopts::Options& options, const Args& args) {
+  std::vector<std::string> storage = zrt::config::join_bool_flag_values(args);
+  std::vector<const char*> argv = {"zrt-config"};
+  for (const auto& a : storage) argv.push_back(a.c_str());
+  try {
+    cxxopts::ParseResult result = options.parse(static_cast<int>(argv.size()), argv.data());
+    if (!result.unmatched().empty()) {
+      throw UsageError(zrt::str("unexpected argument '", result.unmatched().front(), "'"));
+    }
+    return result;
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(e.what());
+  }
+}
+
+std::vector<int64_t> parse_size_list(const std::string& text) {
+  std::vector<int64_t> sizes;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    std::size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || value <= 0) {
+      throw UsageError(
+          zrt::str("--hidden_sizes: expected positive integers separated by commas, "
+                   "got '",
+                   text, "'"));
+    }
+    sizes.push_back(value);
+    start = comma + 1;
+  }
+  return sizes;
+}
+
+int run_resolve(const Args& args) {
+  using cxxopts::value;
+  cxxopts::Options options("zrt-config resolve",
+                           "Resolves a DeepSpeed config as a ZeroRT HF-Trainer job would and "
+                           "prints it as JSON.");
+  options.add_options()("h,help", "Show this help")("world_size", "Data-parallel world size",
+                                                    value<int>()->default_value("1"))(
+      "num_training_steps", "Total optimizer steps (default: --max_steps when > 0)",
+      value<int64_t>())("hidden_size", "The model's hidden size (for hidden-size \"auto\" keys)",
+                        value<int64_t>())(
+      "hidden_sizes", "Comma-separated hidden sizes (their maximum is used)", value<std::string>())(
+      "inference", "ZeRO-3 inference: drop the optimizer section");
+  zrt::config::add_training_arguments(options);
+  cxxopts::ParseResult result = parse_options(options, args);
+  if (result.count("help")) {
+    std::printf("%s", options.help().c_str());
+    return 0;
+  }
+  const zrt::config::TrainingArguments training = zrt::config::parse_training_arguments(result);
+  if (!training.deepspeed) throw UsageError("--deepspeed FILE is required");
+
+  zrt::config::TrainerConfigOptions opts;
+  opts.world_size = result["world_size"].as<int>();
+  if (opts.world_size < 1) {
+    throw UsageError(zrt::str("--world_size must be at least 1, got ", opts.world_size));
+  }
+  if (result.count("num_training_steps")) {
+    opts.num_training_steps = result["num_training_steps"].as<int64_t>();
+    if (*opts.num_training_steps < 0) {
+      throw UsageError(
+          zrt::str("--num_training_steps must be >= 0, got ", *opts.num_training_steps));
+    }
+  }
+  if (result.count("hidden_size") && result.count("hidden_sizes")) {
+    throw UsageError("give --hidden_size or --hidden_sizes, not both");
+  }
+  if (result.count("hidden_size")) {
+    opts.model.hidden_size = result["hidden_size"].as<int64_t>();
+    if (*opts.model.hidden_size <= 0) {
+      throw UsageError(zrt::str("--hidden_size must be positive, got ", *opts.model.hidden_size));
+    }
+  }
+  if (result.count("hidden_sizes")) {
+    opts.model.hidden_sizes = parse_size_list(result["hidden_sizes"].as<std::string>());
+  }
+  opts.inference = result.count("inference") > 0 && result["inference"].as<bool>();
+
+  zrt::config::TrainerConfig config;
+  try {
+    config = zrt::config::prepare_trainer_config(training, opts);
+  } catch (const zrt::ConfigError& e) {
+    const std::string message = e.what();
+    if (message.rfind("The model's config file has neither", 0) == 0) {
+      throw zrt::ConfigError(message +
+                             "\n(zrt-config: pass --hidden_size H or --hidden_sizes A,B,... to "
+                             "give the model's hidden size)");
+    }
+    throw;
+  }
+  std::printf("%s\n", zrt::config::to_json(config.resolved).dump(2).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return zrt::run_tool("zrt-config", [&]() -> int {
+    Args args(argv + 1, argv + argc);
+    if (args.empty()) throw UsageError("missing subcommand\n" + usage());
+    const std::string& name = args.front();
+    if (name == "-h" || name == "--help" || name == "help") {
+      std::printf("%s", usage().c_str());
+      return 0;
+    }
+    for (const Subcommand& s : kSubcommands) {
+      if (name == s.name) return s.run(Args(args.begin() + 1, args.end()));
+    }
+    throw UsageError(zrt::str("unknown subcommand '", name, "'\n", usage()));
+  });
+}
