@@ -26,10 +26,6 @@ const char* device_name(zero::OffloadDevice device) {
   return "none";
 }
 
-const char* warmup_type_name(sched::WarmupType type) {
-  return type == sched::WarmupType::kLinear ? "linear" : "log";
-}
-
 Json optional_string(const std::string& s) { return s.empty() ? Json(nullptr) : Json(s); }
 
 Json fp16_json(const Fp16Config& fp16) {
@@ -123,7 +119,7 @@ Json warmup_params(const sched::WarmupLROptions& o) {
   return {{"warmup_min_lr", number_or_list(o.warmup_min_lr)},
           {"warmup_max_lr", number_or_list(o.warmup_max_lr)},
           {"warmup_num_steps", o.warmup_num_steps},
-          {"warmup_type", warmup_type_name(o.warmup_type)},
+          {"warmup_type", sched::warmup_type_name(o.warmup_type)},
           {"last_batch_iteration", o.last_batch_iteration}};
 }
 
@@ -143,7 +139,7 @@ Json scheduler_json(const sched::SchedulerSpec& spec) {
               {"warmup_min_ratio", o->warmup_min_ratio},
               {"warmup_num_steps", o->warmup_num_steps},
               {"cos_min_ratio", o->cos_min_ratio},
-              {"warmup_type", warmup_type_name(o->warmup_type)},
+              {"warmup_type", sched::warmup_type_name(o->warmup_type)},
               {"last_batch_iteration", o->last_batch_iteration}}}};
   }
   if (auto* o = std::get_if<sched::OneCycleOptions>(&spec)) {
