@@ -6,6 +6,7 @@
 // prints the resolved config as JSON on stdout (exit 0), every problem on stderr (exit 2), or
 // usage (exit 1). Subcommands are rows of kSubcommands: add one by writing its run function.
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "config/hf_plan.h"
 #include "config/resolved.h"
 #include "config/training_args.h"
+#include "sched/schedule_preview.h"
 #include "core/error.h"
 #include "core/tool_main.h"
 
@@ -29,9 +31,12 @@ struct Subcommand {
 };
 
 int run_resolve(const Args& args);
+int run_schedule(const Args& args);
 
 const Subcommand kSubcommands[] = {
     {"resolve", "print the fully resolved DeepSpeed config as JSON", run_resolve},
+    {"schedule", "print the learning rate of every optimizer step as CSV (--plot FILE.svg)",
+     run_schedule},
 };
 
 std::string usage() {
@@ -144,6 +149,59 @@ int run_resolve(const Args& args) {
     throw;
   }
   std::printf("%s\n", zrt::config::to_json(config.resolved).dump(2).c_str());
+  return 0;
+}
+
+// zrt-config schedule: the learning rate of every optimizer step as CSV (and optionally a plot).
+int run_schedule(const Args& args) {
+  using cxxopts::value;
+  cxxopts::Options options("zrt-config schedule",
+                           "Prints step,lr (and momentum for OneCycle) for steps 0..N-1 of the "
+                           "schedule a ZeroRT HF-Trainer job would use.");
+  options.add_options()("h,help", "Show this help")("world_size", "Data-parallel world size",
+                                                    value<int>()->default_value("1"))(
+      "num_training_steps", "Total optimizer steps N (required)", value<int64_t>())(
+      "plot", "Also write the curve as an SVG picture to this file", value<std::string>());
+  zrt::config::add_training_arguments(options);
+  cxxopts::ParseResult result = parse_options(options, args);
+  if (result.count("help")) {
+    std::printf("%s", options.help().c_str());
+    return 0;
+  }
+  const zrt::config::TrainingArguments training = zrt::config::parse_training_arguments(result);
+  if (!training.deepspeed) throw UsageError("--deepspeed FILE is required");
+  if (!result.count("num_training_steps")) throw UsageError("--num_training_steps N is required");
+  zrt::config::TrainerConfigOptions opts;
+  opts.world_size = result["world_size"].as<int>();
+  if (opts.world_size < 1) {
+    throw UsageError(zrt::str("--world_size must be at least 1, got ", opts.world_size));
+  }
+  opts.num_training_steps = result["num_training_steps"].as<int64_t>();
+  if (*opts.num_training_steps < 1) {
+    throw UsageError(zrt::str("--num_training_steps must be >= 1, got ", *opts.num_training_steps));
+  }
+  // Hidden-size "auto" keys do not affect the schedule; any value lets them resolve.
+  opts.model.hidden_size = 1;
+  const zrt::config::TrainerConfig config = zrt::config::prepare_trainer_config(training, opts);
+  const zrt::config::ResolvedConfig& rc = config.resolved;
+  std::optional<zrt::sched::SchedulerSpec> spec = rc.scheduler;
+  if (!spec && config.plan && config.plan->hf_scheduler) spec = *config.plan->hf_scheduler;
+  if (!spec) throw zrt::ConfigError("the config defines no learning-rate schedule");
+  const zrt::optim::OptimizerSpec* optimizer = nullptr;
+  if (rc.optimizer) optimizer = &*rc.optimizer;
+  if (!optimizer && config.plan && config.plan->hf_optimizer) optimizer = &*config.plan->hf_optimizer;
+  if (!optimizer) throw zrt::ConfigError("the config defines no optimizer, so there is no base lr");
+  const bool sgd = optimizer->kind == zrt::optim::OptimizerKind::kSgd;
+  const double base_lr = sgd ? optimizer->sgd.lr : optimizer->adam.lr;
+  const int64_t steps = *opts.num_training_steps;
+  std::ostringstream csv;
+  zrt::sched::write_schedule_csv(csv, *spec, {base_lr}, steps, /*optimizer_has_betas=*/!sgd);
+  std::fwrite(csv.str().data(), 1, csv.str().size(), stdout);
+  if (result.count("plot")) {
+    const std::string path = result["plot"].as<std::string>();
+    zrt::sched::write_schedule_svg(path, *spec, {base_lr}, steps);
+    std::fprintf(stderr, "zrt-config: wrote %s\n", path.c_str());
+  }
   return 0;
 }
 

@@ -126,3 +126,40 @@ TEST(Tool, HelpExitsZero) {
 
 }  // namespace
 }  // namespace zrt::config
+
+namespace zrt::config {
+namespace {
+
+TEST(Tool, SchedulePrintsCsvAndPlots) {
+  const std::string svg =
+      (std::filesystem::temp_directory_path() / ("zrt_sched_" + std::to_string(::getpid()) + ".svg"))
+          .string();
+  const ToolResult r = run_tool("schedule --deepspeed " + example("zero2") +
+                                " --num_training_steps 6 --learning_rate 1 --warmup_steps 4 "
+                                "--plot '" + svg + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // WarmupLR (log) filled by the HF layer: min 0, max 1, N = 4.
+  EXPECT_EQ(r.out, "step,lr\n0,0\n1,0\n2,0.5\n3,0.7924812503605781\n4,1\n5,1\n");
+  const std::string picture = read_file(svg);
+  EXPECT_EQ(picture.rfind("<svg", 0), 0u) << picture.substr(0, 80);
+  std::filesystem::remove(svg);
+}
+
+TEST(Tool, ScheduleOneCycleHasMomentumAndNeedsSteps) {
+  const std::string cfg =
+      (std::filesystem::temp_directory_path() / ("zrt_oc_" + std::to_string(::getpid()) + ".json"))
+          .string();
+  std::ofstream(cfg) << R"({"train_micro_batch_size_per_gpu": 1,
+    "optimizer": {"type": "Adam", "params": {"lr": 0.1}},
+    "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.1, "cycle_max_lr": 1,
+      "cycle_first_step_size": 4, "decay_lr_rate": 0.5, "decay_step_size": 2}}})";
+  const ToolResult r = run_tool("schedule --deepspeed '" + cfg + "' --num_training_steps 3 " +
+                                "--per_device_train_batch_size 1 --learning_rate 0.1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "step,lr,momentum\n0,0.1,0.8\n1,0.325,0.875\n2,0.55,0.85\n");
+  EXPECT_EQ(run_tool("schedule --deepspeed '" + cfg + "'").exit_code, 1);
+  std::filesystem::remove(cfg);
+}
+
+}  // namespace
+}  // namespace zrt::config
