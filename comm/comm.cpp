@@ -179,8 +179,15 @@ std::shared_ptr<Work> Comm::reduce_scatter_v_async(const at::Tensor& output,
                " but the input has ", input.numel(), " elements");
   ZRT_CHECK_AS(CommError, output.numel() == counts[rank()], name, ": output has ",
                output.numel(), " elements but counts[", rank(), "] = ", counts[rank()]);
-  ZRT_CHECK_AS(CommError, !overlaps(output, input), name,
-               ": output must not overlap the input");
+  if (overlaps(output, input)) {
+    int64_t offset = 0;
+    for (int r = 0; r < rank(); ++r) offset += counts[r];
+    const auto* expected = static_cast<const char*>(input.data_ptr()) +
+                           offset * static_cast<int64_t>(input.element_size());
+    ZRT_CHECK_AS(CommError, output.data_ptr() == expected, name,
+                 ": an output that overlaps the input must be the input's view at this rank's "
+                 "offset ", offset);
+  }
   OpInfo info = next_info(OpType::kReduceScatterV, &input, op);
   info.counts = std::move(counts);
   before_collective(info);

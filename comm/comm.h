@@ -95,8 +95,9 @@ class Comm {
   std::shared_ptr<Work> all_gather_async(const at::Tensor& output, const at::Tensor& input);
   // Collective. The variable-size reduce-scatter: `input` is cut into consecutive pieces of
   // counts[0], ..., counts[n−1] elements and rank r receives, in `output` (counts[r] elements),
-  // the reduction over ranks of piece r. Every rank passes the same counts. This is the primitive
-  // for ZeRO's contiguous flat buffers, where a bucket straddles partition boundaries.
+  // the reduction over ranks of piece r. Every rank passes the same counts. `output` may be the
+  // input's own piece (in place). This is the primitive for ZeRO's contiguous flat buffers, where
+  // a bucket straddles partition boundaries.
   std::shared_ptr<Work> reduce_scatter_v_async(const at::Tensor& output, const at::Tensor& input,
                                                std::vector<int64_t> counts,
                                                ReduceOp op = ReduceOp::kSum);

@@ -72,11 +72,18 @@ class LocalWorld {
     const int64_t offset = offset_of(counts, rank) * es;
     auto* o = static_cast<uint8_t*>(out.data_ptr());
     if (c > 0) {
-      std::memcpy(o, slots_[0].in + offset, c * es);
+      // Reduce into scratch: the output may be this rank's own input piece (in place).
+      std::vector<uint8_t>& acc = partials_[rank];
+      acc.resize(static_cast<size_t>(c * es));
+      std::memcpy(acc.data(), slots_[0].in + offset, c * es);
       for (int k = 1; k < size_; ++k) {
-        detail::reduce_inplace(o, slots_[k].in + offset, c, info.dtype, info.reduce_op);
+        detail::reduce_inplace(acc.data(), slots_[k].in + offset, c, info.dtype, info.reduce_op);
       }
-      if (info.reduce_op == ReduceOp::kAvg) detail::divide_inplace(o, c, info.dtype, size_);
+      if (info.reduce_op == ReduceOp::kAvg) detail::divide_inplace(acc.data(), c, info.dtype, size_);
+      rendezvous(rank, info, "reduce");  // every rank has read every input
+      std::memcpy(o, acc.data(), c * es);
+    } else {
+      rendezvous(rank, info, "reduce");
     }
     rendezvous(rank, info, "finish");
   }

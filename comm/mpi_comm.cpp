@@ -265,16 +265,27 @@ class MpiComm final : public Comm {
     const int64_t max_piece = *std::max_element(counts.begin(), counts.end());
     if (max_piece == 0) return;
     if (size_ == 1) {
-      std::memcpy(dst, src, c * es);
+      std::memmove(dst, src, c * es);
     } else if (use_ring(max_piece, info.numel * es)) {
       ring_reduce_scatter(src, dst, counts, es, info);
-    } else if (info.type == OpType::kReduceScatter) {
-      ZRT_MPI_CHECK(MPI_Reduce_scatter_block(src, dst, static_cast<int>(c), mpi_type(info.dtype),
-                                             runtime_.op_for(info.dtype, info.reduce_op), comm_));
     } else {
-      std::vector<int> icounts(counts.begin(), counts.end());
-      ZRT_MPI_CHECK(MPI_Reduce_scatter(src, dst, icounts.data(), mpi_type(info.dtype),
-                                       runtime_.op_for(info.dtype, info.reduce_op), comm_));
+      // MPI forbids overlapping send and receive buffers: an in-place output goes via scratch.
+      const bool in_place = dst >= src && dst < src + info.numel * es;
+      uint8_t* recv = dst;
+      if (in_place) {
+        recv_buf_.resize(static_cast<size_t>(c * es));
+        recv = recv_buf_.data();
+      }
+      if (info.type == OpType::kReduceScatter) {
+        ZRT_MPI_CHECK(MPI_Reduce_scatter_block(src, recv, static_cast<int>(c),
+                                               mpi_type(info.dtype),
+                                               runtime_.op_for(info.dtype, info.reduce_op), comm_));
+      } else {
+        std::vector<int> icounts(counts.begin(), counts.end());
+        ZRT_MPI_CHECK(MPI_Reduce_scatter(src, recv, icounts.data(), mpi_type(info.dtype),
+                                         runtime_.op_for(info.dtype, info.reduce_op), comm_));
+      }
+      if (in_place && c > 0) std::memcpy(dst, recv, c * es);
     }
     if (info.reduce_op == ReduceOp::kAvg && c > 0) {
       detail::divide_inplace(dst, c, info.dtype, size_);

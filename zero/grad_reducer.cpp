@@ -87,12 +87,16 @@ GradReducer::GradReducer(std::vector<FlatGroup>& groups, std::shared_ptr<comm::C
     } else {
       flat_grads_.emplace_back();
     }
-    if (options_.policy.shard_optimizer) {
+    if (mode_ == Mode::kBucketed) {
       partitions_.push_back(at::zeros({group.partition().partition_size}, opts));
+    } else if (options_.policy.shard_optimizer) {
+      // Stage 1 reduces in place: the partition is the flat gradient's own piece, so no extra
+      // memory (model states 4Ψ + 12Ψ/N in mixed precision).
+      const ShardInfo mine = group.partition().partition(rank);
+      partitions_.push_back(flat_grads_[g].narrow(0, mine.offset, mine.size));
     } else {
       partitions_.push_back(flat_grads_[g]);
     }
-    (void)rank;
     build_buckets(static_cast<int>(g));
     const auto& params = group.params();
     for (size_t p = 0; p < params.size(); ++p) {
@@ -337,7 +341,7 @@ void GradReducer::zero_grad() {
   at::NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
     if (flat_grads_[g].defined()) flat_grads_[g].zero_();
-    if (options_.policy.shard_optimizer) partitions_[g].zero_();
+    if (mode_ == Mode::kBucketed) partitions_[g].zero_();
     if (mode_ == Mode::kViews) {
       for (const FlatParam& fp : groups_[g].params()) {
         at::Tensor view = flat_grads_[g].narrow(0, fp.offset, fp.numel);
@@ -353,7 +357,7 @@ int64_t GradReducer::grad_bytes() const {
   int64_t bytes = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
     if (flat_grads_[g].defined()) bytes += flat_grads_[g].nbytes();
-    if (options_.policy.shard_optimizer) bytes += partitions_[g].nbytes();
+    if (mode_ == Mode::kBucketed) bytes += partitions_[g].nbytes();
   }
   for (const auto& b : free_buffers_) bytes += b.nbytes();
   for (const auto& b : buckets_) {

@@ -124,7 +124,7 @@ inline std::vector<int64_t> uneven_counts(int world, int base, int64_t scale) {
 }
 
 inline void check_reduce_scatter_v(comm::Comm& comm, at::ScalarType dtype,
-                                   const std::vector<int64_t>& counts) {
+                                   const std::vector<int64_t>& counts, bool in_place = false) {
   const int r = comm.rank();
   const int w = comm.size();
   int64_t total = 0;
@@ -134,10 +134,11 @@ inline void check_reduce_scatter_v(comm::Comm& comm, at::ScalarType dtype,
     total += counts[k];
   }
   at::Tensor in = pattern(total, 5, r + 1, dtype);
-  at::Tensor out = at::full({counts[r]}, 99, dtype);
+  at::Tensor out = in_place ? in.narrow(0, offset, counts[r]) : at::full({counts[r]}, 99, dtype);
   comm.reduce_scatter_v(out, in, counts);
   at::Tensor want = pattern(total, 5, w * (w + 1) / 2.0, dtype).narrow(0, offset, counts[r]);
-  expect_equal(out, want, "reduce_scatter_v " + std::string(c10::toString(dtype)));
+  expect_equal(out, want, "reduce_scatter_v " + std::string(c10::toString(dtype)) +
+                              (in_place ? " in place" : ""));
 }
 
 // Rank k's piece is k·8 + (j mod 8). With in_place, the input is the output's own view.
@@ -227,6 +228,7 @@ inline void check_everything(comm::Comm& comm) {
       for (int64_t scale : {1, 1000}) {
         const auto counts = uneven_counts(comm.size(), base, scale);
         check_reduce_scatter_v(comm, dtype, counts);
+        check_reduce_scatter_v(comm, dtype, counts, /*in_place=*/true);
         check_all_gather_v(comm, dtype, counts, false);
         check_all_gather_v(comm, dtype, counts, true);
       }
