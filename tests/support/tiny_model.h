@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "zero/flat_layout.h"
+#include "zero/shard_unit.h"
 
 namespace zrt::test {
 
@@ -44,6 +45,52 @@ struct TinyMlpImpl : torch::nn::Module {
   torch::Tensor frozen, unused;
 };
 TORCH_MODULE(TinyMlp);
+
+// A residual block, the typical ZeRO-3 unit.
+struct TinyBlockImpl : torch::nn::Module {
+  explicit TinyBlockImpl(int64_t width) {
+    fc = register_module("fc", torch::nn::Linear(width, width));
+    norm_scale = register_parameter("norm_scale", torch::ones({width}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return x + torch::tanh(fc->forward(x)) * norm_scale; }
+  torch::nn::Linear fc{nullptr};
+  torch::Tensor norm_scale;
+};
+
+// 5 → 7, three residual blocks of width 7, 7 → 3, every layer a ZeRO-3 unit when
+// `units_everywhere`, else only the blocks (the two Linear layers stay outside every unit).
+// Parameter values as TinyMlp: deterministic from names.
+struct TinyStackImpl : torch::nn::Module {
+  explicit TinyStackImpl(bool units_everywhere = false) {
+    if (units_everywhere) {
+      in_unit = register_module("input", std::make_shared<zrt::ShardUnit<torch::nn::LinearImpl>>(5, 7));
+      out_unit = register_module("output", std::make_shared<zrt::ShardUnit<torch::nn::LinearImpl>>(7, 3));
+    } else {
+      in = register_module("input", torch::nn::Linear(5, 7));
+      out = register_module("output", torch::nn::Linear(7, 3));
+    }
+    for (int i = 0; i < 3; ++i) {
+      blocks.push_back(register_module("h" + std::to_string(i),
+                                       std::make_shared<zrt::ShardUnit<TinyBlockImpl>>(7)));
+    }
+    torch::NoGradGuard no_grad;
+    int salt = 1;
+    for (auto& p : named_parameters()) {
+      const int64_t n = p.value().numel();
+      p.value().copy_(torch::arange(n, torch::kFloat).mul(0.29f * salt).sin().mul(0.4f).view(p.value().sizes()));
+      ++salt;
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = in ? in->forward(x) : in_unit->forward(x);
+    for (auto& b : blocks) x = b->forward(x);
+    return out ? out->forward(x) : out_unit->forward(x);
+  }
+  torch::nn::Linear in{nullptr}, out{nullptr};
+  std::shared_ptr<zrt::ShardUnit<torch::nn::LinearImpl>> in_unit, out_unit;
+  std::vector<std::shared_ptr<zrt::ShardUnit<TinyBlockImpl>>> blocks;
+};
+TORCH_MODULE(TinyStack);
 
 // Deterministic batch for `rank` at `step`: inputs (n × 5) and targets (n × 3).
 inline std::pair<torch::Tensor, torch::Tensor> tiny_batch(int rank, int step, int64_t n = 4) {

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs zero_bench over stages 0–3 (+ offload, stage 3 without prefetch) at N = 1, 2, 4 ranks and
+# PyTorch DDP (gloo) on the same model, printing JSON lines. Usage:
+#   bench/zero_bench.sh [build-dir] [extra zero_bench flags, e.g. --layers 12 --width 2048]
+# Threads: each rank gets max(1, cores / N) intra-op threads, for ZeroRT and for DDP alike.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${1:-$ROOT/build}"
+shift || true
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+CORES=$(nproc)
+for N in 1 2 4; do
+  THREADS=$(( CORES / N )); [[ $THREADS -lt 1 ]] && THREADS=1
+  export OMP_NUM_THREADS=$THREADS
+  run() { mpirun -np "$N" --oversubscribe --bind-to none --timeout 900 -x OMP_NUM_THREADS \
+            "$BUILD/bench/zero_bench" --json "$@"; }
+  run --stage 0 --dtype fp32 "$@"
+  for S in 0 1 2 3; do run --stage $S "$@"; done
+  run --stage 1 --offload "$@"
+  run --stage 2 --offload "$@"
+  run --stage 3 --no-prefetch "$@"
+  if /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null; then
+    OMP_NUM_THREADS=$THREADS /usr/bin/python3 -m torch.distributed.run --nproc_per_node "$N" \
+      "$ROOT/bench/ddp_gloo.py" "$@" 2>/dev/null | grep '^{'
+  fi
+done

@@ -1,0 +1,305 @@
+// Engine construction: dtype cast, cross-rank model check and broadcast, ZeRO components,
+// optimizer, scheduler, loss scaler. The per-step data path is in runtime/engine_step.cpp.
+#include "runtime/engine.h"
+
+#include <functional>
+
+#include "config/resolved.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/shard.h"
+#include "optim/loss_scaler.h"
+#include "optim/optimizer.h"
+#include "runtime/flat_model_states.h"
+#include "runtime/stage3_model_states.h"
+#include "zero/shard_unit.h"
+#include "sched/lr_scheduler.h"
+#include "zero/flat_layout.h"
+
+namespace zrt {
+namespace {
+
+at::ScalarType scalar_type_of(DType d) {
+  switch (d) {
+    case DType::kFloat32: return at::kFloat;
+    case DType::kFloat16: return at::kHalf;
+    case DType::kBFloat16: return at::kBFloat16;
+  }
+  return at::kFloat;
+}
+
+// A 64-bit FNV-1a hash of every parameter's and buffer's name, shape and dtype.
+int64_t architecture_fingerprint(torch::nn::Module& model) {
+  uint64_t h = 1469598103934665603ULL;
+  auto mix = [&h](const std::string& s) {
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 1099511628211ULL;
+    }
+  };
+  for (const auto& p : model.named_parameters()) {
+    mix(p.key());
+    mix(str(p.value().sizes(), p.value().scalar_type(), p.value().requires_grad()));
+  }
+  for (const auto& b : model.named_buffers()) {
+    mix(b.key());
+    mix(str(b.value().sizes(), b.value().scalar_type()));
+  }
+  return static_cast<int64_t>(h);
+}
+
+}  // namespace
+
+ParamGroupRule no_weight_decay_for(std::vector<std::string> name_substrings) {
+  ParamGroupRule rule;
+  rule.match = [subs = std::move(name_substrings)](const std::string& name) {
+    for (const auto& s : subs) {
+      if (name.find(s) != std::string::npos) return true;
+    }
+    return false;
+  };
+  rule.weight_decay = 0.0;
+  return rule;
+}
+
+Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig config,
+               std::shared_ptr<comm::Comm> comm, EngineOptions options)
+    : model_(std::move(model)), config_(std::move(config)) {
+  ZRT_CHECK(model_ != nullptr, "initialize: the model is null");
+  ZRT_CHECK(comm != nullptr, "initialize: the communicator is null");
+  comm_ = std::make_shared<comm::CountingComm>(std::move(comm));
+  set_log_rank(comm_->rank());
+  ZRT_CHECK_AS(ConfigError, config_.batch.world_size == comm_->size(),
+               "the config was resolved for world size ", config_.batch.world_size,
+               " but the communicator has ", comm_->size(), " ranks");
+  ZRT_CHECK_AS(ConfigError, config_.zero.stage >= 0 && config_.zero.stage <= 3,
+               "zero_optimization.stage must be 0, 1, 2 or 3, got ", config_.zero.stage);
+  model_dtype_ = scalar_type_of(config_.model_dtype);
+  model_->to(model_dtype_);
+  check_and_broadcast_model();
+
+  std::vector<zero::NamedParam> named;
+  for (const auto& p : model_->named_parameters()) named.push_back({p.key(), p.value()});
+  zero::CollectedParams collected = zero::collect_params(named);
+  ZRT_CHECK(!collected.trainable.empty(), "the model has no trainable parameters");
+  std::vector<zero::GroupRule> rules;
+  for (const ParamGroupRule& r : options.param_groups) rules.push_back({r.match});
+  std::vector<int> rule_of_group;
+  auto groups = zero::assign_groups(collected.trainable, rules, &rule_of_group);
+
+  if (config_.zero.stage == 3) {
+    build_stage3(std::move(groups), collected);
+  } else {
+    build_flat(std::move(groups));
+  }
+
+  // Per-group overrides of the rules that formed each group.
+  std::vector<ParamGroupRule> group_rules;
+  for (int r : rule_of_group) {
+    group_rules.push_back(r >= 0 ? options.param_groups[r] : ParamGroupRule{});
+  }
+  options.param_groups = std::move(group_rules);
+  build_optimizer(options);
+  loss_scaler_ = std::make_unique<optim::LossScaler>(config_.effective_loss_scale());
+  config::log_resolved_config(config_);
+}
+
+void Engine::build_flat(std::vector<std::vector<zero::NamedParam>> groups) {
+  runtime::FlatStatesOptions flat;
+  flat.reducer.policy = zero::StagePolicy::from_stage(config_.zero.stage);
+  flat.reducer.bucket_elements = std::max<int64_t>(1, config_.zero.reduce_bucket_size);
+  flat.reducer.overlap = config_.zero.effective_overlap_comm();
+  flat.reducer.comm_dtype = scalar_type_of(config_.effective_communication_data_type());
+  flat.reducer.accum_dtype = scalar_type_of(config_.effective_grad_accum_dtype());
+  flat.reducer.prescale = config_.prescale_gradients;
+  flat.reducer.predivide_factor = config_.gradient_predivide_factor;
+  flat.allgather_bucket_elements = std::max<int64_t>(1, config_.zero.allgather_bucket_size);
+  flat.offload_optimizer = config_.zero.offload_optimizer_enabled();
+  flat.pin_memory = config_.zero.offload_optimizer.pin_memory;
+  states_ = std::make_unique<runtime::FlatModelStates>(std::move(groups), comm_, flat);
+}
+
+void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
+                          const zero::CollectedParams& collected) {
+  // Units are the outermost ShardUnit modules; their parameters' full names map to their index.
+  std::vector<zero::ShardUnitBase*> units;
+  std::vector<std::pair<std::string, int>> unit_of;
+  std::vector<std::string> unit_prefixes;
+  for (const auto& item : model_->named_modules()) {
+    auto* unit = dynamic_cast<zero::ShardUnitBase*>(item.value().get());
+    if (unit == nullptr) continue;
+    const std::string prefix = item.key().empty() ? "" : item.key() + ".";
+    bool nested = false;
+    for (const std::string& outer : unit_prefixes) {
+      if (prefix.rfind(outer, 0) == 0) nested = true;
+    }
+    if (nested) continue;
+    const int id = static_cast<int>(units.size());
+    units.push_back(unit);
+    unit_prefixes.push_back(prefix);
+    for (const auto& p : item.value()->named_parameters()) unit_of.emplace_back(prefix + p.key(), id);
+  }
+  // Tied parameters stay gathered (persistent): they may belong to several units.
+  for (const auto& [alias, owner] : collected.aliases) {
+    unit_of.emplace_back(alias, -1);
+    for (auto& entry : unit_of) {
+      if (entry.first == owner) entry.second = -1;
+    }
+  }
+  const zero::ZeroOptions& z = config_.zero;
+  auto layout = std::make_unique<zero::Stage3Layout>(
+      groups, collected.frozen, unit_of, static_cast<int>(units.size()), comm_->size(),
+      comm_->rank(), z.param_persistence_threshold, z.model_persistence_threshold);
+  layout->partition();
+  runtime::Stage3StatesOptions s3;
+  s3.coordinator.prefetch_bucket_size = z.prefetch_bucket_size;
+  s3.coordinator.max_live_parameters = z.max_live_parameters;
+  s3.coordinator.max_reuse_distance = z.max_reuse_distance;
+  s3.coordinator.comm_dtype = scalar_type_of(config_.effective_communication_data_type());
+  s3.coordinator.accum_dtype = scalar_type_of(config_.effective_grad_accum_dtype());
+  s3.offload_optimizer = z.offload_optimizer_enabled();
+  s3.offload_param = z.offload_param_enabled();
+  s3.pin_memory = z.offload_optimizer.pin_memory || z.offload_param.pin_memory;
+  states_ = std::make_unique<runtime::Stage3ModelStates>(std::move(layout), std::move(units),
+                                                         comm_, s3);
+}
+
+Engine::~Engine() = default;
+
+void Engine::check_and_broadcast_model() {
+  at::NoGradGuard no_grad;
+  const int n = comm_->size();
+  at::Tensor mine = at::tensor({architecture_fingerprint(*model_)}, at::kLong);
+  at::Tensor all = at::empty({n}, at::kLong);
+  comm_->all_gather(all, mine);
+  for (int r = 1; r < n; ++r) {
+    ZRT_CHECK(all[r].item<int64_t>() == all[0].item<int64_t>(), "the model on rank ", r,
+              " differs from the model on rank 0 (parameter or buffer names, shapes, dtypes or "
+              "requires_grad); every rank must build the same model");
+  }
+  if (n == 1) return;
+  for (const auto& p : model_->named_parameters()) {
+    at::Tensor t = p.value().detach();
+    if (t.is_contiguous()) {
+      comm_->broadcast(t, 0);
+    } else {
+      at::Tensor c = t.contiguous();
+      comm_->broadcast(c, 0);
+      t.copy_(c);
+    }
+  }
+  for (const auto& b : model_->named_buffers()) {
+    at::Tensor t = b.value().contiguous();
+    comm_->broadcast(t, 0);
+    if (!t.is_same(b.value())) b.value().copy_(t);
+  }
+}
+
+void Engine::build_optimizer(const EngineOptions& options) {
+  std::optional<optim::OptimizerSpec> spec = config_.optimizer;
+  if (!spec) spec = options.client_optimizer;
+  if (!spec) {
+    ZRT_CHECK_AS(ConfigError, config_.zero.stage == 0 || config_.zero.stage == 3,
+                 "zero stage ", config_.zero.stage, " requires an optimizer");
+    return;  // inference only: backward()/step() say so
+  }
+  std::vector<optim::ParamGroup> groups;
+  auto& targets = states_->targets();
+  for (size_t g = 0; g < targets.size(); ++g) {
+    optim::ParamGroup pg;
+    pg.params.push_back({targets[g].master, targets[g].grad, targets[g].lp});
+    pg.lr = options.param_groups[g].lr;
+    pg.weight_decay = options.param_groups[g].weight_decay;
+    groups.push_back(std::move(pg));
+  }
+  optimizer_ = optim::make_optimizer(*spec, std::move(groups));
+
+  std::optional<sched::SchedulerSpec> sched_spec = config_.scheduler;
+  if (!sched_spec) sched_spec = options.client_scheduler;
+  if (!sched_spec) return;
+  std::vector<double> base_lrs;
+  for (size_t g = 0; g < optimizer_->num_groups(); ++g) base_lrs.push_back(optimizer_->lr(g));
+  scheduler_ = std::make_unique<sched::LRScheduler>(*sched_spec, base_lrs, optimizer_->has_betas());
+  // DeepSpeed's schedulers write the initial lr into the optimizer at construction.
+  const std::vector<double> lrs = scheduler_->get_lr();
+  for (size_t g = 0; g < lrs.size() && g < optimizer_->num_groups(); ++g) {
+    optimizer_->set_lr(g, lrs[g]);
+  }
+  if (const auto& betas = scheduler_->get_momentum()) {
+    for (size_t g = 0; g < betas->size(); ++g) {
+      optimizer_->set_betas(g, (*betas)[g].beta1, (*betas)[g].beta2);
+    }
+  }
+}
+
+std::vector<double> Engine::get_lr() const {
+  std::vector<double> lrs;
+  if (!optimizer_) return lrs;
+  for (size_t g = 0; g < optimizer_->num_groups(); ++g) lrs.push_back(optimizer_->lr(g));
+  return lrs;
+}
+
+double Engine::loss_scale() const { return loss_scaler_->cur_scale(); }
+
+void Engine::train(bool on) { model_->train(on); }
+
+at::Tensor Engine::to_model_dtype(const at::Tensor& t) const {
+  return at::isFloatingType(t.scalar_type()) ? t.to(model_dtype_) : t;
+}
+
+runtime::ModelStateBytes Engine::model_state_bytes() const {
+  runtime::ModelStateBytes m = states_->memory();
+  if (optimizer_) {
+    const optim::OptimizerState st = optimizer_->state_dict();
+    for (const auto& [index, ps] : st.state) {
+      for (const at::Tensor* t : {&ps.exp_avg, &ps.exp_avg_sq, &ps.momentum_buffer}) {
+        if (t->defined()) m.optimizer += t->nbytes();
+      }
+    }
+  }
+  return m;
+}
+
+void Engine::begin_parameter_access() {
+  if (auto* s3 = dynamic_cast<runtime::Stage3ModelStates*>(states_.get())) {
+    s3->coordinator().gather_all();
+  }
+}
+
+void Engine::end_parameter_access(std::optional<int> modifier_rank) {
+  at::NoGradGuard no_grad;
+  auto* s3 = dynamic_cast<runtime::Stage3ModelStates*>(states_.get());
+  if (modifier_rank) {
+    ZRT_CHECK(*modifier_rank >= 0 && *modifier_rank < comm_->size(), "modifier rank ",
+              *modifier_rank, " is not a rank of a world of size ", comm_->size());
+    for (const auto& p : model_->named_parameters()) comm_->broadcast(p.value().detach(), *modifier_rank);
+    if (s3 != nullptr) {
+      // Write the (broadcast) full values back into this rank's partitions.
+      zero::Stage3Layout& layout = s3->layout();
+      for (size_t i = 0; i < layout.params().size(); ++i) {
+        const zero::Stage3Param& p = layout.params()[i];
+        if (p.group < 0) continue;
+        const ShardInfo mine = param_shard(p.numel, layout.rank(), layout.world_size());
+        at::Tensor part = layout.partition_of(static_cast<int>(i));
+        part.zero_();
+        if (mine.size > 0) {
+          part.narrow(0, 0, mine.size).copy_(p.param.detach().reshape(-1).narrow(0, mine.offset, mine.size));
+        }
+      }
+    }
+    // Masters that are separate copies follow the new low-precision values.
+    auto& targets = states_->targets();
+    for (size_t g = 0; g < targets.size(); ++g) {
+      at::Tensor source = s3 != nullptr ? s3->layout().partition_flat(static_cast<int>(g))
+                                        : dynamic_cast<runtime::FlatModelStates&>(*states_)
+                                              .partition_of(static_cast<int>(g));
+      if (!targets[g].master.is_same(source)) targets[g].master.copy_(source);
+    }
+  }
+  if (s3 != nullptr) {
+    s3->coordinator().release_all();
+    s3->coordinator().refresh_persistent();
+  }
+}
+
+}  // namespace zrt

@@ -1,0 +1,152 @@
+// The per-micro-step data path of the engine: backward with loss scaling and gradient
+// reduction, and the boundary step (overflow check, norm, clipping, optimizer, gather, LR
+// schedule, counters). DESIGN.md "One training step".
+#include <cmath>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "optim/clip.h"
+#include "optim/loss_scaler.h"
+#include "optim/optimizer.h"
+#include "runtime/engine.h"
+#include "sched/lr_scheduler.h"
+
+namespace zrt {
+
+bool Engine::is_gradient_accumulation_boundary() const {
+  if (boundary_override_) return *boundary_override_;
+  return (micro_steps_ + 1) % config_.batch.gradient_accumulation_steps == 0;
+}
+
+void Engine::set_gradient_accumulation_boundary(bool boundary) { boundary_override_ = boundary; }
+
+at::Tensor Engine::backward(const at::Tensor& loss) {
+  ZRT_CHECK(optimizer_ != nullptr,
+            config_.zero.stage == 3
+                ? "this engine is in ZeRO-3 inference mode (no optimizer): backward() and step() "
+                  "are not available; add an \"optimizer\" section to train"
+                : "backward() needs an optimizer: the config has no \"optimizer\" section and none "
+                  "was given to initialize()");
+  ZRT_CHECK(!backward_pending_,
+            "backward() was called twice without step(): call engine.step() after every "
+            "engine.backward(), once per micro-batch");
+  ZRT_CHECK(loss.defined() && loss.numel() == 1, "backward() expects a scalar loss, got shape ",
+            loss.defined() ? str(loss.sizes()) : std::string("<undefined>"));
+  ZRT_CHECK(loss.requires_grad(),
+            "the loss does not require grad (was the forward run under torch::NoGradGuard?)");
+  at::Tensor scaled = loss.to(at::kFloat);
+  last_loss_ = scaled.item<double>();
+  const int64_t gas = config_.batch.gradient_accumulation_steps;
+  if (gas > 1) scaled = scaled / static_cast<double>(gas);
+  backward_scale_ = model_dtype_ == at::kHalf ? loss_scaler_->cur_scale() : 1.0;
+  if (backward_scale_ != 1.0) scaled = scaled * backward_scale_;
+  states_->begin_backward(is_gradient_accumulation_boundary());
+  scaled.backward();
+  states_->end_backward();
+  backward_pending_ = true;
+  return loss.detach();
+}
+
+bool Engine::check_overflow() {
+  bool local = false;
+  for (const runtime::OptimTarget& t : states_->targets()) {
+    if (t.grad.numel() > 0 && !at::isfinite(t.grad).all().item<bool>()) local = true;
+  }
+  at::Tensor flag = at::full({1}, local ? 1 : 0, at::kByte);
+  comm_->all_reduce(flag, comm::ReduceOp::kMax);
+  return flag.item<uint8_t>() != 0;
+}
+
+double Engine::global_norm_of_scaled_grads() {
+  double local = 0.0;
+  for (const runtime::OptimTarget& t : states_->targets()) {
+    if (t.grad.numel() == 0) continue;
+    const double n = at::linalg_vector_norm(t.grad, 2, c10::nullopt, false, at::kFloat)
+                         .item<double>();
+    local += n * n;
+  }
+  double total = local;
+  if (!states_->grads_replicated()) {
+    at::Tensor sum = at::full({1}, local, at::kDouble);
+    comm_->all_reduce(sum, comm::ReduceOp::kSum);
+    total = sum.item<double>();
+  }
+  return optim::sanitize_grad_norm(std::sqrt(total));
+}
+
+void Engine::step() {
+  ZRT_CHECK(optimizer_ != nullptr,
+            "step() needs an optimizer (this engine was built for inference: the config has no "
+            "\"optimizer\" section)");
+  ZRT_CHECK(backward_pending_,
+            "step() was called without backward(): call engine.backward(loss) first, once per "
+            "micro-batch");
+  backward_pending_ = false;
+  const bool boundary = is_gradient_accumulation_boundary();
+  boundary_override_.reset();
+  if (!boundary) {
+    ++micro_steps_;
+    return;
+  }
+  // See Note [Loss scale of the step] below.
+  const double scale = backward_scale_;
+  if (model_dtype_ == at::kHalf) {
+    const bool overflow = check_overflow();
+    loss_scaler_->update_scale(overflow);
+    if (overflow) {
+      states_->zero_grad();
+      ++skipped_steps_;
+      finish_boundary_step(/*skipped=*/true);
+      return;
+    }
+  }
+  const double norm = global_norm_of_scaled_grads();
+  global_grad_norm_ = norm < 0 ? -1.0 : norm / scale;
+  const double combined = optim::combined_scale(norm, scale, config_.gradient_clipping);
+  states_->before_optimizer_step();
+  auto& targets = states_->targets();
+  for (size_t g = 0; g < targets.size(); ++g) optimizer_->set_grad(g, 0, targets[g].grad);
+  optimizer_->step(1.0 / combined);
+  states_->after_optimizer_step();
+  states_->zero_grad();
+  if (scheduler_) {
+    scheduler_->step();
+    const std::vector<double> lrs = scheduler_->get_lr();
+    for (size_t g = 0; g < lrs.size() && g < optimizer_->num_groups(); ++g) {
+      optimizer_->set_lr(g, lrs[g]);
+    }
+    if (const auto& betas = scheduler_->get_momentum()) {
+      for (size_t g = 0; g < betas->size(); ++g) {
+        optimizer_->set_betas(g, (*betas)[g].beta1, (*betas)[g].beta2);
+      }
+    }
+  }
+  finish_boundary_step(/*skipped=*/false);
+}
+
+// Note [Loss scale of the step]
+// The gradients were scaled by the loss scale in force during backward. update_scale() may
+// double the scale before the optimizer runs (after scale_window clean steps); DeepSpeed then
+// unscales with the new value, halving that step's gradients. ZeroRT unscales with the scale the
+// gradients actually carry.
+
+void Engine::finish_boundary_step(bool skipped) {
+  (void)skipped;
+  ++global_steps_;
+  global_samples_ += config_.batch.train_batch_size;
+  ++micro_steps_;
+  if (config_.steps_per_print && *config_.steps_per_print > 0 &&
+      global_steps_ % *config_.steps_per_print == 0) {
+    print_progress();
+  }
+}
+
+void Engine::print_progress() {
+  std::string lr = "[";
+  for (double v : get_lr()) lr += str(lr.size() > 1 ? ", " : "", v);
+  lr += "]";
+  ZRT_LOG_INFO("step=", global_steps_, ", skipped=", skipped_steps_, ", lr=", lr,
+               ", loss=", last_loss_.value_or(NAN));
+}
+
+}  // namespace zrt

@@ -1,0 +1,88 @@
+#include "runtime/flat_model_states.h"
+
+#include "core/error.h"
+#include "zero/param_gather.h"
+
+namespace zrt::runtime {
+
+FlatModelStates::FlatModelStates(std::vector<std::vector<zero::NamedParam>> groups,
+                                 std::shared_ptr<comm::Comm> comm, FlatStatesOptions options)
+    : comm_(std::move(comm)), options_(options) {
+  groups_.reserve(groups.size());
+  for (auto& g : groups) {
+    groups_.emplace_back(std::move(g), comm_->size());
+    groups_.back().bind();
+  }
+  reducer_ = std::make_unique<zero::GradReducer>(groups_, comm_, options_.reducer);
+  const bool sharded = options_.reducer.policy.shard_optimizer;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const zero::FlatGroup& group = groups_[g];
+    at::Tensor part = sharded ? group.partition_view(comm_->rank()) : group.flat();
+    device_partitions_.push_back(part);
+    OptimTarget t;
+    const bool alias = part.scalar_type() == at::kFloat && !options_.offload_optimizer;
+    master_aliases_params_.push_back(alias);
+    if (alias) {
+      t.master = part;
+    } else {
+      at::TensorOptions cpu = at::TensorOptions().dtype(at::kFloat).device(at::kCPU);
+      const bool pin = options_.offload_optimizer && options_.pin_memory && part.is_cuda();
+      t.master = at::empty({part.numel()}, cpu.pinned_memory(pin));
+      if (!options_.offload_optimizer) t.master = t.master.to(part.device());
+      t.master.copy_(part);
+      if (part.scalar_type() != at::kFloat) {
+        // Refreshed in the optimizer pass; a CPU staging copy when the device is not the CPU.
+        t.lp = part.device() == t.master.device()
+                   ? part
+                   : at::empty({part.numel()}, part.options().device(at::kCPU).pinned_memory(pin));
+      }
+    }
+    t.grad = reducer_->grad_partition(static_cast<int>(g));
+    targets_.push_back(std::move(t));
+  }
+}
+
+void FlatModelStates::before_optimizer_step() {
+  for (size_t g = 0; g < targets_.size(); ++g) {
+    const at::Tensor& reduced = reducer_->grad_partition(static_cast<int>(g));
+    if (reduced.device() != targets_[g].master.device()) {
+      targets_[g].grad = reduced.to(targets_[g].master.device());
+    } else {
+      targets_[g].grad = reduced;
+    }
+  }
+}
+
+void FlatModelStates::after_optimizer_step() {
+  at::NoGradGuard no_grad;
+  for (size_t g = 0; g < targets_.size(); ++g) {
+    OptimTarget& t = targets_[g];
+    at::Tensor& part = device_partitions_[g];
+    if (master_aliases_params_[g]) continue;
+    if (!t.lp.defined()) {
+      part.copy_(t.master);  // fp32 parameters with a separate (offloaded) master
+    } else if (!t.lp.is_same(part)) {
+      part.copy_(t.lp);  // staging copy → device
+    }
+  }
+  if (options_.reducer.policy.shard_optimizer) {
+    for (const zero::FlatGroup& group : groups_) {
+      zero::all_gather_flat(group, *comm_, options_.allgather_bucket_elements);
+    }
+  }
+}
+
+ModelStateBytes FlatModelStates::memory() const {
+  ModelStateBytes m;
+  for (const zero::FlatGroup& g : groups_) m.params += g.flat().nbytes();
+  m.grads = reducer_->grad_bytes();
+  for (size_t g = 0; g < targets_.size(); ++g) {
+    if (!master_aliases_params_[g]) m.master += targets_[g].master.nbytes();
+    if (targets_[g].lp.defined() && !targets_[g].lp.is_same(device_partitions_[g])) {
+      m.master += targets_[g].lp.nbytes();  // offload staging buffers
+    }
+  }
+  return m;
+}
+
+}  // namespace zrt::runtime

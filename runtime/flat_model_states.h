@@ -1,0 +1,56 @@
+// Model states of ZeRO stages 0–2 over flat groups (zero/flat_layout.h): the GradReducer's
+// gradient partitions, fp32 master partitions (aliasing the parameters themselves in pure fp32
+// without offload), and the post-step all-gather of stages 1/2. With offload_optimizer the
+// masters live on the CPU (pinned when CUDA is in use) and gradients are copied there first.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/comm.h"
+#include "runtime/model_states.h"
+#include "zero/flat_layout.h"
+#include "zero/grad_reducer.h"
+
+namespace zrt::runtime {
+
+struct FlatStatesOptions {
+  zero::ReducerOptions reducer;
+  int64_t allgather_bucket_elements = 500000000;
+  bool offload_optimizer = false;
+  bool pin_memory = false;
+};
+
+class FlatModelStates final : public ModelStates {
+ public:
+  // Lays out and binds `groups` (parameters become views of flat buffers), then builds the
+  // reducer and the fp32 masters. The parameters must already hold their final (broadcast)
+  // values.
+  FlatModelStates(std::vector<std::vector<zero::NamedParam>> groups,
+                  std::shared_ptr<comm::Comm> comm, FlatStatesOptions options);
+
+  void begin_backward(bool boundary) override { reducer_->begin_backward(boundary); }
+  void end_backward() override { reducer_->end_backward(); }
+  std::vector<OptimTarget>& targets() override { return targets_; }
+  void before_optimizer_step() override;
+  void after_optimizer_step() override;
+  void zero_grad() override { reducer_->zero_grad(); }
+  bool grads_replicated() const override { return !options_.reducer.policy.shard_optimizer; }
+  ModelStateBytes memory() const override;
+
+  const std::vector<zero::FlatGroup>& groups() const { return groups_; }
+  const zero::GradReducer& reducer() const { return *reducer_; }
+  // The parameters' own partition view of group g (the whole group for stage 0).
+  const at::Tensor& partition_of(int g) const { return device_partitions_.at(g); }
+
+ private:
+  std::shared_ptr<comm::Comm> comm_;
+  FlatStatesOptions options_;
+  std::vector<zero::FlatGroup> groups_;
+  std::unique_ptr<zero::GradReducer> reducer_;
+  std::vector<OptimTarget> targets_;
+  std::vector<at::Tensor> device_partitions_;  // the parameters' own partition views
+  std::vector<bool> master_aliases_params_;
+};
+
+}  // namespace zrt::runtime

@@ -1,0 +1,74 @@
+#include "runtime/stage3_model_states.h"
+
+#include "core/error.h"
+
+namespace zrt::runtime {
+
+Stage3ModelStates::Stage3ModelStates(std::unique_ptr<zero::Stage3Layout> layout,
+                                     std::vector<zero::ShardUnitBase*> units,
+                                     std::shared_ptr<comm::Comm> comm,
+                                     Stage3StatesOptions options)
+    : layout_(std::move(layout)), units_(std::move(units)), options_(options) {
+  coordinator_ = std::make_unique<zero::ParamCoordinator>(*layout_, std::move(comm),
+                                                          options_.coordinator);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    units_[u]->attach(coordinator_.get(), static_cast<int>(u));
+  }
+  for (int g = 0; g < layout_->num_groups(); ++g) {
+    const at::Tensor& lp = layout_->partition_flat(g);
+    OptimTarget t;
+    if (lp.scalar_type() == at::kFloat && !options_.offload_optimizer) {
+      t.master = lp;  // pure fp32: the partitions are the masters
+    } else {
+      const bool pin = options_.pin_memory && lp.is_cuda();
+      t.master = at::empty({lp.numel()}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pin));
+      if (!options_.offload_optimizer) t.master = t.master.to(lp.device());
+      t.master.copy_(lp);
+      if (lp.scalar_type() != at::kFloat && lp.device() == t.master.device()) t.lp = lp;
+    }
+    t.grad = coordinator_->grad_partition(g);
+    targets_.push_back(std::move(t));
+  }
+}
+
+Stage3ModelStates::~Stage3ModelStates() {
+  for (zero::ShardUnitBase* u : units_) u->detach();
+}
+
+void Stage3ModelStates::begin_backward(bool boundary) {
+  (void)boundary;  // stage 3 reduces every micro-step
+  coordinator_->begin_backward();
+}
+
+void Stage3ModelStates::before_optimizer_step() {
+  for (int g = 0; g < layout_->num_groups(); ++g) {
+    const at::Tensor& reduced = coordinator_->grad_partition(g);
+    targets_[g].grad = reduced.device() == targets_[g].master.device()
+                           ? reduced
+                           : reduced.to(targets_[g].master.device());
+  }
+}
+
+void Stage3ModelStates::after_optimizer_step() {
+  at::NoGradGuard no_grad;
+  for (int g = 0; g < layout_->num_groups(); ++g) {
+    const OptimTarget& t = targets_[g];
+    const at::Tensor& lp = layout_->partition_flat(g);
+    if (t.master.is_same(lp) || (t.lp.defined() && t.lp.is_same(lp))) continue;
+    lp.copy_(t.master);  // offloaded master (or fp32 with offload) → partition
+  }
+  coordinator_->refresh_persistent();
+}
+
+ModelStateBytes Stage3ModelStates::memory() const {
+  ModelStateBytes m;
+  for (int g = 0; g < layout_->num_groups(); ++g) {
+    m.params += layout_->partition_flat(g).nbytes();
+    if (!targets_[g].master.is_same(layout_->partition_flat(g))) m.master += targets_[g].master.nbytes();
+  }
+  m.grads = coordinator_->grad_bytes();
+  m.gathered = coordinator_->stats().gathered_bytes;
+  return m;
+}
+
+}  // namespace zrt::runtime

@@ -1,0 +1,53 @@
+// Model states of ZeRO stage 3 (zero/stage3_layout.h, zero/param_coordinator.h): every rank holds
+// only its partitions of parameters, gradients, fp32 masters and moments (16Ψ/N in mixed
+// precision); units gather their parameters around their forward and backward. The optimizer
+// steps each group's partition flat (DeepSpeed's sub-group flats) and writes the low-precision
+// partitions in the same pass; persistent parameters are gathered again after the step.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/comm.h"
+#include "runtime/model_states.h"
+#include "zero/param_coordinator.h"
+#include "zero/stage3_layout.h"
+
+namespace zrt::runtime {
+
+struct Stage3StatesOptions {
+  zero::CoordinatorOptions coordinator;
+  bool offload_optimizer = false;  // fp32 masters and moments on the CPU
+  bool offload_param = false;      // low-precision partitions on the CPU
+  bool pin_memory = false;
+};
+
+class Stage3ModelStates final : public ModelStates {
+ public:
+  // Takes ownership of a partitioned layout and attaches the coordinator to `units`.
+  Stage3ModelStates(std::unique_ptr<zero::Stage3Layout> layout,
+                    std::vector<zero::ShardUnitBase*> units, std::shared_ptr<comm::Comm> comm,
+                    Stage3StatesOptions options);
+  ~Stage3ModelStates() override;
+
+  void begin_backward(bool boundary) override;
+  void end_backward() override { coordinator_->end_backward(); }
+  std::vector<OptimTarget>& targets() override { return targets_; }
+  void before_optimizer_step() override;
+  void after_optimizer_step() override;
+  void zero_grad() override { coordinator_->zero_grad(); }
+  bool grads_replicated() const override { return false; }
+  ModelStateBytes memory() const override;
+
+  zero::Stage3Layout& layout() { return *layout_; }
+  zero::ParamCoordinator& coordinator() { return *coordinator_; }
+
+ private:
+  std::unique_ptr<zero::Stage3Layout> layout_;
+  std::unique_ptr<zero::ParamCoordinator> coordinator_;
+  std::vector<zero::ShardUnitBase*> units_;
+  Stage3StatesOptions options_;
+  std::vector<OptimTarget> targets_;
+};
+
+}  // namespace zrt::runtime

@@ -1,0 +1,395 @@
+#include "zero/param_coordinator.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/logging.h"
+
+namespace zrt::zero {
+
+// Note [Coalesced unit collectives]
+// A unit's all-gather is one collective: every rank contributes its partitions of the unit's
+// gathered parameters back to back (T = Σ pn elements) and receives W chunks of T, chunk r
+// holding rank r's partitions; each parameter's storage is then filled from the W chunks. The
+// gradient reduce-scatter mirrors it (DeepSpeed's reduce_scatter_coalesced): chunk r of the send
+// buffer holds, for every trainable parameter of the unit, the elements [r·pn, (r+1)·pn) of its
+// gradient, zero-padded, so that the reduced chunk each rank receives is exactly its
+// partitions. Gradients are divided by W before the reduction, as DeepSpeed's stage 3 does.
+
+enum : char { kReleased = 0, kInFlight = 1, kGathered = 2 };
+
+struct ParamCoordinator::InFlightGather {
+  int unit = -1;  // -1: the persistent parameters
+  std::vector<int> params;
+  std::vector<int64_t> offsets;
+  int64_t chunk = 0;
+  at::Tensor send;
+  at::Tensor out;
+  std::shared_ptr<comm::Work> work;
+};
+
+struct ParamCoordinator::PendingReduce {
+  int unit = -1;
+  at::Tensor send;
+  at::Tensor out;
+  std::vector<char> arrived;  // per trainable param of the unit
+  std::shared_ptr<comm::Work> work;
+};
+
+namespace {
+
+class GradReadyHook final : public torch::autograd::FunctionPostHook {
+ public:
+  GradReadyHook(ParamCoordinator* c, int param) : coordinator_(c), param_(param) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    coordinator_->on_grad_ready(param_);
+    return outputs;
+  }
+
+ private:
+  ParamCoordinator* coordinator_;
+  int param_;
+};
+
+int64_t bytes_of(const Stage3Param& p) {
+  return p.numel * static_cast<int64_t>(p.param.element_size());
+}
+
+}  // namespace
+
+struct ParamCoordinator::HookHandle {
+  std::shared_ptr<torch::autograd::Node> accumulator;
+  uintptr_t key = 0;
+};
+
+ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::Comm> comm,
+                                   CoordinatorOptions options)
+    : layout_(layout), comm_(std::move(comm)), options_(options) {
+  const int units = static_cast<int>(layout_.units().size());
+  gathered_.assign(units, kReleased);
+  gathered_.back() = kGathered;  // the root unit's parameters are persistent
+  open_reduces_.resize(units);
+  pending_grads_.assign(units, 0);
+  position_of_.assign(units, -1);
+  for (int g = 0; g < layout_.num_groups(); ++g) {
+    grad_flats_.push_back(at::zeros({layout_.group_partition_numel(g)},
+                                    layout_.partition_flat(g).options().dtype(options_.accum_dtype)));
+  }
+  const auto& params = layout_.params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].group < 0) continue;
+    HookHandle h;
+    h.accumulator = torch::autograd::impl::grad_accumulator(params[i].param);
+    ZRT_INTERNAL_ASSERT(h.accumulator != nullptr, "no grad accumulator for ", params[i].name);
+    h.key = h.accumulator->add_post_hook(
+        std::make_unique<GradReadyHook>(this, static_cast<int>(i)));
+    hooks_.push_back(std::move(h));
+  }
+}
+
+ParamCoordinator::~ParamCoordinator() {
+  for (HookHandle& h : hooks_) h.accumulator->del_post_hook(h.key);
+  try {
+    while (!gathers_.empty()) {
+      gathers_.front()->work->wait();
+      gathers_.pop_front();
+    }
+    while (!reduces_.empty()) {
+      reduces_.front()->work->wait();
+      reduces_.pop_front();
+    }
+  } catch (...) {
+    // The communicator reports its failure elsewhere.
+  }
+}
+
+// ---- gather / release --------------------------------------------------------------------
+
+void ParamCoordinator::start_gather(int unit, bool prefetch) {
+  auto g = std::make_unique<InFlightGather>();
+  g->unit = unit;
+  const auto& params = layout_.params();
+  const std::vector<int>& members =
+      unit >= 0 ? layout_.units()[unit].params : std::vector<int>{};
+  auto consider = [&](int i) {
+    const Stage3Param& p = params[i];
+    const bool wanted = unit >= 0 ? !p.persistent : (p.persistent && p.group >= 0);
+    if (!wanted || p.numel == 0) return;
+    g->offsets.push_back(g->chunk);
+    g->params.push_back(i);
+    g->chunk += p.pn;
+  };
+  if (unit >= 0) {
+    for (int i : members) consider(i);
+  } else {
+    for (size_t i = 0; i < params.size(); ++i) consider(static_cast<int>(i));
+  }
+  if (unit >= 0) gathered_[unit] = kInFlight;
+  if (g->chunk == 0) {
+    if (unit >= 0) gathered_[unit] = kGathered;
+    return;
+  }
+  const at::Tensor& first = params[g->params.front()].param;
+  const auto opts = layout_.partition_flat(params[g->params.front()].group).options();
+  g->send = at::empty({g->chunk}, opts);
+  for (size_t k = 0; k < g->params.size(); ++k) {
+    g->send.narrow(0, g->offsets[k], params[g->params[k]].pn)
+        .copy_(layout_.partition_of(g->params[k]));
+  }
+  (void)first;
+  g->out = at::empty({g->chunk * comm_->size()}, opts);
+  g->work = comm_->all_gather_async(g->out, g->send);
+  stats_.all_gathers += 1;
+  if (prefetch) stats_.prefetches += 1;
+  stats_.gathered_bytes += g->out.nbytes();
+  stats_.peak_gathered_bytes = std::max(stats_.peak_gathered_bytes, stats_.gathered_bytes);
+  gathers_.push_back(std::move(g));
+}
+
+void ParamCoordinator::finish_gather(InFlightGather& g) {
+  at::NoGradGuard no_grad;
+  g.work->wait();
+  const auto& params = layout_.params();
+  const int w = comm_->size();
+  for (size_t k = 0; k < g.params.size(); ++k) {
+    const Stage3Param& p = params[g.params[k]];
+    const bool was_allocated = storage_allocated(p.param) && p.param.storage().data() != nullptr;
+    allocate_storage(p.param);
+    if (!was_allocated && g.unit >= 0) stats_.gathered_bytes += bytes_of(p);
+    at::Tensor flat = p.param.detach().view({-1});
+    for (int r = 0; r < w; ++r) {
+      const int64_t n = std::min(p.pn, p.numel - r * p.pn);
+      if (n <= 0) break;
+      flat.narrow(0, r * p.pn, n).copy_(g.out.narrow(0, r * g.chunk + g.offsets[k], n));
+    }
+  }
+  stats_.peak_gathered_bytes = std::max(stats_.peak_gathered_bytes, stats_.gathered_bytes);
+  stats_.gathered_bytes -= g.out.nbytes();
+  g.out = at::Tensor();
+  g.send = at::Tensor();
+  if (g.unit >= 0) gathered_[g.unit] = kGathered;
+}
+
+void ParamCoordinator::gather(int unit) {
+  if (gathered_[unit] == kGathered) return;
+  if (gathered_[unit] == kReleased) start_gather(unit, /*prefetch=*/false);
+  // Finish in issue order up to and including this unit's gather.
+  while (gathered_[unit] != kGathered) {
+    ZRT_INTERNAL_ASSERT(!gathers_.empty(), "unit ", unit, " neither gathered nor in flight");
+    std::unique_ptr<InFlightGather> g = std::move(gathers_.front());
+    gathers_.pop_front();
+    finish_gather(*g);
+  }
+}
+
+void ParamCoordinator::release(int unit) {
+  if (unit >= layout_.num_units() || gathered_[unit] != kGathered) return;
+  const auto& params = layout_.params();
+  for (int i : layout_.units()[unit].params) {
+    const Stage3Param& p = params[i];
+    if (p.persistent || p.numel == 0) continue;
+    if (storage_allocated(p.param)) {
+      release_storage(p.param);
+      stats_.gathered_bytes -= bytes_of(p);
+    }
+  }
+  gathered_[unit] = kReleased;
+}
+
+// ---- prefetch and reuse --------------------------------------------------------------------
+
+void ParamCoordinator::record_forward(int unit) {
+  if (position_of_[unit] >= 0) return;
+  position_of_[unit] = static_cast<int>(forward_order_.size());
+  forward_order_.push_back(unit);
+}
+
+void ParamCoordinator::prefetch_after(int unit, int direction) {
+  if (!order_complete_ || options_.prefetch_bucket_size <= 0 || position_of_[unit] < 0) return;
+  int64_t in_flight = 0;
+  for (const auto& g : gathers_) {
+    if (g->unit >= 0) in_flight += layout_.units()[g->unit].gather_numel;
+  }
+  int64_t live = 0;
+  for (size_t u = 0; u + 1 < gathered_.size(); ++u) {
+    if (gathered_[u] == kGathered) live += layout_.units()[u].gather_numel;
+  }
+  for (int pos = position_of_[unit] + direction;
+       pos >= 0 && pos < static_cast<int>(forward_order_.size()); pos += direction) {
+    const int next = forward_order_[pos];
+    if (gathered_[next] != kReleased) continue;
+    const int64_t size = layout_.units()[next].gather_numel;
+    if (in_flight + size > options_.prefetch_bucket_size) break;
+    if (live + in_flight + size > options_.max_live_parameters) break;
+    start_gather(next, /*prefetch=*/true);
+    in_flight += size;
+  }
+}
+
+bool ParamCoordinator::reused_soon(int unit) const {
+  if (!order_complete_ || position_of_[unit] < 0) return false;
+  // Elements gathered before this unit is needed again: in training, the units after it in
+  // forward and again in backward; in a forward-only pass, every other unit.
+  int64_t between = 0;
+  const bool training = at::GradMode::is_enabled();
+  for (size_t pos = 0; pos < forward_order_.size(); ++pos) {
+    const int u = forward_order_[pos];
+    if (u == unit) continue;
+    const bool after = static_cast<int>(pos) > position_of_[unit];
+    if (training && after) between += 2 * layout_.units()[u].gather_numel;
+    if (!training) between += layout_.units()[u].gather_numel;
+  }
+  return between <= options_.max_reuse_distance;
+}
+
+// ---- UnitHooks ------------------------------------------------------------------------------
+
+void ParamCoordinator::pre_forward(int unit) {
+  if (at::GradMode::is_enabled() && !order_complete_) record_forward(unit);
+  gather(unit);
+  prefetch_after(unit, +1);
+}
+
+void ParamCoordinator::post_forward(int unit) {
+  if (!reused_soon(unit)) release(unit);
+}
+
+void ParamCoordinator::pre_backward(int unit) {
+  gather(unit);
+  prefetch_after(unit, -1);
+}
+
+// ---- gradients -----------------------------------------------------------------------------
+
+void ParamCoordinator::begin_backward() {
+  ZRT_CHECK(!in_backward_, "backward() was called while a previous backward is still running");
+  in_backward_ = true;
+  for (size_t u = 0; u < layout_.units().size(); ++u) {
+    pending_grads_[u] = static_cast<int>(layout_.units()[u].trainable.size());
+  }
+}
+
+void ParamCoordinator::on_grad_ready(int i) {
+  const Stage3Param& p = layout_.params()[i];
+  ZRT_CHECK(in_backward_, "the gradient of parameter '", p.name,
+            "' was produced outside engine.backward(): call engine.backward(loss) instead of "
+            "loss.backward()");
+  at::NoGradGuard no_grad;
+  const Stage3Unit& unit = layout_.units()[p.unit];
+  std::unique_ptr<PendingReduce>& r = open_reduces_[p.unit];
+  if (!r) {
+    r = std::make_unique<PendingReduce>();
+    r->unit = p.unit;
+    r->send = at::zeros({unit.reduce_partition * comm_->size()},
+                        p.param.options().dtype(options_.comm_dtype).requires_grad(false));
+    r->arrived.assign(unit.trainable.size(), 0);
+  }
+  int64_t offset = 0;
+  size_t slot = 0;
+  for (; slot < unit.trainable.size() && unit.trainable[slot] != i; ++slot) {
+    offset += layout_.params()[unit.trainable[slot]].pn;
+  }
+  const at::Tensor grad = p.param.grad().reshape({-1});
+  for (int rank = 0; rank < comm_->size(); ++rank) {
+    const int64_t n = std::min(p.pn, p.numel - rank * p.pn);
+    if (n <= 0) break;
+    r->send.narrow(0, rank * unit.reduce_partition + offset, n)
+        .copy_(grad.narrow(0, rank * p.pn, n));
+  }
+  p.param.mutable_grad() = at::Tensor();
+  if (!r->arrived[slot]) {
+    r->arrived[slot] = 1;
+    if (--pending_grads_[p.unit] == 0) {
+      launch_reduce(p.unit);
+      release(p.unit);
+    }
+  }
+}
+
+void ParamCoordinator::launch_reduce(int unit) {
+  const Stage3Unit& u = layout_.units()[unit];
+  std::unique_ptr<PendingReduce> r = std::move(open_reduces_[unit]);
+  if (!r) {  // no gradient arrived this micro-step: contribute zeros
+    r = std::make_unique<PendingReduce>();
+    r->unit = unit;
+    const auto& first = layout_.partition_flat(layout_.params()[u.trainable.front()].group);
+    r->send = at::zeros({u.reduce_partition * comm_->size()}, first.options().dtype(options_.comm_dtype));
+  }
+  if (comm_->size() > 1) r->send.div_(comm_->size());
+  r->out = at::empty({u.reduce_partition}, r->send.options());
+  r->work = comm_->reduce_scatter_async(r->out, r->send);
+  stats_.reduce_scatters += 1;
+  pending_grads_[unit] = 0;
+  reduces_.push_back(std::move(r));
+}
+
+void ParamCoordinator::finish_reduce(PendingReduce& r) {
+  at::NoGradGuard no_grad;
+  r.work->wait();
+  const auto& params = layout_.params();
+  int64_t offset = 0;
+  for (int i : layout_.units()[r.unit].trainable) {
+    const Stage3Param& p = params[i];
+    grad_flats_[p.group].narrow(0, p.group_offset, p.pn).add_(r.out.narrow(0, offset, p.pn));
+    offset += p.pn;
+  }
+}
+
+void ParamCoordinator::end_backward() {
+  ZRT_CHECK(in_backward_, "end_backward() without begin_backward()");
+  // Units whose gradients did not all arrive (unused parameters, or the root unit) reduce now,
+  // in unit order on every rank.
+  for (size_t u = 0; u < layout_.units().size(); ++u) {
+    if (pending_grads_[u] > 0) launch_reduce(static_cast<int>(u));
+  }
+  while (!reduces_.empty()) {
+    std::unique_ptr<PendingReduce> r = std::move(reduces_.front());
+    reduces_.pop_front();
+    finish_reduce(*r);
+  }
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    if (gathered_[u] == kInFlight) gather(u);
+    release(u);
+  }
+  if (!forward_order_.empty()) order_complete_ = true;
+  in_backward_ = false;
+}
+
+void ParamCoordinator::zero_grad() {
+  for (at::Tensor& g : grad_flats_) g.zero_();
+}
+
+int64_t ParamCoordinator::grad_bytes() const {
+  int64_t bytes = 0;
+  for (const at::Tensor& g : grad_flats_) bytes += g.nbytes();
+  return bytes;
+}
+
+// ---- whole-model operations ------------------------------------------------------------------
+
+void ParamCoordinator::refresh_persistent() {
+  start_gather(-1, false);
+  while (!gathers_.empty()) {
+    std::unique_ptr<InFlightGather> g = std::move(gathers_.front());
+    gathers_.pop_front();
+    finish_gather(*g);
+  }
+}
+
+void ParamCoordinator::gather_all() {
+  for (int u = 0; u < layout_.num_units(); ++u) gather(u);
+}
+
+void ParamCoordinator::release_all() {
+  for (int u = 0; u < layout_.num_units(); ++u) {
+    if (gathered_[u] == kInFlight) gather(u);
+    release(u);
+  }
+}
+
+}  // namespace zrt::zero

@@ -1,0 +1,108 @@
+// ParamCoordinator: the stage-3 data path (spec/deepspeed.md §5.3). It gathers a unit's
+// parameters just before its forward and again before its backward, releases them afterwards,
+// prefetches the next unit asynchronously, and reduce-scatters each unit's gradients as soon as
+// autograd has produced all of them, accumulating this rank's pieces into the gradient
+// partitions across micro-steps.
+//
+// Collective order: gathers follow the unit call order and reduce-scatters the order in which
+// units complete in backward; both are the same on every rank when every rank runs the same
+// model code (as DeepSpeed requires). A different order on one rank is a collective mismatch,
+// reported by the communicator (size error or timeout).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "comm/comm.h"
+#include "zero/shard_unit.h"
+#include "zero/stage3_layout.h"
+
+namespace zrt::zero {
+
+struct CoordinatorOptions {
+  int64_t prefetch_bucket_size = 50000000;  // elements prefetched ahead at most (0: off)
+  int64_t max_live_parameters = 1000000000;  // gathered elements beyond which prefetch stops
+  int64_t max_reuse_distance = 1000000000;   // keep a unit gathered if reused within this
+  at::ScalarType comm_dtype = at::kFloat;    // gradient reduce-scatter dtype
+  at::ScalarType accum_dtype = at::kFloat;   // gradient partition dtype
+};
+
+struct CoordinatorStats {
+  int64_t gathered_bytes = 0;       // non-persistent parameter bytes gathered right now
+  int64_t peak_gathered_bytes = 0;  // since the last reset_peak()
+  int64_t all_gathers = 0;          // unit gathers issued (prefetches included)
+  int64_t prefetches = 0;
+  int64_t reduce_scatters = 0;
+};
+
+class ParamCoordinator final : public UnitHooks {
+ public:
+  // `layout` must be partitioned already and outlive the coordinator.
+  ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::Comm> comm,
+                   CoordinatorOptions options);
+  ~ParamCoordinator() override;
+  ParamCoordinator(const ParamCoordinator&) = delete;
+  ParamCoordinator& operator=(const ParamCoordinator&) = delete;
+
+  // UnitHooks (called by ShardUnit::forward and by autograd).
+  void pre_forward(int unit) override;
+  void post_forward(int unit) override;
+  void pre_backward(int unit) override;
+
+  // Collective: around every micro-step's autograd pass (see GradReducer for the contract).
+  void begin_backward();
+  void end_backward();
+  // This rank's gradient partition of group g (accum dtype), accumulated across micro-steps.
+  const at::Tensor& grad_partition(int group) const { return grad_flats_.at(group); }
+  void zero_grad();
+
+  // Collective: gathers the persistent trainable parameters from the (updated) partitions —
+  // after every optimizer step.
+  void refresh_persistent();
+  // Collective: gathers every unit (for whole-model access); release_all() undoes it.
+  void gather_all();
+  void release_all();
+
+  const CoordinatorStats& stats() const { return stats_; }
+  void reset_peak() { stats_.peak_gathered_bytes = stats_.gathered_bytes; }
+  int64_t grad_bytes() const;
+  // Called by the autograd hook of a trainable parameter. Internal.
+  void on_grad_ready(int param);
+
+ private:
+  struct InFlightGather;
+  struct PendingReduce;
+  void gather(int unit);
+  void start_gather(int unit, bool prefetch);
+  void finish_gather(InFlightGather& g);
+  void release(int unit);
+  void prefetch_after(int unit, int direction);
+  bool reused_soon(int unit) const;
+  void launch_reduce(int unit);
+  void finish_reduce(PendingReduce& r);
+  void record_forward(int unit);
+
+  Stage3Layout& layout_;
+  std::shared_ptr<comm::Comm> comm_;
+  CoordinatorOptions options_;
+  std::vector<char> gathered_;  // per unit
+  std::deque<std::unique_ptr<InFlightGather>> gathers_;
+  std::deque<std::unique_ptr<PendingReduce>> reduces_;
+  std::vector<std::unique_ptr<PendingReduce>> open_reduces_;  // per unit, being filled
+  std::vector<int> pending_grads_;                            // per unit
+  std::vector<at::Tensor> grad_flats_;
+  std::vector<int> forward_order_;  // unit call order recorded in the first training forward
+  std::vector<int> position_of_;    // unit → index in forward_order_, -1 if unseen
+  bool order_complete_ = false;
+  size_t forward_cursor_ = 0;
+  bool in_backward_ = false;
+  CoordinatorStats stats_;
+  struct HookHandle;
+  std::vector<HookHandle> hooks_;
+};
+
+}  // namespace zrt::zero

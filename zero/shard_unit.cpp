@@ -1,0 +1,34 @@
+#include "zero/shard_unit.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace zrt::zero {
+namespace {
+
+// Identity in forward; in backward, asks the coordinator to gather the unit's parameters before
+// the unit's own backward nodes run (they need the parameter data saved in forward).
+struct PreBackwardGather : public torch::autograd::Function<PreBackwardGather> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& output,
+                            int64_t hooks, int64_t unit) {
+    ctx->saved_data["hooks"] = hooks;
+    ctx->saved_data["unit"] = unit;
+    // A detached alias, not an autograd view, so that later in-place ops on it are allowed.
+    return output.detach();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* hooks = reinterpret_cast<UnitHooks*>(ctx->saved_data["hooks"].toInt());
+    hooks->pre_backward(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor mark_unit_output(const at::Tensor& output, UnitHooks* hooks, int unit) {
+  if (!output.defined() || !output.requires_grad() || !at::GradMode::is_enabled()) return output;
+  return PreBackwardGather::apply(output, reinterpret_cast<int64_t>(hooks),
+                                  static_cast<int64_t>(unit));
+}
+
+}  // namespace zrt::zero

@@ -1,0 +1,98 @@
+// Sharding units for ZeRO stage 3. LibTorch modules have no forward hooks, so the user marks the
+// modules whose parameters are gathered and released together (typically transformer blocks) by
+// declaring them as zrt::ShardUnit<Block> instead of Block — one line each:
+//
+//   struct GptImpl : torch::nn::Module {
+//     std::vector<std::shared_ptr<zrt::ShardUnit<BlockImpl>>> blocks;
+//     GptImpl(...) {
+//       for (int i = 0; i < n; ++i)
+//         blocks.push_back(register_module("h" + std::to_string(i),
+//                                          std::make_shared<zrt::ShardUnit<BlockImpl>>(cfg)));
+//     }
+//   };
+//
+// ShardUnit<M> *is* an M (same parameter names, same constructor arguments); its forward asks
+// the engine's coordinator to gather the unit's parameters, runs M::forward, marks the outputs so
+// that the parameters are re-gathered before the unit's backward, and releases them. Without an
+// engine (or below stage 3) it is exactly M. Parameters outside every unit stay gathered.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace zrt {
+namespace zero {
+
+// Implemented by the stage-3 parameter coordinator (zero/param_coordinator.h).
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  // Gathers the unit's parameters (waits for a prefetch) and may prefetch the next unit.
+  virtual void pre_forward(int unit) = 0;
+  // Releases the unit's parameters unless they are reused soon or persistent.
+  virtual void post_forward(int unit) = 0;
+  // Called (from autograd) before the unit's backward: gathers its parameters again.
+  virtual void pre_backward(int unit) = 0;
+};
+
+// The non-template part of every ShardUnit, found by the engine with dynamic_cast.
+class ShardUnitBase {
+ public:
+  virtual ~ShardUnitBase() = default;
+  void attach(UnitHooks* hooks, int unit_id) {
+    hooks_ = hooks;
+    unit_id_ = unit_id;
+  }
+  void detach() { hooks_ = nullptr; }
+  int unit_id() const { return unit_id_; }
+  UnitHooks* hooks() const { return hooks_; }
+
+ protected:
+  UnitHooks* hooks_ = nullptr;
+  int unit_id_ = -1;
+};
+
+// Marks outputs so that the unit's pre_backward runs when their gradient arrives. Internal.
+at::Tensor mark_unit_output(const at::Tensor& output, UnitHooks* hooks, int unit);
+
+namespace detail {
+
+inline at::Tensor mark(const at::Tensor& t, UnitHooks* h, int unit) {
+  return mark_unit_output(t, h, unit);
+}
+inline std::vector<at::Tensor> mark(std::vector<at::Tensor> ts, UnitHooks* h, int unit) {
+  for (auto& t : ts) t = mark_unit_output(t, h, unit);
+  return ts;
+}
+template <typename... Ts>
+std::tuple<Ts...> mark(std::tuple<Ts...> t, UnitHooks* h, int unit) {
+  return std::apply([&](auto&&... xs) { return std::make_tuple(mark(xs, h, unit)...); }, t);
+}
+template <typename T>
+T mark(T value, UnitHooks*, int) {  // non-tensor outputs pass through
+  return value;
+}
+
+}  // namespace detail
+}  // namespace zero
+
+template <typename M>
+class ShardUnit : public M, public zero::ShardUnitBase {
+ public:
+  using M::M;
+
+  template <typename... Args>
+  auto forward(Args&&... args) {
+    if (hooks_ == nullptr) return M::forward(std::forward<Args>(args)...);
+    hooks_->pre_forward(unit_id_);
+    auto out = M::forward(std::forward<Args>(args)...);
+    hooks_->post_forward(unit_id_);
+    return zero::detail::mark(std::move(out), hooks_, unit_id_);
+  }
+};
+
+}  // namespace zrt

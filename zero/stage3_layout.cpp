@@ -1,0 +1,113 @@
+#include "zero/stage3_layout.h"
+
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/shard.h"
+
+namespace zrt::zero {
+
+// Note [Releasing parameter storage]
+// FSDP's technique, in C++: release_storage() swaps the StorageImpl's data for nothing and sets
+// its size to 0 bytes; allocate_storage() gives the same StorageImpl fresh memory of the full
+// size. Every tensor sharing the StorageImpl — the parameter and the views autograd saved in
+// forward (e.g. weight.t() saved by addmm) — sees the memory again once the unit is gathered for
+// backward, while between forward and backward the memory is really free. Parameters are first
+// given a private contiguous storage (set_data of a clone) so no other tensor shares it by
+// accident.
+
+void release_storage(const at::Tensor& param) {
+  c10::StorageImpl* s = param.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, param.device()));
+  s->set_nbytes(0);
+}
+
+void allocate_storage(const at::Tensor& param) {
+  c10::StorageImpl* s = param.storage().unsafeGetStorageImpl();
+  const size_t nbytes = static_cast<size_t>(param.numel()) * param.element_size();
+  if (s->nbytes() == nbytes && (nbytes == 0 || s->data() != nullptr)) return;
+  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+
+bool storage_allocated(const at::Tensor& param) {
+  return param.numel() == 0 || param.storage().nbytes() > 0;
+}
+
+Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
+                           const std::vector<NamedParam>& frozen,
+                           const std::vector<std::pair<std::string, int>>& unit_of, int num_units,
+                           int world_size, int rank, int64_t persistence_threshold,
+                           int64_t model_persistence_threshold)
+    : world_size_(world_size), rank_(rank) {
+  std::unordered_map<std::string, int> unit_by_name(unit_of.begin(), unit_of.end());
+  units_.resize(num_units + 1);
+  int64_t persisted = 0;
+  auto add = [&](const NamedParam& np, int group) {
+    Stage3Param p;
+    p.name = np.name;
+    p.param = np.param;
+    p.shape = np.param.sizes().vec();
+    p.numel = np.param.numel();
+    p.pn = param_partition_size(p.numel, world_size);
+    p.group = group;
+    auto it = unit_by_name.find(np.name);
+    p.unit = it == unit_by_name.end() || it->second < 0 ? num_units : it->second;
+    // Small parameters stay gathered while the total stays within the model threshold (as
+    // DeepSpeed marks ds_persist at engine init); frozen ones and those outside units always.
+    const bool small = p.numel <= persistence_threshold &&
+                       persisted + p.numel <= model_persistence_threshold;
+    p.persistent = group < 0 || p.unit == num_units || small;
+    if (p.persistent && group >= 0 && p.unit != num_units && small) persisted += p.numel;
+    if (p.persistent) persistent_numel_ += p.numel;
+    const int index = static_cast<int>(params_.size());
+    Stage3Unit& u = units_[p.unit];
+    u.params.push_back(index);
+    if (!p.persistent) {
+      u.gather_numel += p.numel;
+      u.gather_partition += p.pn;
+    }
+    if (group >= 0) {
+      u.trainable.push_back(index);
+      u.reduce_partition += p.pn;
+    }
+    params_.push_back(std::move(p));
+  };
+  std::vector<int64_t> group_numel(groups.size(), 0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const NamedParam& np : groups[g]) {
+      add(np, static_cast<int>(g));
+      params_.back().group_offset = group_numel[g];
+      group_numel[g] += params_.back().pn;
+    }
+  }
+  for (const NamedParam& np : frozen) add(np, -1);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const at::Tensor& first = groups[g].front().param;
+    partition_flats_.push_back(at::zeros({group_numel[g]}, first.options().requires_grad(false)));
+  }
+}
+
+at::Tensor Stage3Layout::partition_of(int i) const {
+  const Stage3Param& p = params_.at(i);
+  ZRT_INTERNAL_ASSERT(p.group >= 0, "frozen parameter ", p.name, " has no partition");
+  return partition_flats_[p.group].narrow(0, p.group_offset, p.pn);
+}
+
+void Stage3Layout::partition() {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Stage3Param& p = params_[i];
+    // A private contiguous storage for each parameter (Note [Releasing parameter storage]).
+    p.param.set_data(p.param.detach().clone(at::MemoryFormat::Contiguous));
+    if (p.group >= 0) {
+      const ShardInfo mine = param_shard(p.numel, rank_, world_size_);
+      at::Tensor part = partition_of(static_cast<int>(i));
+      part.zero_();
+      if (mine.size > 0) part.narrow(0, 0, mine.size).copy_(p.param.reshape(-1).narrow(0, mine.offset, mine.size));
+    }
+    if (!p.persistent) release_storage(p.param);
+  }
+}
+
+}  // namespace zrt::zero

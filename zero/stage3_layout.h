@@ -1,0 +1,87 @@
+// The stage-3 layout (spec/deepspeed.md §4.7, §5.3): every parameter is partitioned on its own —
+// pn = ceil(numel/W), rank r holds elements [r·pn, (r+1)·pn) zero-padded — and each optimizer
+// group keeps this rank's partitions concatenated in one flat buffer (no extra padding), which is
+// also the layout of its fp32 master, its gradient partition and DeepSpeed's fp32_flat_groups.
+// Units (zero/shard_unit.h) are the sets of parameters gathered and released together.
+//
+// Parameter storage: a released parameter keeps its shape but its storage is resized to zero
+// bytes (its data may not be touched); gathering re-allocates the same storage and fills it.
+// Views that autograd saved in forward share that storage and become valid again when the unit
+// is re-gathered for backward (see Note [Releasing parameter storage] in stage3_layout.cpp).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "zero/flat_layout.h"
+
+namespace zrt::zero {
+
+struct Stage3Param {
+  std::string name;
+  at::Tensor param;  // the model's parameter
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  int64_t pn = 0;            // partition size ceil(numel / W)
+  int group = 0;             // optimizer group
+  int64_t group_offset = 0;  // offset of its partition in the group's partition flat
+  int unit = -1;             // owning unit; the root unit (params outside units) is num_units
+  bool persistent = false;   // always gathered (small, tied, or outside every unit)
+};
+
+struct Stage3Unit {
+  std::vector<int> params;           // indices into Stage3Layout::params, gathered together
+  std::vector<int> trainable;        // indices whose gradients this unit reduce-scatters
+  int64_t gather_numel = 0;          // Σ numel of the gathered (non-persistent) params
+  int64_t gather_partition = 0;      // Σ pn of the gathered params (all_gather chunk per rank)
+  int64_t reduce_partition = 0;      // Σ pn of the trainable params (reduce_scatter chunk)
+};
+
+class Stage3Layout {
+ public:
+  // `groups`: trainable parameters per optimizer group; `frozen`: the rest (kept gathered);
+  // `unit_of`: the unit of each parameter name (-1 or absent: outside every unit);
+  // `persistence_threshold`: params with numel ≤ it stay gathered (DeepSpeed's
+  // stage3_param_persistence_threshold), within `model_persistence_threshold` elements in all.
+  Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
+               const std::vector<NamedParam>& frozen,
+               const std::vector<std::pair<std::string, int>>& unit_of, int num_units,
+               int world_size, int rank, int64_t persistence_threshold,
+               int64_t model_persistence_threshold);
+
+  // Copies this rank's partition of every trainable parameter into the group partition flats
+  // (model dtype) and releases the storage of every non-persistent parameter.
+  void partition();
+
+  const std::vector<Stage3Param>& params() const { return params_; }
+  const std::vector<Stage3Unit>& units() const { return units_; }  // last one is the root unit
+  int num_units() const { return static_cast<int>(units_.size()) - 1; }
+  int num_groups() const { return static_cast<int>(partition_flats_.size()); }
+  // This rank's partitions of group g's parameters, concatenated (model dtype).
+  const at::Tensor& partition_flat(int g) const { return partition_flats_[g]; }
+  // Σ pn over group g (the flat's numel).
+  int64_t group_partition_numel(int g) const { return partition_flats_[g].numel(); }
+  int world_size() const { return world_size_; }
+  int rank() const { return rank_; }
+  int64_t persistent_numel() const { return persistent_numel_; }
+
+  // This rank's partition of parameter i (a view of its group's flat).
+  at::Tensor partition_of(int i) const;
+
+ private:
+  std::vector<Stage3Param> params_;
+  std::vector<Stage3Unit> units_;
+  std::vector<at::Tensor> partition_flats_;
+  int world_size_ = 1;
+  int rank_ = 0;
+  int64_t persistent_numel_ = 0;
+};
+
+// Storage helpers (see the file comment).
+void release_storage(const at::Tensor& param);
+void allocate_storage(const at::Tensor& param);
+bool storage_allocated(const at::Tensor& param);
+
+}  // namespace zrt::zero
