@@ -35,10 +35,10 @@ inline std::vector<at::Tensor> clone_all(const std::vector<at::Tensor>& ts) {
   return out;
 }
 
-// torch::optim keys its state by the TensorImpl address.
+// torch::optim keys its state by the TensorImpl address printed through an ostream.
 template <typename StateT>
 const StateT& torch_state(const torch::optim::Optimizer& opt, const at::Tensor& p) {
-  const auto key = c10::guts::to_string(p.unsafeGetTensorImpl());
+  const std::string key = c10::str(p.unsafeGetTensorImpl());
   return static_cast<const StateT&>(*opt.state().at(key));
 }
 
