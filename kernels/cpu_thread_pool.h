@@ -1,0 +1,27 @@
+// The process-wide pool of worker threads used by the CPU kernels. A job runs one function on N
+// threads (the caller is thread 0); jobs from different callers are serialised. The thread count
+// comes from ZRT_NUM_THREADS, else from the CPUs this process may run on.
+#pragma once
+
+#include <functional>
+
+namespace zrt::kernels {
+
+// ZRT_NUM_THREADS if set (>= 1), else the number of CPUs in the process's affinity mask (which
+// mpirun's core binding restricts), at least 1. Throws ConfigError for a bad ZRT_NUM_THREADS.
+int cpu_kernel_threads();
+
+// Note [Kernel thread pool]:
+// LibTorch's at::parallel_for is an inline template whose OpenMP pragma only takes effect in
+// translation units compiled with -fopenmp; ZeroRT cannot add that flag (it would invalidate the
+// shared precompiled header), so in our code at::parallel_for would run serially. The kernels
+// therefore use this small pool: persistent threads, created on first use and grown on demand,
+// woken through a condition variable per job. Waking costs a few microseconds, negligible against
+// the ≥ 1 ms jobs it is used for (smaller jobs run inline on the caller).
+//
+// Runs fn(thread_index) for thread_index in [0, num_threads), the caller running index 0, and
+// returns when all have finished. The first exception thrown by any fn is rethrown here. Calls
+// from inside a job run everything inline on the calling thread.
+void run_on_threads(int num_threads, const std::function<void(int)>& fn);
+
+}  // namespace zrt::kernels

@@ -1,0 +1,164 @@
+// SGD (Note [SGD step] in sgd.h): options, the update in ATen ops, and the state round trip.
+#include "optim/sgd.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+#include "core/error.h"
+
+namespace zrt::optim {
+namespace {
+
+std::string sgd_options_problem(const SgdOptions& o) {
+  if (!(o.lr >= 0.0)) return str("invalid learning rate ", o.lr, " (must be >= 0)");
+  if (!(o.momentum >= 0.0)) return str("invalid momentum ", o.momentum, " (must be >= 0)");
+  if (!(o.weight_decay >= 0.0))
+    return str("invalid weight_decay ", o.weight_decay, " (must be >= 0)");
+  if (!std::isfinite(o.dampening)) return str("invalid dampening ", o.dampening);
+  if (o.nesterov && (o.momentum <= 0.0 || o.dampening != 0.0)) {
+    return str("nesterov momentum requires a momentum > 0 and zero dampening (momentum ",
+               o.momentum, ", dampening ", o.dampening, ")");
+  }
+  return "";
+}
+
+}  // namespace
+
+void check_sgd_options(const SgdOptions& options) {
+  const std::string problem = sgd_options_problem(options);
+  ZRT_CHECK(problem.empty(), "SGD: ", problem);
+}
+
+std::vector<std::vector<OptimParam>> Sgd::take_params(std::vector<SgdParamGroup>& groups) {
+  std::vector<std::vector<OptimParam>> out;
+  for (SgdParamGroup& g : groups) {
+    check_sgd_options(g.options);
+    out.push_back(std::move(g.params));
+  }
+  return out;
+}
+
+Sgd::Sgd(std::vector<SgdParamGroup> groups)
+    : Optimizer(take_params(groups), /*fp32_params_only=*/false) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    options_.push_back(groups[g].options);
+    momentum_.emplace_back(groups_[g].size());
+  }
+  steps_.assign(groups.size(), 0);
+}
+
+const SgdOptions& Sgd::options(size_t group) const {
+  check_group(group);
+  return options_[group];
+}
+
+void Sgd::set_options(size_t group, const SgdOptions& options) {
+  check_group(group);
+  check_sgd_options(options);
+  options_[group] = options;
+}
+
+void Sgd::set_lr(size_t group, double lr) {
+  SgdOptions o = options(group);
+  o.lr = lr;
+  set_options(group, o);
+}
+
+void Sgd::set_weight_decay(size_t group, double weight_decay) {
+  SgdOptions o = options(group);
+  o.weight_decay = weight_decay;
+  set_options(group, o);
+}
+
+int64_t Sgd::step_count(size_t group) const {
+  check_group(group);
+  return steps_[group];
+}
+
+const at::Tensor& Sgd::momentum_buffer(size_t group, size_t index) const {
+  param(group, index);  // bounds check
+  return momentum_[group][index];
+}
+
+void Sgd::step(double grad_scale) {
+  ZRT_CHECK(std::isfinite(grad_scale), "SGD::step: grad_scale ", grad_scale, " is not finite");
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (groups_[g].empty()) continue;
+    ++steps_[g];
+    const SgdOptions& o = options_[g];
+    for (size_t i = 0; i < groups_[g].size(); ++i) {
+      const OptimParam& p = groups_[g][i];
+      if (!p.grad.defined()) continue;
+      at::Tensor d = p.grad.reshape(p.param.sizes());
+      if (d.scalar_type() != p.param.scalar_type()) d = d.to(p.param.scalar_type());
+      if (grad_scale != 1.0) d = d * grad_scale;
+      if (o.weight_decay != 0.0) d = d.add(p.param, o.weight_decay);
+      if (o.momentum != 0.0) {
+        at::Tensor& buf = momentum_[g][i];
+        if (!buf.defined()) {
+          buf = d.clone(at::MemoryFormat::Contiguous);
+        } else {
+          buf.mul_(o.momentum).add_(d, 1.0 - o.dampening);
+        }
+        d = o.nesterov ? d.add(buf, o.momentum) : buf;
+      }
+      p.param.add_(d, -o.lr);
+      if (p.param_copy.defined()) p.param_copy.copy_(p.param.reshape(p.param_copy.sizes()));
+    }
+  }
+}
+
+OptimizerState Sgd::state_dict() const {
+  OptimizerState out;
+  out.optimizer = name();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    ParamGroupState group;
+    group.sgd = options_[g];
+    const int64_t first = first_index(g);
+    for (size_t i = 0; i < groups_[g].size(); ++i) {
+      const int64_t index = first + static_cast<int64_t>(i);
+      group.params.push_back(index);
+      if (momentum_[g][i].defined())
+        out.state[index] = ParamState{steps_[g], {}, {}, momentum_[g][i]};
+    }
+    out.param_groups.push_back(std::move(group));
+  }
+  return out;
+}
+
+void Sgd::load_state_dict(const OptimizerState& state) {
+  const auto matched = match_state(state);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::string problem = sgd_options_problem(state.param_groups[g].sgd);
+    ZRT_CHECK_AS(CheckpointError, problem.empty(), "param group ", g,
+                 " of the optimizer state: ", problem);
+    for (size_t i = 0; i < groups_[g].size(); ++i) {
+      const ParamState* saved = matched[g][i];
+      if (saved == nullptr || !saved->momentum_buffer.defined()) continue;
+      const at::Tensor& b = saved->momentum_buffer;
+      const at::Tensor& param = groups_[g][i].param;
+      ZRT_CHECK_AS(CheckpointError, b.is_floating_point() && b.numel() == param.numel(),
+                   "param group ", g, " param ", i, ": momentum_buffer has shape ", b.sizes(), " ",
+                   b.scalar_type(), ", the param has shape ", param.sizes());
+    }
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    options_[g] = state.param_groups[g].sgd;
+    steps_[g] = 0;
+    for (size_t i = 0; i < groups_[g].size(); ++i) {
+      const ParamState* saved = matched[g][i];
+      at::Tensor& buf = momentum_[g][i];
+      if (saved == nullptr || !saved->momentum_buffer.defined()) {
+        buf = at::Tensor();
+      } else {
+        const at::Tensor& param = groups_[g][i].param;
+        if (!buf.defined()) buf = at::empty_like(param, at::MemoryFormat::Contiguous);
+        buf.copy_(saved->momentum_buffer.reshape(param.sizes()));
+      }
+      if (saved != nullptr) steps_[g] = saved->step;
+    }
+  }
+}
+
+}  // namespace zrt::optim
