@@ -39,11 +39,11 @@ int64_t architecture_fingerprint(torch::nn::Module& model) {
   };
   for (const auto& p : model.named_parameters()) {
     mix(p.key());
-    mix(str(p.value().sizes(), p.value().scalar_type(), p.value().requires_grad()));
+    mix(zrt::str(p.value().sizes(), p.value().scalar_type(), p.value().requires_grad()));
   }
   for (const auto& b : model.named_buffers()) {
     mix(b.key());
-    mix(str(b.value().sizes(), b.value().scalar_type()));
+    mix(zrt::str(b.value().sizes(), b.value().scalar_type()));
   }
   return static_cast<int64_t>(h);
 }

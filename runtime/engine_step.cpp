@@ -31,7 +31,7 @@ at::Tensor Engine::backward(const at::Tensor& loss) {
             "backward() was called twice without step(): call engine.step() after every "
             "engine.backward(), once per micro-batch");
   ZRT_CHECK(loss.defined() && loss.numel() == 1, "backward() expects a scalar loss, got shape ",
-            loss.defined() ? str(loss.sizes()) : std::string("<undefined>"));
+            loss.defined() ? zrt::str(loss.sizes()) : std::string("<undefined>"));
   ZRT_CHECK(loss.requires_grad(),
             "the loss does not require grad (was the forward run under torch::NoGradGuard?)");
   at::Tensor scaled = loss.to(at::kFloat);

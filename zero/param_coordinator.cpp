@@ -161,7 +161,11 @@ void ParamCoordinator::finish_gather(InFlightGather& g) {
     const bool was_allocated = storage_allocated(p.param) && p.param.storage().data() != nullptr;
     allocate_storage(p.param);
     if (!was_allocated && g.unit >= 0) stats_.gathered_bytes += bytes_of(p);
-    at::Tensor flat = p.param.detach().view({-1});
+    // An alias that does not share the parameter's version counter: refilling a gathered
+    // parameter must not look like an in-place change to the views autograd saved in forward.
+    at::Tensor flat = at::from_blob(p.param.data_ptr(), {p.numel},
+                                    at::TensorOptions().dtype(p.param.scalar_type())
+                                        .device(p.param.device()));
     for (int r = 0; r < w; ++r) {
       const int64_t n = std::min(p.pn, p.numel - r * p.pn);
       if (n <= 0) break;

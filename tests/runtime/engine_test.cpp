@@ -44,6 +44,14 @@ Json config_for(const Case& c) {
       {"zero_optimization",
        {{"stage", c.stage}, {"reduce_bucket_size", 20}, {"allgather_bucket_size", 30}}},
   };
+  if (c.bf16) {
+    // Adam's first steps move every weight by ±lr whatever the gradient's size, so a gradient
+    // near zero whose sign bf16 rounding flips moves the weight the other way: Adam amplifies
+    // rounding differences. The bf16 parity runs use SGD with momentum, whose update is
+    // proportional to the gradient, so the comparison stays tight (fp32 runs cover Adam).
+    cfg["optimizer"] = {{"type", "SGD"}, {"params", {{"lr", 0.05}, {"momentum", 0.9}}}};
+    cfg["zero_allow_untested_optimizer"] = true;
+  }
   if (c.stage == 3) {
     // Gather and release every block (no small-parameter persistence), prefetch one block ahead.
     cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0;
@@ -56,31 +64,70 @@ Json config_for(const Case& c) {
   return cfg;
 }
 
-// Single-process reference: mean loss over every rank's micro-batch of the step, one AdamW
-// update (torch::optim::AdamW, the same decoupled-decay math), clip by global norm first.
+// Single-process reference: one update per step (torch::optim::AdamW — the same decoupled-decay
+// math — in fp32, torch::optim::SGD with momentum in bf16) on the mean loss over every rank's micro-batches of the step, with
+// clipping by the global norm first. For bf16 it is mixed-precision training done by hand: fp32
+// master weights copied into a bf16 model each step, forward and backward in bf16, gradients
+// averaged in fp32, the update on the fp32 masters.
 struct Reference {
   std::vector<double> losses;
-  test::TinyStack model{false};
+  test::TinyStack model{false};  // fp32 (the masters, for bf16)
 };
 
 Reference train_reference(const Case& c, int world, int steps) {
   Reference ref;
-  torch::optim::AdamW opt(ref.model->parameters(),
-                          torch::optim::AdamWOptions(0.01).betas({0.9, 0.999}).eps(1e-8)
-                              .weight_decay(0.01));
+  test::TinyStack lp{false};
+  if (c.bf16) {
+    // The engine casts the model to bf16 first; its fp32 masters start from the rounded values.
+    lp->to(at::kBFloat16);
+    torch::NoGradGuard no_grad;
+    auto m = ref.model->parameters();
+    auto l = lp->parameters();
+    for (size_t i = 0; i < m.size(); ++i) m[i].copy_(l[i]);
+  }
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  if (c.bf16) {
+    opt = std::make_unique<torch::optim::SGD>(ref.model->parameters(),
+                                              torch::optim::SGDOptions(0.05).momentum(0.9));
+  } else {
+    opt = std::make_unique<torch::optim::AdamW>(
+        ref.model->parameters(),
+        torch::optim::AdamWOptions(0.01).betas({0.9, 0.999}).eps(1e-8).weight_decay(0.01));
+  }
+  auto masters = ref.model->parameters();
+  auto lows = lp->parameters();
   for (int step = 0; step < steps; ++step) {
-    opt.zero_grad();
+    opt->zero_grad();
     double mean_loss = 0;
     for (int r = 0; r < world; ++r) {
       for (int s = 0; s < c.gas; ++s) {
         auto [x, y] = test::tiny_batch(r, step * c.gas + s);
-        auto loss = torch::mse_loss(ref.model->forward(x), y);
-        (loss / (world * c.gas)).backward();
+        auto out = c.bf16 ? lp->forward(x.to(at::kBFloat16)).to(at::kFloat) : ref.model->forward(x);
+        auto loss = torch::mse_loss(out, y);
+        if (c.bf16) {
+          for (auto& p : lows) p.mutable_grad() = at::Tensor();
+          (loss / (world * c.gas)).backward();
+          torch::NoGradGuard no_grad;
+          for (size_t i = 0; i < masters.size(); ++i) {
+            at::Tensor g = lows[i].grad().to(at::kFloat);
+            if (masters[i].grad().defined()) {
+              masters[i].mutable_grad().add_(g);
+            } else {
+              masters[i].mutable_grad() = g;
+            }
+          }
+        } else {
+          (loss / (world * c.gas)).backward();
+        }
         mean_loss += loss.item<double>() / (world * c.gas);
       }
     }
     if (c.clip) torch::nn::utils::clip_grad_norm_(ref.model->parameters(), 0.05);
-    opt.step();
+    opt->step();
+    if (c.bf16) {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < masters.size(); ++i) lows[i].copy_(masters[i]);
+    }
     ref.losses.push_back(mean_loss);
   }
   return ref;
@@ -106,8 +153,9 @@ TEST(EngineParity, StagesMatchSingleProcessTraining) {
               double mean = 0;
               for (int s = 0; s < gas; ++s) {
                 auto [x, y] = test::tiny_batch(test::world().rank(), step * gas + s);
-                auto loss = torch::mse_loss(model->forward(engine->to_model_dtype(x)),
-                                            engine->to_model_dtype(y));
+                // LibTorch has no bf16 mse_loss on CPU: the loss is computed in fp32.
+                auto loss = torch::mse_loss(
+                    model->forward(engine->to_model_dtype(x)).to(at::kFloat), y);
                 engine->backward(loss);
                 engine->step();
                 mean += loss.item<double>() / gas;
@@ -118,10 +166,14 @@ TEST(EngineParity, StagesMatchSingleProcessTraining) {
             }
             EXPECT_EQ(engine->global_steps(), steps);
             EXPECT_EQ(engine->global_samples(), int64_t{steps} * 4 * gas * world);
-            // fp32: the same math up to summation order → 1e-5 relative. bf16: forward and
-            // backward run in bf16 (8 bits of mantissa, relative rounding 2^-9 per op), so losses
-            // agree to ~1e-2 and weights, which move ~0.2 in 20 steps of lr 0.01, to 2e-2.
-            const double loss_tol = bf16 ? 2e-2 : 1e-5;
+            // fp32: the same math up to summation order → 1e-5 relative. bf16: the same
+            // mixed-precision math, but gradients are rounded to bf16 at different points
+            // (cross-rank reductions and, under ZeRO, gradient accumulation in bf16 as DeepSpeed
+            // does, 2^-9 relative each), so the fp32 masters, which move by ~0.1, agree to 1e-2
+            // absolute. The loss is evaluated with bf16 weights: a master that differs in the
+            // last bits can round to the neighbouring bf16 value (2^-8 relative), and the mean
+            // squared residual of this small model amplifies that to a few percent: 3e-2.
+            const double loss_tol = bf16 ? 3e-2 : 1e-5;
             for (int s = 0; s < steps; ++s) {
               EXPECT_NEAR(losses[s], ref.losses[s], loss_tol * std::abs(ref.losses[s]) + 1e-7)
                   << describe(c) << " loss at step " << s;
@@ -134,7 +186,7 @@ TEST(EngineParity, StagesMatchSingleProcessTraining) {
               at::Tensor a = ours[p.key()].to(at::kFloat);
               at::Tensor b = p.value();
               const double diff = (a - b).abs().max().item<double>();
-              const double tol = bf16 ? 2e-2 : 1e-5 * (1 + b.abs().max().item<double>());
+              const double tol = bf16 ? 1e-2 : 1e-5 * (1 + b.abs().max().item<double>());
               EXPECT_LE(diff, tol) << describe(c) << " parameter " << p.key();
             }
           }
@@ -157,12 +209,13 @@ TEST(EngineMemory, ModelStateBytesFollowTheFormulas) {
       Case c{stage, bf16, 1, false, false};
       Json cfg = config_for(c);
       cfg["zero_optimization"]["reduce_bucket_size"] = 1000000;
+      cfg["optimizer"] = {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}};
       InitializeOptions io;
       io.comm = world_ptr();
       auto engine = initialize(model, cfg, io);
       auto [x, y] = test::tiny_batch(test::world().rank(), 0);
-      engine->backward(torch::mse_loss(model->forward(engine->to_model_dtype(x)),
-                                       engine->to_model_dtype(y)));
+      engine->backward(
+          torch::mse_loss(model->forward(engine->to_model_dtype(x)).to(at::kFloat), y));
       engine->step();
       const auto bytes = engine->model_state_bytes();
       const double psi = 35 + 7 + 21 + 3;
@@ -204,8 +257,8 @@ TEST(EngineVolume, WireBytesPerStepAreTwoPsi) {
     auto engine = initialize(model, config_for(c), io);
     engine->reset_comm_stats();
     auto [x, y] = test::tiny_batch(test::world().rank(), 0);
-    engine->backward(torch::mse_loss(model->forward(engine->to_model_dtype(x)),
-                                     engine->to_model_dtype(y)));
+    engine->backward(
+        torch::mse_loss(model->forward(engine->to_model_dtype(x)).to(at::kFloat), y));
     engine->step();
     const int64_t padded = (66 + 2 * n - 1) / (2 * n) * (2 * n);
     const double psi_bytes = 2.0 * padded;  // bf16 gradients and parameters

@@ -87,7 +87,7 @@ TEST(Stage3Memory, AtRestSixteenPsiOverNAndWindowDuringSteps) {
   states.coordinator().reset_peak();
   for (int step = 0; step < 3; ++step) {
     auto [x, y] = test::tiny_batch(test::world().rank(), step);
-    auto loss = torch::mse_loss(model->forward(x.to(at::kBFloat16)), y.to(at::kBFloat16));
+    auto loss = torch::mse_loss(model->forward(x.to(at::kBFloat16)).to(at::kFloat), y);
     engine->backward(loss);
     engine->step();
   }
@@ -113,7 +113,7 @@ TEST(Stage3Volume, FirstStepMovesThreePsi) {
   for (const auto& p : states.layout().params()) sum_pn += param_partition_size(p.numel, n);
   engine->reset_comm_stats();
   auto [x, y] = test::tiny_batch(test::world().rank(), 0);
-  engine->backward(torch::mse_loss(model->forward(x.to(at::kBFloat16)), y.to(at::kBFloat16)));
+  engine->backward(torch::mse_loss(model->forward(x.to(at::kBFloat16)).to(at::kFloat), y));
   engine->step();
   // Forward all-gather, backward all-gather, gradient reduce-scatter, each (n−1)·Σpn bf16
   // elements, plus the 8-byte norm all-reduce.
