@@ -155,9 +155,8 @@ std::string parent_dir(const std::string& path) {
 
 // ---- Storage ----
 
-FileInfo Storage::write_file_atomic(const std::string& path,
-                                    const std::function<void(ByteSink&)>& produce,
-                                    bool sync_parent) {
+FileInfo Storage::write_temp(const std::string& path, const std::function<void(ByteSink&)>& produce,
+                             std::string* temp_path) {
   const std::string tmp = temp_name(path);
   std::unique_ptr<WritableFile> file;
   FileInfo info;
@@ -171,7 +170,6 @@ FileInfo Storage::write_file_atomic(const std::string& path,
     file->close();
     info.size = sink.bytes_written();
     info.crc32 = sink.crc();
-    rename(tmp, path);
   } catch (const std::exception& e) {
     if (file) {
       try {
@@ -184,6 +182,24 @@ FileInfo Storage::write_file_atomic(const std::string& path,
     } catch (const std::exception&) {
     }
     if (dynamic_cast<const InternalError*>(&e) != nullptr) throw;
+    throw CheckpointError(str("writing ", path, " failed: ", e.what()));
+  }
+  *temp_path = tmp;
+  return info;
+}
+
+FileInfo Storage::write_file_atomic(const std::string& path,
+                                    const std::function<void(ByteSink&)>& produce,
+                                    bool sync_parent) {
+  std::string tmp;
+  FileInfo info = write_temp(path, produce, &tmp);
+  try {
+    rename(tmp, path);
+  } catch (const std::exception& e) {
+    try {
+      remove(tmp);
+    } catch (const std::exception&) {
+    }
     throw CheckpointError(str("writing ", path, " failed: ", e.what()));
   }
   if (sync_parent) {

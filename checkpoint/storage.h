@@ -60,6 +60,11 @@ class Storage {
                              bool sync_parent = true);
   FileInfo write_file_atomic(const std::string& path, const std::string& bytes,
                              bool sync_parent = true);
+  // The first half of write_file_atomic: the bytes end up fsynced and closed in `*temp_path`
+  // (= temp_name(path)), not yet renamed; the returned info already names `path`. On failure the
+  // temp file is removed. The commit protocol renames later, after every rank succeeded.
+  FileInfo write_temp(const std::string& path, const std::function<void(ByteSink&)>& produce,
+                      std::string* temp_path);
   // The whole file as a string; CheckpointError when larger than `max_bytes`.
   std::string read_file(const std::string& path, uint64_t max_bytes);
 };
