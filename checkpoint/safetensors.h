@@ -14,10 +14,10 @@
 
 #include "checkpoint/io.h"
 #include "checkpoint/storage.h"
+#include "checkpoint/value.h"
 
 namespace zrt::ckpt {
 
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 using StringPairs = std::vector<std::pair<std::string, std::string>>;
 
 struct SafetensorsFile {

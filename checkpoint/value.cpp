@@ -482,6 +482,12 @@ const std::vector<Value>& ValueView::items() const {
   return value_->items();
 }
 
+Value ordered_dict_of(const NamedTensors& tensors) {
+  Value d = Value::ordered_dict();
+  for (const auto& [name, t] : tensors) d.set(name, t);
+  return d;
+}
+
 // ---- JSON ----
 
 Value from_json(const Json& json) {

@@ -240,6 +240,11 @@ class ValueView {
   std::string path_;
 };
 
+// An ordered list of named tensors (state dicts for safetensors and consolidation).
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+// NamedTensors as an OrderedDict Value (what torch.save of a state dict holds).
+Value ordered_dict_of(const NamedTensors& tensors);
+
 // JSON <-> Value for non-tensor state (scheduler and loss-scaler state dicts). Integers stay ints
 // and floats stay floats. from_json makes plain dicts; to_json accepts None, bool, int, float, str,
 // list, tuple, torch.Size and dicts with str keys, and throws CheckpointError naming the path of
