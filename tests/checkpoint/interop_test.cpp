@@ -1,0 +1,382 @@
+// Python interop, both directions, with Debian's python3-torch (/usr/bin/python3):
+//   * files we write load in torch.load(weights_only=True) with the expected keys, shapes, values
+//     and shared storages (float-holding files: weights_only on torch >= 2, and an allowlist-only
+//     unpickler on 1.13, whose weights_only reader lacks BINFLOAT);
+//   * our bytes equal torch.save's for the same value;
+//   * files torch.save writes (dicts, OrderedDict state dicts, views, every dtype, Parameters,
+//     protocols 2/4/5, a DeepSpeed-like file with Python objects) read back with our reader.
+// Skipped with a reason when /usr/bin/python3 cannot import torch.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "checkpoint/pt_file.h"
+#include "checkpoint/zip_reader.h"
+#include "core/error.h"
+#include "tests/checkpoint/test_util.h"
+
+namespace zrt::ckpt {
+namespace {
+
+using test::run_python;
+using test::TempDir;
+
+Value no_floats_value() {
+  Value v = Value::ordered_dict();
+  v.set("w", torch::arange(12, torch::kFloat).reshape({3, 4}));
+  v.set("b", torch::arange(6).to(torch::kBFloat16));
+  v.set("h", (torch::arange(6) - 3).to(torch::kHalf));
+  v.set("i", torch::tensor({-(int64_t{1} << 40), int64_t{0}, int64_t{1} << 40}));
+  v.set("flag", torch::tensor({true, false, true}));
+  at::Tensor flat = torch::arange(100, torch::kFloat);
+  v.set("flat", flat);
+  v.set("parts",
+        Value::list({flat.narrow(0, 0, 40), flat.narrow(0, 40, 35), flat.narrow(0, 75, 25)}));
+  v.set("shape", Value::torch_size({3, 4}));
+  v.set("n", 7);
+  v.set("big", int64_t{1} << 40);
+  v.set("neg", -5);
+  v.set("s", "hello");
+  v.set("none", Value());
+  v.set("t", Value::tuple({1, "a", true}));
+  Value d = Value::dict();
+  d.set(0, "zero");
+  d.set("k", Value::list({1, 2}));
+  v.set("d", d);
+  return v;
+}
+
+Value with_floats_value() {
+  Value v = Value::dict();
+  v.set("lr", 0.001);
+  v.set("betas", Value::tuple({0.9, 0.999}));
+  Value state = Value::dict();
+  state.set(0, Value::dict());
+  state.at(0).set("exp_avg", torch::ones({5}));
+  state.at(0).set("step", 3);
+  v.set("state", state);
+  return v;
+}
+
+constexpr const char* kCheckCppFiles = R"PY(
+import sys, types, pickle, collections, torch
+d = sys.argv[1]
+major = int(torch.__version__.split('.')[0])
+a = torch.load(d + '/no_floats.pt', weights_only=True)
+assert type(a) is collections.OrderedDict, type(a)
+assert list(a.keys()) == ['w', 'b', 'h', 'i', 'flag', 'flat', 'parts', 'shape', 'n', 'big', 'neg',
+                          's', 'none', 't', 'd'], list(a.keys())
+assert a['w'].dtype == torch.float32 and a['w'].shape == (3, 4)
+assert torch.equal(a['w'], torch.arange(12.).reshape(3, 4))
+assert a['b'].dtype == torch.bfloat16 and torch.equal(a['b'], torch.arange(6).to(torch.bfloat16))
+assert a['h'].dtype == torch.float16 and torch.equal(a['h'], (torch.arange(6) - 3).half())
+assert a['i'].dtype == torch.int64 and a['i'].tolist() == [-(2**40), 0, 2**40]
+assert a['flag'].dtype == torch.bool and a['flag'].tolist() == [True, False, True]
+flat = a['flat']
+assert torch.equal(flat, torch.arange(100.))
+parts = a['parts']
+assert type(parts) is list and [p.numel() for p in parts] == [40, 35, 25]
+for p in parts:
+    assert p.storage().data_ptr() == flat.storage().data_ptr(), 'views must share the storage'
+assert parts[1].storage_offset() == 40 and torch.equal(parts[1], torch.arange(40., 75.))
+assert type(a['shape']) is torch.Size and a['shape'] == torch.Size([3, 4])
+assert a['n'] == 7 and a['big'] == 2**40 and a['neg'] == -5 and a['s'] == 'hello'
+assert a['none'] is None
+assert a['t'] == (1, 'a', True) and type(a['t']) is tuple
+assert a['d'] == {0: 'zero', 'k': [1, 2]} and type(a['d']) is dict
+
+ALLOWED = {('collections', 'OrderedDict'), ('torch._utils', '_rebuild_tensor_v2'), ('torch', 'Size')}
+class Restricted(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) not in ALLOWED and not (module == 'torch' and name.endswith('Storage')):
+            raise pickle.UnpicklingError('%s.%s is not on the allowlist' % (module, name))
+        return super().find_class(module, name)
+restricted = types.ModuleType('restricted_pickle')
+restricted.Unpickler = Restricted
+restricted.load = pickle.load
+torch.load(d + '/no_floats.pt', pickle_module=restricted)
+if major >= 2:
+    b = torch.load(d + '/with_floats.pt', weights_only=True)
+else:
+    b = torch.load(d + '/with_floats.pt', pickle_module=restricted)
+assert type(b['lr']) is float and b['lr'] == 0.001
+assert b['betas'] == (0.9, 0.999)
+assert type(b['state'][0]['step']) is int and b['state'][0]['step'] == 3
+assert torch.equal(b['state'][0]['exp_avg'], torch.ones(5))
+print('OK')
+)PY";
+
+TEST(Interop, PythonLoadsWhatWeWrite) {
+  ZRT_REQUIRE_PYTHON_TORCH();
+  TempDir dir;
+  save_pt(no_floats_value(), dir / "no_floats.pt");
+  save_pt(with_floats_value(), dir / "with_floats.pt");
+  const auto r = run_python(kCheckCppFiles, dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("OK"), std::string::npos) << r.output;
+}
+
+constexpr const char* kReferenceSave = R"PY(
+import sys, io, collections, torch
+x = torch.arange(10, dtype=torch.float32)
+v = collections.OrderedDict()
+v['a'] = x[2:5]
+v['b'] = x
+v['c'] = torch.Size([2, 3])
+v['d'] = [1, 2.5, 'str', None, True]
+v['e'] = (1,)
+v['f'] = {1: 2}
+v['g'] = (1, 2, 3, 4)
+v['h'] = []
+v['i'] = -70000
+v['j'] = 2**40
+v['k'] = collections.OrderedDict()
+v['l'] = torch.zeros(0)
+v['m'] = torch.arange(6, dtype=torch.int16).reshape(2, 3).t()
+buf = io.BytesIO()
+torch.save(v, buf)
+open(sys.argv[1], 'wb').write(buf.getvalue())
+)PY";
+
+TEST(Interop, OurBytesEqualTorchSave) {
+  ZRT_REQUIRE_PYTHON_TORCH();
+  TempDir dir;
+  const auto r = run_python(kReferenceSave, dir / "ref.pt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  at::Tensor x = torch::arange(10, torch::kFloat);
+  Value v = Value::ordered_dict();
+  v.set("a", x.slice(0, 2, 5));
+  v.set("b", x);
+  v.set("c", Value::torch_size({2, 3}));
+  v.set("d", Value::list({1, 2.5, "str", Value(), true}));
+  v.set("e", Value::tuple({1}));
+  Value f = Value::dict();
+  f.set(1, 2);
+  v.set("f", f);
+  v.set("g", Value::tuple({1, 2, 3, 4}));
+  v.set("h", Value::list());
+  v.set("i", -70000);
+  v.set("j", int64_t{1} << 40);
+  v.set("k", Value::ordered_dict());
+  v.set("l", torch::zeros({0}));
+  v.set("m", torch::arange(6, torch::kShort).reshape({2, 3}).t());
+  const std::string ours = pt_bytes(v);
+  const std::string ref = test::read_all(dir / "ref.pt");
+  // The pickles first (the clearest diff), then the whole archive.
+  MemorySource ours_src(ours, "ours"), ref_src(ref, "ref");
+  ZipReader ours_zip(ours_src, 100), ref_zip(ref_src, 100);
+  const std::string ours_pkl =
+      ours_zip.read_string(*ours_zip.find("archive/data.pkl"), 1 << 20, true);
+  const std::string ref_pkl = ref_zip.read_string(*ref_zip.find("archive/data.pkl"), 1 << 20, true);
+  EXPECT_EQ(ours_pkl, ref_pkl);
+  EXPECT_TRUE(ours == ref) << "archives differ: " << ours.size() << " vs " << ref.size()
+                           << " bytes";
+}
+
+constexpr const char* kWriteFixtures = R"PY(
+import sys, types, argparse, enum, collections, torch
+d = sys.argv[1]
+torch.manual_seed(0)
+torch.save({'a': torch.arange(6.).reshape(2, 3), 'n': 3, 'f': 2.5, 's': 'x', 'l': [1, None, True],
+            't': (1, 2), 'neg': -2**40, 'u': 'h\u00e9'}, d + '/dict.pt')
+model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+with torch.no_grad():
+    for i, p in enumerate(model.parameters()):
+        p.copy_(torch.arange(p.numel(), dtype=torch.float32).reshape(p.shape) + i)
+torch.save(model.state_dict(), d + '/state_dict.pt')
+x = torch.arange(10.)
+torch.save({'a': x[2:5], 'b': x, 'c': x.view(2, 5).t(), 'e': x[10:]}, d + '/views.pt')
+dt = {}
+for name, t in [('bf16', torch.bfloat16), ('f16', torch.float16), ('f64', torch.float64),
+                ('i8', torch.int8), ('u8', torch.uint8), ('i16', torch.int16), ('i32', torch.int32),
+                ('i64', torch.int64)]:
+    dt[name] = (torch.arange(12) - 6).reshape(3, 4).to(t)
+dt['bool'] = torch.tensor([True, False])
+torch.save(dt, d + '/dtypes.pt')
+torch.save({'p': torch.nn.Parameter(torch.ones(3))}, d + '/param.pt')
+for proto in (4, 5):
+    torch.save(collections.OrderedDict(w=torch.ones(2, 2), name='p%d' % proto, f=0.5),
+               d + '/proto%d.pt' % proto, pickle_protocol=proto)
+torch.save({'w': torch.ones(2)}, d + '/legacy.pt', _use_new_zipfile_serialization=False)
+
+# A DeepSpeed-like model-states file: Python objects next to the state dict.
+def fake_module(name):
+    parts = name.split('.')
+    for i in range(1, len(parts) + 1):
+        n = '.'.join(parts[:i])
+        if n not in sys.modules:
+            sys.modules[n] = types.ModuleType(n)
+    return sys.modules[name]
+ls = fake_module('deepspeed.runtime.fp16.loss_scaler')
+class LossScaler:
+    def __init__(self):
+        self.cur_scale = 65536.0
+        self.cur_iter = 12
+LossScaler.__module__ = ls.__name__
+LossScaler.__qualname__ = 'LossScaler'
+ls.LossScaler = LossScaler
+zc = fake_module('deepspeed.runtime.zero.config')
+class ZeroStageEnum(enum.IntEnum):
+    disabled = 0
+    optimizer_states = 1
+    gradients = 2
+ZeroStageEnum.__module__ = zc.__name__
+ZeroStageEnum.__qualname__ = 'ZeroStageEnum'
+zc.ZeroStageEnum = ZeroStageEnum
+ds = collections.OrderedDict()
+ds['module'] = model.state_dict()
+ds['buffer_names'] = ['1.running_mean', '1.running_var', '1.num_batches_tracked']
+ds['loss_scaler'] = LossScaler()
+ds['zero_stage'] = ZeroStageEnum.gradients
+ds['optimizer'] = None
+ds['param_shapes'] = [collections.OrderedDict([('0.weight', torch.Size([2, 3])),
+                                               ('0.bias', torch.Size([2]))])]
+ds['sparse_tensor_module_names'] = set(['emb'])
+ds['args'] = argparse.Namespace(lr=0.001)
+ds['global_steps'] = 10
+ds['ds_config'] = {'train_batch_size': 8, 'fp16': {'enabled': True}}
+ds['ds_version'] = '0.19.6'
+torch.save(ds, d + '/mp_rank_00_model_states.pt')
+print('OK')
+)PY";
+
+class PythonFixtures : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!test::python_has_torch()) return;
+    dir_ = new TempDir();
+    const auto r = run_python(kWriteFixtures, dir_->path());
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override { ZRT_REQUIRE_PYTHON_TORCH(); }
+  static std::string path(const std::string& name) { return *dir_ / name; }
+  static TempDir* dir_;
+};
+TempDir* PythonFixtures::dir_ = nullptr;
+
+TEST_F(PythonFixtures, PlainDict) {
+  Value v = load_pt(path("dict.pt"));
+  ASSERT_TRUE(v.is_dict());
+  EXPECT_FALSE(v.is_ordered_dict());
+  EXPECT_TRUE(v.at("a").as_tensor().equal(torch::arange(6, torch::kFloat).reshape({2, 3})));
+  EXPECT_EQ(v.at("n").as_int(), 3);
+  EXPECT_EQ(v.at("f").as_double(), 2.5);
+  EXPECT_TRUE(v.at("f").is_double());
+  EXPECT_EQ(v.at("s").as_string(), "x");
+  EXPECT_TRUE(v.at("l").equals(Value::list({1, Value(), true})));
+  EXPECT_TRUE(v.at("t").equals(Value::tuple({1, 2})));
+  EXPECT_EQ(v.at("neg").as_int(), -(int64_t{1} << 40));
+  EXPECT_EQ(v.at("u").as_string(), "h\xc3\xa9");
+}
+
+TEST_F(PythonFixtures, StateDictWithMetadata) {
+  Value v = load_pt(path("state_dict.pt"));
+  ASSERT_TRUE(v.is_ordered_dict());
+  std::vector<std::string> keys;
+  for (const auto& [k, _] : v.as_dict()) keys.push_back(k.as_str());
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean",
+                                      "1.running_var", "1.num_batches_tracked"}));
+  EXPECT_TRUE(v.at("0.weight").as_tensor().equal(torch::arange(6, torch::kFloat).reshape({2, 3})));
+  EXPECT_TRUE(v.at("1.bias").as_tensor().equal(torch::arange(2, torch::kFloat) + 3));
+  const at::Tensor& nbt = v.at("1.num_batches_tracked").as_tensor();
+  EXPECT_EQ(nbt.dim(), 0);
+  EXPECT_EQ(nbt.scalar_type(), at::kLong);
+}
+
+TEST_F(PythonFixtures, ViewsShareStorage) {
+  Value v = load_pt(path("views.pt"));
+  const at::Tensor& a = v.at("a").as_tensor();
+  const at::Tensor& b = v.at("b").as_tensor();
+  const at::Tensor& c = v.at("c").as_tensor();
+  EXPECT_TRUE(a.equal(torch::arange(2, 5, torch::kFloat)));
+  EXPECT_TRUE(c.equal(torch::arange(10, torch::kFloat).view({2, 5}).t()));
+  EXPECT_TRUE(a.storage().is_alias_of(b.storage()));
+  EXPECT_TRUE(c.storage().is_alias_of(b.storage()));
+  EXPECT_EQ(v.at("e").as_tensor().numel(), 0);
+}
+
+TEST_F(PythonFixtures, EveryDtype) {
+  Value v = load_pt(path("dtypes.pt"));
+  const std::pair<const char*, at::ScalarType> types[] = {
+      {"bf16", at::kBFloat16}, {"f16", at::kHalf},  {"f64", at::kDouble}, {"i8", at::kChar},
+      {"u8", at::kByte},       {"i16", at::kShort}, {"i32", at::kInt},    {"i64", at::kLong}};
+  for (const auto& [name, dtype] : types) {
+    const at::Tensor& t = v.at(name).as_tensor();
+    EXPECT_EQ(t.scalar_type(), dtype) << name;
+    EXPECT_TRUE(t.equal((torch::arange(12) - 6).reshape({3, 4}).to(dtype))) << name;
+  }
+  EXPECT_TRUE(v.at("bool").as_tensor().equal(torch::tensor({true, false})));
+}
+
+TEST_F(PythonFixtures, ParameterAndNewerProtocols) {
+  EXPECT_TRUE(load_pt(path("param.pt")).at("p").as_tensor().equal(torch::ones({3})));
+  for (const char* f : {"proto4.pt", "proto5.pt"}) {
+    Value v = load_pt(path(f));
+    EXPECT_TRUE(v.is_ordered_dict()) << f;
+    EXPECT_TRUE(v.at("w").as_tensor().equal(torch::ones({2, 2}))) << f;
+    EXPECT_EQ(v.at("f").as_double(), 0.5) << f;
+  }
+}
+
+TEST_F(PythonFixtures, LegacyFormatIsAClearError) {
+  try {
+    load_pt(path("legacy.pt"));
+    FAIL() << "no error";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("legacy.pt"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(PythonFixtures, DeepSpeedFileStrictRefusesTheUnknownClassByName) {
+  try {
+    load_pt(path("mp_rank_00_model_states.pt"));
+    FAIL() << "no error";
+  } catch (const CheckpointError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("mp_rank_00_model_states.pt"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'deepspeed.runtime.fp16.loss_scaler.LossScaler'"), std::string::npos)
+        << msg;
+  }
+}
+
+TEST_F(PythonFixtures, DeepSpeedFileTolerantReadsTheTensors) {
+  ReadOptions opts;
+  opts.mode = ReadMode::kTolerant;
+  Value v = load_pt(path("mp_rank_00_model_states.pt"), opts);
+  const Value& module = v.at("module");
+  EXPECT_TRUE(
+      module.at("0.weight").as_tensor().equal(torch::arange(6, torch::kFloat).reshape({2, 3})));
+  EXPECT_EQ(module.length(), 7u);
+  const ObjectData& scaler = v.at("loss_scaler").as_object();
+  EXPECT_EQ(scaler.type, "deepspeed.runtime.fp16.loss_scaler.LossScaler");
+  EXPECT_EQ(scaler.state.at("cur_scale").as_double(), 65536.0);
+  EXPECT_EQ(scaler.state.at("cur_iter").as_int(), 12);
+  // Python < 3.11 pickles an IntEnum member as ZeroStageEnum(2), newer ones as
+  // getattr(ZeroStageEnum, 'gradients').
+  const ObjectData& stage = v.at("zero_stage").as_object();
+  if (stage.type == "builtins.getattr") {
+    EXPECT_EQ(stage.args[0].as_object().type, "deepspeed.runtime.zero.config.ZeroStageEnum");
+    EXPECT_EQ(stage.args[1].as_string(), "gradients");
+  } else {
+    EXPECT_EQ(stage.type, "deepspeed.runtime.zero.config.ZeroStageEnum");
+    EXPECT_EQ(stage.args[0].as_int(), 2);
+  }
+  EXPECT_EQ(v.at("sparse_tensor_module_names").as_object().type, "builtins.set");
+  EXPECT_EQ(v.at("args").as_object().type, "argparse.Namespace");
+  EXPECT_EQ(v.at("global_steps").as_int(), 10);
+  EXPECT_EQ(v.at("param_shapes")[0].at("0.weight").as_size(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(v.at("ds_config").at("fp16").at("enabled").as_bool(), true);
+  // Only the module: the other keys' objects are not even expanded.
+  ReadOptions only = opts;
+  only.only_keys = {"module"};
+  Value m = load_pt(path("mp_rank_00_model_states.pt"), only);
+  EXPECT_EQ(m.length(), 1u);
+  EXPECT_TRUE(m.at("module").equals(module));
+}
+
+}  // namespace
+}  // namespace zrt::ckpt

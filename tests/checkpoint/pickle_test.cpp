@@ -1,0 +1,178 @@
+// Round trips through our pickler and unpickler (in memory) for every value kind, shared
+// storages, and what the writer refuses.
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "checkpoint/pickler.h"
+#include "checkpoint/pt_file.h"
+#include "core/error.h"
+
+namespace zrt::ckpt {
+namespace {
+
+Value round_trip(const Value& v, const ReadOptions& options = {}) {
+  return read_pt_bytes(pt_bytes(v), "mem.pt", options);
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  return "<no CheckpointError>";
+}
+
+TEST(Pickle, ScalarsRoundTrip) {
+  const int64_t ints[] = {0,
+                          1,
+                          255,
+                          256,
+                          65535,
+                          65536,
+                          -1,
+                          -255,
+                          -256,
+                          INT32_MIN,
+                          INT32_MAX,
+                          int64_t{INT32_MAX} + 1,
+                          int64_t{INT32_MIN} - 1,
+                          int64_t{1} << 40,
+                          -(int64_t{1} << 40),
+                          std::numeric_limits<int64_t>::max(),
+                          std::numeric_limits<int64_t>::min(),
+                          127,
+                          128,
+                          -128,
+                          -129};
+  for (int64_t i : ints) {
+    Value back = round_trip(Value(i));
+    ASSERT_TRUE(back.is_int()) << i;
+    EXPECT_EQ(back.as_int(), i);
+  }
+  for (double d : {0.0, -0.0, 1.5, -2.25e300, 1e-310, std::numeric_limits<double>::infinity()}) {
+    Value back = round_trip(Value(d));
+    ASSERT_TRUE(back.is_double());
+    EXPECT_EQ(std::signbit(back.as_double()), std::signbit(d));
+    EXPECT_EQ(back.as_double(), d);
+  }
+  EXPECT_TRUE(std::isnan(round_trip(Value(std::nan(""))).as_double()));
+  EXPECT_TRUE(round_trip(Value()).is_none());
+  EXPECT_EQ(round_trip(Value(true)).as_bool(), true);
+  EXPECT_EQ(round_trip(Value(false)).as_bool(), false);
+  for (const char* s : {"", "a", "h\xc3\xa9llo \xe2\x82\xac", "with\nnewline"}) {
+    EXPECT_EQ(round_trip(Value(s)).as_string(), s);
+  }
+  EXPECT_EQ(round_trip(Value(std::string(100000, 'x'))).as_string().size(), 100000u);
+}
+
+TEST(Pickle, ContainersRoundTrip) {
+  Value root = Value::dict();
+  for (size_t n : {0, 1, 2, 3, 4, 999, 1000, 1001, 2500}) {
+    std::vector<Value> items;
+    for (size_t i = 0; i < n; ++i) items.emplace_back(static_cast<int64_t>(i));
+    root.set("list" + std::to_string(n), Value::list(items));
+    root.set("tuple" + std::to_string(n), Value::tuple(items));
+    Value d = n % 2 ? Value::ordered_dict() : Value::dict();
+    for (size_t i = 0; i < n; ++i) {
+      if (i % 3 == 0) {
+        d.set(static_cast<int64_t>(i), Value::list({"x"}));
+      } else {
+        d.set("k" + std::to_string(i), 0.5 * static_cast<double>(i));
+      }
+    }
+    root.set("dict" + std::to_string(n), d);
+  }
+  root.set("size0", Value::torch_size({}));
+  root.set("size", Value::torch_size({2, 0, 7}));
+  root.set("nested", Value::list({Value::tuple({Value::list({Value::dict()})}), Value()}));
+  // More than 256 distinct strings: memo indices past 255 use LONG_BINPUT / LONG_BINGET.
+  Value many = Value::list();
+  for (int i = 0; i < 600; ++i) many.push_back("s" + std::to_string(i % 300));
+  root.set("many", many);
+  Value back = round_trip(root);
+  EXPECT_TRUE(back.equals(root)) << back.repr(500);
+  EXPECT_TRUE(back.at("dict1").is_ordered_dict());
+  EXPECT_FALSE(back.at("dict2").is_ordered_dict());
+}
+
+TEST(Pickle, TensorsOfEveryDtypeRoundTrip) {
+  Value root = Value::ordered_dict();
+  for (auto dtype : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kLong, at::kInt,
+                     at::kShort, at::kChar, at::kByte, at::kBool}) {
+    at::Tensor t = (torch::arange(24) % 7).reshape({2, 3, 4}).to(dtype);
+    root.set(c10::toString(dtype), t);
+  }
+  root.set("scalar", torch::tensor(3.5));
+  root.set("empty", torch::zeros({0, 5}));
+  at::Tensor base = torch::randn({6, 5});
+  root.set("transposed", base.t());
+  root.set("strided", base.slice(1, 1, 5, 2));
+  root.set("expanded", torch::arange(3.0).expand({4, 3}));
+  Value back = round_trip(root);
+  ASSERT_TRUE(back.equals(root));
+  EXPECT_EQ(back.at("transposed").as_tensor().strides(), base.t().strides());
+  EXPECT_EQ(back.at("expanded").as_tensor().strides(), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(back.at("Half").as_tensor().scalar_type(), at::kHalf);
+}
+
+TEST(Pickle, ViewsOfOneBufferShareOneStorage) {
+  at::Tensor flat = torch::arange(100, torch::kFloat);
+  Value parts =
+      Value::list({flat.narrow(0, 0, 40), flat.narrow(0, 40, 35), flat.narrow(0, 75, 25)});
+  Value root = Value::dict();
+  root.set("parts", parts);
+  root.set("again", flat);
+  PickleResult p = pickle_value(root);
+  ASSERT_EQ(p.storages.size(), 1u);
+  EXPECT_EQ(p.storages[0].numel, 100);
+  std::string bytes = pt_bytes(root);
+  EXPECT_LT(bytes.size(), 100 * 4 + 2048u);  // the buffer is written once
+  Value back = read_pt_bytes(bytes, "mem.pt");
+  ASSERT_TRUE(back.equals(root));
+  const at::Tensor& a = back.at("parts")[1].as_tensor();
+  const at::Tensor& all = back.at("again").as_tensor();
+  EXPECT_TRUE(a.storage().is_alias_of(all.storage()));
+  EXPECT_EQ(a.storage_offset(), 40);
+  all.fill_(-1);
+  EXPECT_EQ(a[0].item<float>(), -1.0f);
+}
+
+TEST(Pickle, WriterRefusesWhatPythonCouldNotRebuild) {
+  Value root = Value::dict();
+  root.set("a", Value::dict());
+  root.at("a").set("obj", Value::object("deepspeed.LossScaler"));
+  EXPECT_NE(error_of([&] { pt_bytes(root); }).find("cannot write a.obj: it is a placeholder"),
+            std::string::npos);
+  at::Tensor f = torch::zeros({4});
+  Value twice = Value::list({f, f.view(torch::kInt)});
+  EXPECT_NE(error_of([&] {
+              pt_bytes(twice);
+            }).find("views the storage of an earlier Float tensor as Int"),
+            std::string::npos);
+  Value sparse = Value::list({torch::eye(3).to_sparse()});
+  EXPECT_NE(error_of([&] { pt_bytes(sparse); }).find("only dense"), std::string::npos);
+  Value complex = Value::list({torch::zeros({2}, torch::kComplexFloat)});
+  EXPECT_NE(error_of([&] { pt_bytes(complex); }).find("not supported"), std::string::npos);
+}
+
+TEST(Pickle, OnlyKeysSkipsOtherStorages) {
+  Value root = Value::ordered_dict();
+  root.set("module", Value::dict());
+  root.at("module").set("w", torch::ones({3}));
+  root.set("optimizer", torch::zeros({1000}));
+  root.set("step", 4);
+  ReadOptions opts;
+  opts.only_keys = {"module", "step"};
+  Value back = round_trip(root, opts);
+  EXPECT_EQ(back.length(), 2u);
+  EXPECT_TRUE(back.at("module").at("w").as_tensor().equal(torch::ones({3})));
+  EXPECT_EQ(back.at("step").as_int(), 4);
+  EXPECT_FALSE(back.contains("optimizer"));
+}
+
+}  // namespace
+}  // namespace zrt::ckpt
