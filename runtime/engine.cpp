@@ -68,6 +68,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig 
   ZRT_CHECK(model_ != nullptr, "initialize: the model is null");
   ZRT_CHECK(comm != nullptr, "initialize: the communicator is null");
   comm_ = std::make_shared<comm::CountingComm>(std::move(comm));
+  storage_ = std::make_shared<ckpt::PosixStorage>();
   set_log_rank(comm_->rank());
   ZRT_CHECK_AS(ConfigError, config_.batch.world_size == comm_->size(),
                "the config was resolved for world size ", config_.batch.world_size,
@@ -81,6 +82,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig 
   std::vector<zero::NamedParam> named;
   for (const auto& p : model_->named_parameters()) named.push_back({p.key(), p.value()});
   zero::CollectedParams collected = zero::collect_params(named);
+  aliases_ = collected.aliases;
   ZRT_CHECK(!collected.trainable.empty(), "the model has no trainable parameters");
   std::vector<zero::GroupRule> rules;
   for (const ParamGroupRule& r : options.param_groups) rules.push_back({r.match});

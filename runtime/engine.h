@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "checkpoint/storage.h"
+#include "checkpoint/value.h"
 #include "comm/counting_comm.h"
 #include "config/resolved.h"
 #include "runtime/model_states.h"
@@ -47,6 +49,18 @@ struct ParamGroupRule {
   std::optional<double> lr;
 };
 ParamGroupRule no_weight_decay_for(std::vector<std::string> name_substrings);
+
+struct LoadCheckpointOptions {
+  bool load_optimizer_states = true;
+  bool load_lr_scheduler_states = true;
+  bool load_module_only = false;  // weights only; counters and optimizer state are not restored
+  bool load_module_strict = true;  // every parameter and buffer must be present
+};
+
+struct LoadedCheckpoint {
+  std::string path;           // the tag directory
+  ckpt::Value client_state;  // the other top-level keys of the model-states file (spec §4.5)
+};
 
 struct EngineOptions {
   std::vector<ParamGroupRule> param_groups;
@@ -117,6 +131,31 @@ class Engine {
   // Model-state bytes this rank holds, counted from the tensors.
   runtime::ModelStateBytes model_state_bytes() const;
 
+  // ---- checkpoints (DeepSpeed layout, checkpoint/FORMAT.md) ----
+  // Collective: every rank must call it with the same arguments. Writes save_dir/<tag>/ (default
+  // tag "global_step{N}") with the atomic commit protocol and, with save_latest, points
+  // save_dir/latest at it. `client_state` (a dict) is merged into the model-states file. Returns
+  // the tag directory. Throws CheckpointError on every rank if any rank failed; then `latest`
+  // still names the previous complete checkpoint.
+  std::string save_checkpoint(const std::string& save_dir,
+                              const std::optional<std::string>& tag = std::nullopt,
+                              const ckpt::Value& client_state = ckpt::Value::dict(),
+                              bool save_latest = true);
+  // Collective. Loads save_dir/<tag> (default: the tag `latest` names; nullopt with a warning
+  // when there is no `latest`, like DeepSpeed). Refuses incomplete or damaged tags. Loads at
+  // another world size or ZeRO stage too (every rank then reads every optimizer file).
+  std::optional<LoadedCheckpoint> load_checkpoint(
+      const std::string& load_dir, const std::optional<std::string>& tag = std::nullopt,
+      const LoadCheckpointOptions& options = {});
+  // Collective. Whole low-precision weights (and buffers) written by rank 0 to dir/name — a
+  // torch.save state dict, or safetensors when the name ends in ".safetensors". Under ZeRO-3
+  // only with stage3_gather_16bit_weights_on_model_save (else logs and returns false).
+  bool save_16bit_model(const std::string& dir, const std::string& name = "pytorch_model.bin");
+  // Replaces the file-system seam (tests inject failures through it).
+  void set_checkpoint_storage(std::shared_ptr<ckpt::Storage> storage) {
+    storage_ = std::move(storage);
+  }
+
   // Used by GatheredParameters (runtime/gathered_parameters.h); collective.
   void begin_parameter_access();
   void end_parameter_access(std::optional<int> modifier_rank);
@@ -136,6 +175,18 @@ class Engine {
   double global_norm_of_scaled_grads();
   void finish_boundary_step(bool skipped);
   void print_progress();
+  // Checkpoint helpers (runtime/engine_checkpoint.cpp).
+  ckpt::Value model_states_value(bool with_module);
+  ckpt::Value optim_states_value();
+  ckpt::Value module_state_dict();
+  std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> param_shapes() const;
+  void load_module_weights(const std::string& dir, const std::string& tag,
+                           const ckpt::Value& model_states, int saved_stage, bool strict);
+  void load_partitioned_state(const std::string& dir, const std::string& tag, int saved_stage,
+                              int saved_world, const ckpt::Value& model_states);
+  void refresh_masters_from_params();
+  at::Tensor my_partition(int group, const std::function<at::Tensor(const std::string&)>& full,
+                          at::ScalarType dtype) const;
 
   std::shared_ptr<torch::nn::Module> model_;
   config::ResolvedConfig config_;
@@ -155,6 +206,8 @@ class Engine {
   double backward_scale_ = 1.0;    // the loss scale the pending gradients carry
   std::optional<double> global_grad_norm_;
   std::optional<double> last_loss_;
+  std::shared_ptr<ckpt::Storage> storage_;
+  std::vector<std::pair<std::string, std::string>> aliases_;  // tied parameters (alias, owner)
 };
 
 }  // namespace zrt

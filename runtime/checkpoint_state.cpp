@@ -1,0 +1,255 @@
+#include "runtime/checkpoint_state.h"
+
+#include <numeric>
+
+#include "core/error.h"
+#include "core/shard.h"
+
+namespace zrt::runtime {
+
+using ckpt::Value;
+using ckpt::ValueView;
+
+// ---- optimizer state dict ------------------------------------------------------------------
+
+Value optimizer_state_to_value(const optim::OptimizerState& s) {
+  const bool sgd = s.optimizer == "SGD";
+  Value state = Value::dict();
+  for (const auto& [index, ps] : s.state) {
+    Value entry = Value::dict();
+    entry.set("step", ps.step);
+    if (sgd) {
+      entry.set("momentum_buffer", ps.momentum_buffer.defined() ? Value(ps.momentum_buffer) : Value());
+    } else {
+      entry.set("exp_avg", ps.exp_avg);
+      entry.set("exp_avg_sq", ps.exp_avg_sq);
+    }
+    state.set(index, std::move(entry));
+  }
+  Value groups = Value::list();
+  for (const optim::ParamGroupState& g : s.param_groups) {
+    Value group = Value::dict();
+    if (sgd) {
+      group.set("lr", g.sgd.lr);
+      group.set("momentum", g.sgd.momentum);
+      group.set("dampening", g.sgd.dampening);
+      group.set("weight_decay", g.sgd.weight_decay);
+      group.set("nesterov", g.sgd.nesterov);
+    } else {
+      group.set("lr", g.adam.lr);
+      group.set("betas", Value::tuple({g.adam.beta1, g.adam.beta2}));
+      group.set("eps", g.adam.eps);
+      group.set("weight_decay", g.adam.weight_decay);
+      group.set("bias_correction", g.adam.bias_correction);
+      group.set("adam_w_mode", g.adam.adam_w_mode);
+      group.set("amsgrad", false);
+    }
+    Value params = Value::list();
+    for (int64_t p : g.params) params.push_back(p);
+    group.set("params", std::move(params));
+    groups.push_back(std::move(group));
+  }
+  Value out = Value::dict();
+  out.set("state", std::move(state));
+  out.set("param_groups", std::move(groups));
+  out.set("zrt_optimizer", s.optimizer);
+  return out;
+}
+
+optim::OptimizerState optimizer_state_from_value(const ValueView& v) {
+  optim::OptimizerState s;
+  s.optimizer = v.contains("zrt_optimizer") ? v["zrt_optimizer"].as_string() : "FusedAdam";
+  const bool sgd = s.optimizer == "SGD";
+  const ValueView state = v["state"];
+  for (const auto& [key, value] : state.as_dict()) {
+    const ValueView e(value, "", state.where() + "[" + key.repr() + "]");
+    optim::ParamState ps;
+    ps.step = e.contains("step") ? (e["step"].kind() == ckpt::ValueKind::kTensor
+                                        ? static_cast<int64_t>(e["step"].as_tensor().item<double>())
+                                        : static_cast<int64_t>(e["step"].as_double()))
+                                 : 0;
+    if (sgd) {
+      if (e.contains("momentum_buffer") && e["momentum_buffer"].kind() == ckpt::ValueKind::kTensor) {
+        ps.momentum_buffer = e["momentum_buffer"].as_tensor();
+      }
+    } else {
+      ps.exp_avg = e["exp_avg"].as_tensor();
+      ps.exp_avg_sq = e["exp_avg_sq"].as_tensor();
+    }
+    s.state[key.as_int()] = std::move(ps);
+  }
+  const ValueView groups = v["param_groups"];
+  for (size_t i = 0; i < groups.length(); ++i) {
+    const ValueView g = groups.at(i);
+    optim::ParamGroupState pg;
+    for (const Value& p : g["params"].items()) pg.params.push_back(p.as_int());
+    if (sgd) {
+      pg.sgd.lr = g["lr"].as_double();
+      pg.sgd.momentum = g["momentum"].as_double();
+      pg.sgd.dampening = g["dampening"].as_double();
+      pg.sgd.weight_decay = g["weight_decay"].as_double();
+      pg.sgd.nesterov = g["nesterov"].as_bool();
+    } else {
+      pg.adam.lr = g["lr"].as_double();
+      const ValueView betas = g["betas"];
+      pg.adam.beta1 = betas.at(0).as_double();
+      pg.adam.beta2 = betas.at(1).as_double();
+      pg.adam.eps = g["eps"].as_double();
+      pg.adam.weight_decay = g["weight_decay"].as_double();
+      pg.adam.bias_correction = g.contains("bias_correction") ? g["bias_correction"].as_bool() : true;
+      pg.adam.adam_w_mode = g.contains("adam_w_mode") ? g["adam_w_mode"].as_bool() : true;
+    }
+    s.param_groups.push_back(std::move(pg));
+  }
+  return s;
+}
+
+// ---- whole-parameter reassembly --------------------------------------------------------------
+
+ParamShapes read_param_shapes(const ValueView& model_states) {
+  ParamShapes shapes;
+  const ValueView groups = model_states["param_shapes"];
+  for (size_t g = 0; g < groups.length(); ++g) {
+    std::vector<std::pair<std::string, std::vector<int64_t>>> group;
+    const ValueView dict = groups.at(g);
+    for (const auto& [key, value] : dict.as_dict()) {
+      group.emplace_back(key.as_str(), ValueView(value, "", dict.where()).as_shape());
+    }
+    shapes.push_back(std::move(group));
+  }
+  return shapes;
+}
+
+namespace {
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
+}
+
+// Splits a group's concatenated flat values (at least Σ numel elements) into parameters.
+void split_flat(const at::Tensor& flat, const std::vector<std::pair<std::string, std::vector<int64_t>>>& group,
+                const std::string& context,
+                const std::function<at::Tensor&(const std::string&)>& slot) {
+  int64_t offset = 0;
+  for (const auto& [name, shape] : group) {
+    const int64_t n = numel_of(shape);
+    ZRT_CHECK_AS(CheckpointError, offset + n <= flat.numel(), context, ": parameter ", name,
+                 " needs elements [", offset, ", ", offset + n, ") but the group holds ",
+                 flat.numel());
+    slot(name) = flat.narrow(0, offset, n).view(shape).clone();
+    offset += n;
+  }
+}
+
+// Stage 3: parameter k of a group owns pn = ceil(numel/W) elements of every rank's flat.
+void split_stage3(const std::vector<at::Tensor>& flats, int world,
+                  const std::vector<std::pair<std::string, std::vector<int64_t>>>& group,
+                  const std::string& context,
+                  const std::function<at::Tensor&(const std::string&)>& slot) {
+  int64_t offset = 0;
+  for (const auto& [name, shape] : group) {
+    const int64_t n = numel_of(shape);
+    const int64_t pn = param_partition_size(n, world);
+    std::vector<at::Tensor> pieces;
+    for (int r = 0; r < world; ++r) {
+      ZRT_CHECK_AS(CheckpointError, offset + pn <= flats[r].numel(), context, ": rank ", r,
+                   "'s flat group is too small for parameter ", name);
+      pieces.push_back(flats[r].narrow(0, offset, pn));
+    }
+    slot(name) = at::cat(pieces).narrow(0, 0, n).view(shape).clone();
+    offset += pn;
+  }
+}
+
+}  // namespace
+
+FullState reassemble_full_state(int zero_stage, int world_size, const ParamShapes& shapes,
+                                const std::vector<Value>& optim_files, const Value& stage0_optimizer,
+                                const std::string& context) {
+  FullState full;
+  for (const auto& group : shapes) {
+    std::vector<std::string> names;
+    for (const auto& [name, shape] : group) {
+      names.push_back(name);
+      full.params[name];
+    }
+    full.group_names.push_back(std::move(names));
+  }
+  // The base optimizer states (one per rank, or one for stage 0) and the fp32 flats per group.
+  std::vector<optim::OptimizerState> bases;
+  std::vector<std::vector<at::Tensor>> fp32;  // [rank][group]
+  if (zero_stage == 0) {
+    const ValueView opt(stage0_optimizer, context, "optimizer");
+    bases.push_back(optimizer_state_from_value(opt["optimizer_state_dict"]));
+    std::vector<at::Tensor> flats;
+    for (const Value& t : opt["fp32_groups_flat"].items()) flats.push_back(t.as_tensor());
+    fp32.push_back(std::move(flats));
+    full.loss_scaler = opt.contains("loss_scaler") ? opt["loss_scaler"].value() : Value();
+  } else {
+    ZRT_CHECK_AS(CheckpointError, static_cast<int>(optim_files.size()) == world_size, context,
+                 ": expected ", world_size, " optimizer-state files, got ", optim_files.size());
+    for (int r = 0; r < world_size; ++r) {
+      const ValueView root = ValueView(optim_files[r], context)["optimizer_state_dict"];
+      bases.push_back(optimizer_state_from_value(
+          zero_stage == 3 ? root["optimizer_state_dict"] : root["base_optimizer_state"]));
+      std::vector<at::Tensor> flats;
+      for (const Value& t : root[zero_stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups"].items()) {
+        flats.push_back(t.as_tensor());
+      }
+      fp32.push_back(std::move(flats));
+      if (r == 0) full.loss_scaler = root.contains("loss_scaler") ? root["loss_scaler"].value() : Value();
+    }
+  }
+  const optim::OptimizerState& base0 = bases.front();
+  full.optimizer = base0.optimizer;
+  ZRT_CHECK_AS(CheckpointError, base0.param_groups.size() == shapes.size(), context, ": ",
+               base0.param_groups.size(), " optimizer groups but ", shapes.size(),
+               " param_shapes groups");
+  for (size_t g = 0; g < shapes.size(); ++g) {
+    full.group_hyper.push_back(base0.param_groups[g]);
+    auto it = base0.state.find(static_cast<int64_t>(g));
+    full.group_steps.push_back(it == base0.state.end() ? 0 : it->second.step);
+    const auto& group = shapes[g];
+    // Gathers, for one kind of tensor, every rank's piece of group g and splits it.
+    auto assemble = [&](const std::function<at::Tensor(int rank)>& piece,
+                        const std::function<at::Tensor&(const std::string&)>& slot) {
+      if (zero_stage == 3) {
+        std::vector<at::Tensor> flats;
+        for (int r = 0; r < world_size; ++r) flats.push_back(piece(r).reshape({-1}));
+        split_stage3(flats, world_size, group, context, slot);
+      } else {
+        std::vector<at::Tensor> flats;
+        for (int r = 0; r < static_cast<int>(fp32.size()); ++r) flats.push_back(piece(r).reshape({-1}));
+        split_flat(at::cat(flats), group, context, slot);
+      }
+    };
+    assemble([&](int r) { return fp32[r].at(g).to(at::kFloat); },
+             [&](const std::string& n) -> at::Tensor& { return full.params[n].fp32; });
+    const bool has_moments = it != base0.state.end();
+    if (!has_moments) continue;
+    auto moment = [&](int r, const char* which) {
+      const optim::ParamState& ps = bases[r].state.at(static_cast<int64_t>(g));
+      const at::Tensor& t = std::string(which) == "exp_avg"      ? ps.exp_avg
+                            : std::string(which) == "exp_avg_sq" ? ps.exp_avg_sq
+                                                                 : ps.momentum_buffer;
+      ZRT_CHECK_AS(CheckpointError, t.defined(), context, ": rank ", r, " group ", g,
+                   " has no ", which);
+      // Stages 1/2 keep padding in the moments but not in the fp32 partitions: drop the padding
+      // (at the end of the partition) so the pieces concatenate like the fp32 ones.
+      const int64_t valid = zero_stage == 3 ? t.numel() : fp32[r].at(g).numel();
+      return t.to(at::kFloat).reshape({-1}).narrow(0, 0, valid);
+    };
+    if (full.optimizer == "SGD") {
+      assemble([&](int r) { return moment(r, "momentum_buffer"); },
+               [&](const std::string& n) -> at::Tensor& { return full.params[n].momentum; });
+    } else {
+      assemble([&](int r) { return moment(r, "exp_avg"); },
+               [&](const std::string& n) -> at::Tensor& { return full.params[n].exp_avg; });
+      assemble([&](int r) { return moment(r, "exp_avg_sq"); },
+               [&](const std::string& n) -> at::Tensor& { return full.params[n].exp_avg_sq; });
+    }
+  }
+  return full;
+}
+
+}  // namespace zrt::runtime
