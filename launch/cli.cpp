@@ -2,6 +2,10 @@
 // here so that the message names the flag (cxxopts' own message does not).
 #include "launch/cli.h"
 
+#include <exception>
+#include <string>
+#include <vector>
+
 #include <cxxopts.hpp>
 
 #include "core/error.h"

@@ -8,6 +8,7 @@
 // without cleanup".
 #include "launch/process.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>

@@ -3,6 +3,8 @@
 // fake mpirun script), signal forwarding, and real Open MPI jobs (skipped without mpirun).
 // Every real job passes --timeout so nothing can hang.
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
