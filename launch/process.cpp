@@ -1,0 +1,164 @@
+// Process handling for zrt-launch (see process.h). POSIX only.
+//
+// Note [Forwarding signals]
+// mpirun stays in the launcher's process group, so it keeps the terminal (it forwards stdin to
+// rank 0) and a Ctrl-C at the terminal reaches it directly. The launcher therefore forwards only
+// signals sent to it alone (si_code != SI_KERNEL: `kill PID`, a batch system, a test); forwarding
+// a terminal's SIGINT as well would hand mpirun a second SIGINT, which it treats as "abort now
+// without cleanup".
+#include "launch/process.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace zrt::launch {
+namespace {
+
+std::atomic<pid_t> g_child{0};
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+void forward_signal(int sig, siginfo_t* info, void*) {
+  const pid_t child = g_child.load();
+  if (child > 0 && (info == nullptr || info->si_code != SI_KERNEL)) kill(child, sig);
+}
+
+// Installs forward_signal for kForwardedSignals with the signals blocked; start(pid) unblocks
+// them once the handler knows the child; the destructor restores the previous handlers.
+class SignalForwarding {
+ public:
+  SignalForwarding() {
+    struct sigaction action {};
+    action.sa_sigaction = forward_signal;
+    action.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    sigset_t blocked;
+    sigemptyset(&blocked);
+    for (int sig : kForwardedSignals) sigaddset(&blocked, sig);
+    sigprocmask(SIG_BLOCK, &blocked, &old_mask_);
+    for (int i = 0; i < kCount; ++i) sigaction(kForwardedSignals[i], &action, &previous_[i]);
+  }
+  ~SignalForwarding() {
+    g_child.store(0);
+    restore_in_child();
+  }
+  SignalForwarding(const SignalForwarding&) = delete;
+  SignalForwarding& operator=(const SignalForwarding&) = delete;
+
+  void start(pid_t child) {
+    if (child > 0) g_child.store(child);
+    sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+  }
+  void restore_in_child() {
+    for (int i = 0; i < kCount; ++i) sigaction(kForwardedSignals[i], &previous_[i], nullptr);
+    sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+  }
+
+ private:
+  static constexpr int kCount = 3;
+  struct sigaction previous_[kCount];
+  sigset_t old_mask_;
+};
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+// "NAME=VALUE" strings: the current environment with `env` applied on top.
+std::vector<std::string> child_environment(const EnvVars& env) {
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::size_t eq = entry.find('=');
+    if (eq != std::string::npos) merged[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  for (const auto& [name, value] : env) merged[name] = value;
+  std::vector<std::string> out;
+  for (const auto& [name, value] : merged) out.push_back(name + "=" + value);
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::string> find_executable(const std::string& name, const std::string& path) {
+  if (name.find('/') != std::string::npos) {
+    return is_executable_file(name) ? std::optional<std::string>(name) : std::nullopt;
+  }
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    const std::size_t end = std::min(path.find(':', start), path.size());
+    const std::string dir = end > start ? path.substr(start, end - start) : ".";
+    const std::string candidate = dir + "/" + name;
+    if (is_executable_file(candidate)) return candidate;
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+int exit_code_from_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return static_cast<int>(ExitCode::kInternal);
+}
+
+int run_and_wait(const std::vector<std::string>& argv, const EnvVars& env) {
+  ZRT_INTERNAL_ASSERT(!argv.empty(), "empty argv");
+  const std::vector<std::string> env_strings = child_environment(env);
+  std::vector<char*> child_argv, child_envp;
+  for (const std::string& a : argv) child_argv.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& e : env_strings) child_envp.push_back(const_cast<char*>(e.c_str()));
+  child_argv.push_back(nullptr);
+  child_envp.push_back(nullptr);
+
+  int exec_error[2];  // the child writes errno here when execve fails; a good exec closes it
+  ZRT_CHECK(pipe2(exec_error, O_CLOEXEC) == 0, "pipe failed: ", std::strerror(errno));
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = -1;
+  int fork_errno = 0;
+  {
+    SignalForwarding forwarding;  // blocks the signals until the child's pid is known
+    pid = fork();
+    if (pid == 0) {
+      forwarding.restore_in_child();
+      execve(child_argv[0], child_argv.data(), child_envp.data());
+      const int err = errno;
+      (void)!write(exec_error[1], &err, sizeof(err));
+      _exit(127);
+    }
+    fork_errno = errno;
+    forwarding.start(pid);
+    close(exec_error[1]);
+    int exec_errno = 0;
+    ssize_t n = 0;
+    if (pid > 0) {
+      while ((n = read(exec_error[0], &exec_errno, sizeof(exec_errno))) < 0 && errno == EINTR) {
+      }
+    }
+    close(exec_error[0]);
+    int status = 0;
+    if (pid > 0) {
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    ZRT_CHECK(pid > 0, "cannot start '", argv[0], "': fork failed: ", std::strerror(fork_errno));
+    ZRT_CHECK(n != static_cast<ssize_t>(sizeof(exec_errno)), "cannot start '", argv[0],
+              "': ", std::strerror(exec_errno));
+    return exit_code_from_status(status);
+  }
+}
+
+}  // namespace zrt::launch

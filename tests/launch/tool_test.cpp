@@ -1,0 +1,276 @@
+// End-to-end runs of the zrt-launch binary: exit codes (0, the job's code, 1 for bad flags, 2 for
+// bad input, 128+N for a signal), --dry-run text, the environment mpirun receives (checked with a
+// fake mpirun script), signal forwarding, and real Open MPI jobs (skipped without mpirun).
+// Every real job passes --timeout so nothing can hang.
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "launch/host_facts.h"
+#include "launch/process.h"
+#include "launch_test_util.h"
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace zrt::launch {
+namespace {
+
+using test_util::ScratchDir;
+using Args = std::vector<std::string>;
+using EnvChanges = std::map<std::string, std::optional<std::string>>;  // nullopt: unset
+
+struct ToolRun {
+  int exit_code = -1;
+  double seconds = 0;
+  std::string out;
+  std::string err;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Starts zrt-launch with `args` in `cwd` (HOME too, so no user env file is read) with the
+// current environment changed by `env`; stdout/stderr go to files in `cwd`.
+pid_t start_tool(const Args& args, const std::string& cwd, EnvChanges env) {
+  env.emplace("HOME", cwd);
+  for (const char* name : {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+                           "OMP_NUM_THREADS", "ZRT_ENV_FILE", "DS_ENV_FILE"}) {
+    env.emplace(name, std::nullopt);
+  }
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (const auto& [name, value] : env) {
+      value ? setenv(name.c_str(), value->c_str(), 1) : unsetenv(name.c_str());
+    }
+    if (chdir(cwd.c_str()) != 0) _exit(121);
+    if (!freopen((cwd + "/tool.out").c_str(), "w", stdout)) _exit(122);
+    if (!freopen((cwd + "/tool.err").c_str(), "w", stderr)) _exit(123);
+    std::vector<char*> argv = {const_cast<char*>(ZRT_LAUNCH_TOOL)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(ZRT_LAUNCH_TOOL, argv.data());
+    _exit(124);
+  }
+  return pid;
+}
+
+ToolRun finish_tool(pid_t pid, const std::string& cwd,
+                    std::chrono::steady_clock::time_point start) {
+  ToolRun r;
+  int status = 0;
+  if (waitpid(pid, &status, 0) == pid) r.exit_code = exit_code_from_status(status);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.out = read_text(cwd + "/tool.out");
+  r.err = read_text(cwd + "/tool.err");
+  return r;
+}
+
+struct ToolTest : ::testing::Test {
+  ScratchDir dir{"zrt_launch_tool_test"};
+
+  ToolRun run(const Args& args, const EnvChanges& env = {}) {
+    const auto start = std::chrono::steady_clock::now();
+    return finish_tool(start_tool(args, dir.path(), env), dir.path(), start);
+  }
+
+  // An executable shell script in the scratch directory.
+  std::string script(const std::string& name, const std::string& body) {
+    const std::string path = dir.write(name, "#!/bin/sh\n" + body);
+    chmod(path.c_str(), 0755);
+    return path;
+  }
+
+  // Real mpirun jobs need mpirun and no site hostfile that would send them elsewhere.
+  static std::optional<std::string> real_job_skip_reason() {
+    const char* path = std::getenv("PATH");
+    if (!find_executable("mpirun", path ? path : "")) return "no mpirun on PATH (openmpi-bin)";
+    std::error_code ec;
+    if (std::filesystem::exists("/job/hostfile", ec)) return "/job/hostfile exists on this machine";
+    return std::nullopt;
+  }
+};
+
+#define SKIP_WITHOUT_MPIRUN() \
+  if (const auto reason = real_job_skip_reason()) GTEST_SKIP() << *reason
+
+TEST_F(ToolTest, HelpExitsZero) {
+  const ToolRun r = run({"--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("--num_gpus"), std::string::npos) << r.out;
+}
+
+TEST_F(ToolTest, BadFlagsExitOne) {
+  for (const Args& args :
+       {Args{"--np", "x", "--", "true"}, Args{"--bogus", "--", "true"}, Args{"--np", "2"},
+        Args{"--np", "2", "true"}, Args{"-i", "a", "-e", "b", "--", "true"}}) {
+    const ToolRun r = run(args);
+    EXPECT_EQ(r.exit_code, 1) << args[0] << ": " << r.err;
+    EXPECT_NE(r.err.find("zrt-launch: error:"), std::string::npos) << r.err;
+  }
+  EXPECT_NE(run({"--np", "x", "--", "true"}).err.find("--np 'x'"), std::string::npos);
+}
+
+TEST_F(ToolTest, BadHostfileOrSpecExitsTwo) {
+  const std::string bad = dir.write("bad_hosts", "worker-0 slots=2\nworker-0 slots=2\n");
+  ToolRun r = run({"--hostfile", bad, "--dry-run", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(bad + ":2: host 'worker-0' is listed twice"), std::string::npos) << r.err;
+  r = run({"--hostfile", dir.path() + "/missing", "--dry-run", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  const std::string good = dir.write("hosts", "worker-0 slots=2\n");
+  r = run({"--hostfile", good, "--include", "worker-1", "--dry-run", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("unknown host 'worker-1'"), std::string::npos) << r.err;
+  dir.write(".zrt_env", "no equals sign\n");
+  r = run({"--np", "1", "--dry-run", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(".zrt_env:1"), std::string::npos) << r.err;
+}
+
+TEST_F(ToolTest, DryRunPrintsTheCommandAndEnvironment) {
+  const std::string hosts = dir.write("hosts", "worker-0 slots=4\nworker-1 slots=4\n");
+  const ToolRun r =
+      run({"-H", hosts, "--num_gpus", "2", "--timeout", "60", "--master_addr", "worker-0",
+           "--mpirun", "/opt/mpi/bin/mpirun", "--dry-run", "--", "./train", "--tag", "a b"},
+          {{"ZRT_PROBE", "1"}, {"PATH", "/nonexistent"}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("# 4 rank(s) on 2 nodes: worker-0:0,1 worker-1:0,1\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("export MASTER_ADDR=worker-0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("export OMP_NUM_THREADS="), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("OMPI_ALLOW_RUN_AS_ROOT") != std::string::npos, geteuid() == 0) << r.out;
+  EXPECT_NE(r.out.find("/opt/mpi/bin/mpirun --bind-to none --timeout 60 "), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(" -x ZRT_PROBE "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" -np 4 --host worker-0:2,worker-1:2 ./train --tag 'a b'\n"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST_F(ToolTest, MissingMpirunNamesThePackage) {
+  ToolRun r = run({"--np", "1", "--", "true"}, {{"PATH", "/nonexistent"}});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("apt-get install openmpi-bin"), std::string::npos) << r.err;
+  r = run({"--np", "1", "--mpirun", dir.path() + "/nope", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--mpirun"), std::string::npos) << r.err;
+}
+
+// A fake mpirun records what it was given; its exit code becomes the launcher's.
+TEST_F(ToolTest, RunsMpirunWithThePlannedArgumentsAndEnvironment) {
+  const std::string fake =
+      script("fake_mpirun", "printf '%s\\n' \"$@\" > args.txt\nenv > env.txt\nexit 9\n");
+  dir.write(".deepspeed_env", "FROM_ENV_FILE=yes\n");
+  const ToolRun r = run({"--np", "2", "--timeout", "60", "--mpirun", fake, "--", "/bin/echo", "hi"},
+                        {{"NCCL_DEBUG", "INFO"}});
+  EXPECT_EQ(r.exit_code, 9) << r.err;
+  const std::string args = read_text(dir.path() + "/args.txt");
+  EXPECT_NE(args.find("--bind-to\nnone\n--timeout\n60\n"), std::string::npos) << args;
+  EXPECT_NE(args.find("-x\nFROM_ENV_FILE\n"), std::string::npos) << args;
+  EXPECT_NE(args.find("-x\nNCCL_DEBUG\n"), std::string::npos) << args;
+  EXPECT_NE(args.find("-np\n2\n/bin/echo\nhi\n"), std::string::npos) << args;
+  const std::string env = read_text(dir.path() + "/env.txt");
+  EXPECT_NE(env.find("FROM_ENV_FILE=yes\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("NCCL_DEBUG=INFO\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("OMP_NUM_THREADS="), std::string::npos) << env;
+  EXPECT_EQ(env.find("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n") != std::string::npos, geteuid() == 0)
+      << env;
+  EXPECT_NE(r.err.find("zrt-launch: read env file"), std::string::npos) << r.err;
+}
+
+TEST_F(ToolTest, MpirunKilledBySignalGives128PlusSignal) {
+  const std::string fake = script("fake_mpirun", "kill -KILL $$\n");
+  EXPECT_EQ(run({"--np", "1", "--mpirun", fake, "--", "true"}).exit_code, 128 + SIGKILL);
+}
+
+// SIGTERM sent to the launcher reaches mpirun, whose exit code the launcher then returns.
+TEST_F(ToolTest, ForwardsSigtermToMpirun) {
+  const std::string fake = script("fake_mpirun",
+                                  "trap 'echo forwarded > got_term; exit 42' TERM\n"
+                                  "echo up > ready\n"
+                                  "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n"
+                                  "exit 5\n");
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = start_tool({"--np", "1", "--mpirun", fake, "--", "true"}, dir.path(), {});
+  const std::string ready = dir.path() + "/ready";
+  for (int i = 0; i < 200 && !std::filesystem::exists(ready); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(std::filesystem::exists(ready));
+  kill(pid, SIGTERM);
+  const ToolRun r = finish_tool(pid, dir.path(), start);
+  EXPECT_EQ(r.exit_code, 42) << r.err;
+  EXPECT_EQ(read_text(dir.path() + "/got_term"), "forwarded\n");
+  EXPECT_LT(r.seconds, 20);
+}
+
+TEST_F(ToolTest, RealJobSucceeds) {
+  SKIP_WITHOUT_MPIRUN();
+  const ToolRun r = run({"--np", "2", "--timeout", "60", "--", "/bin/sh", "-c", "exit 0"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// Open MPI aborts the job when a rank fails and returns that rank's code (measured: 3).
+TEST_F(ToolTest, RealJobWithAFailingRankFails) {
+  SKIP_WITHOUT_MPIRUN();
+  const ToolRun r = run({"--np", "2", "--timeout", "60", "--", "/bin/sh", "-c",
+                         "[ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && exit 3; sleep 5; exit 0"});
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+}
+
+TEST_F(ToolTest, RealJobWithMoreRanksThanCoresIsOversubscribed) {
+  SKIP_WITHOUT_MPIRUN();
+  const int np = HostFacts::current().cores + 1;
+  const ToolRun r =
+      run({"--np", std::to_string(np), "--timeout", "60", "--", "/bin/sh", "-c", "exit 0"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("adding --oversubscribe"), std::string::npos) << r.err;
+}
+
+// Forwarded and added variables reach every rank.
+TEST_F(ToolTest, RealJobSeesTheEnvironment) {
+  SKIP_WITHOUT_MPIRUN();
+  dir.write(".zrt_env", "FROM_ZRT_ENV=ok\n");
+  const ToolRun r =
+      run({"--np", "2", "--timeout", "60", "--", "/bin/sh", "-c",
+           "echo \"rank=$OMPI_COMM_WORLD_RANK $ZRT_PROBE $FROM_ZRT_ENV omp=$OMP_NUM_THREADS\""},
+          {{"ZRT_PROBE", "probe"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rank=0 probe ok omp="), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank=1 probe ok omp="), std::string::npos) << r.out;
+}
+
+TEST_F(ToolTest, RealJobTimeoutEndsAHungJob) {
+  SKIP_WITHOUT_MPIRUN();
+  const ToolRun r = run({"--np", "1", "--timeout", "2", "--", "/bin/sleep", "60"});
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_LT(r.seconds, 30) << r.err;
+}
+
+TEST_F(ToolTest, RealJobFromAHostfile) {
+  SKIP_WITHOUT_MPIRUN();
+  const std::string hosts = dir.write("hosts", "# this machine\nlocalhost slots=2\n");
+  const ToolRun r = run(
+      {"-H", hosts, "--timeout", "60", "--", "/bin/sh", "-c", "echo size=$OMPI_COMM_WORLD_SIZE"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("size=2"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace zrt::launch
