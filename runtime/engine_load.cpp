@@ -144,10 +144,12 @@ void Engine::load_module_weights(const std::string& dir, const std::string& tag,
       at::Tensor value = fetch(p.name, p.param);
       if (!value.defined()) continue;
       if (p.group >= 0) {
-        layout.partition_of(static_cast<int>(i))
-            .copy_(my_partition(p.group, [&](const std::string&) { return value; },
-                                p.param.scalar_type())
-                       .narrow(0, p.group_offset, p.pn));
+        const ShardInfo mine = param_shard(p.numel, layout.rank(), layout.world_size());
+        at::Tensor part = layout.partition_of(static_cast<int>(i));
+        part.zero_();
+        if (mine.size > 0) {
+          part.narrow(0, 0, mine.size).copy_(value.reshape({-1}).narrow(0, mine.offset, mine.size));
+        }
       }
       if (zero::storage_allocated(p.param)) p.param.detach().copy_(value.view(p.shape));
     }
