@@ -11,6 +11,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "runtime/flat_model_states.h"
+#include "runtime/monitor.h"
 #include "runtime/stage3_model_states.h"
 #include "zero/shard_unit.h"
 #include "sched/lr_scheduler.h"

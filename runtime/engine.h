@@ -40,6 +40,8 @@ class LRScheduler;
 
 namespace zrt {
 
+class CsvMonitor;
+
 // Optimizer parameter groups: parameters whose name a rule matches (first match wins) form a
 // group with that rule's overrides; the others form the default group. HF's usual choice is
 // `no_weight_decay_for({"bias", "LayerNorm.weight"})`.
@@ -106,6 +108,14 @@ class Engine {
   std::optional<double> global_grad_norm() const { return global_grad_norm_; }
   // The last loss passed to backward().
   std::optional<double> last_loss() const { return last_loss_; }
+
+  // Wall-clock of the forward of the current micro-batch, measured by the program (the engine
+  // does not see the forward); reported with wall_clock_breakdown.
+  void record_forward_ms(double ms) { timers_.fwd += ms; }
+  // Samples per second over the last optimizer step (0 before the first).
+  double samples_per_second() const { return samples_per_second_; }
+  // Milliseconds of the last optimizer step, from its first backward to its step().
+  double step_ms() const { return step_ms_; }
 
   void train(bool on = true);
   void eval() { train(false); }
@@ -207,6 +217,15 @@ class Engine {
   std::optional<double> global_grad_norm_;
   std::optional<double> last_loss_;
   std::shared_ptr<ckpt::Storage> storage_;
+  struct Timers {
+    double fwd = 0, bwd_inner = 0, bwd_allreduce = 0, step = 0;
+  } timers_;
+  double step_start_ = -1;  // seconds, at the first backward of the current optimizer step
+  double step_ms_ = 0;
+  double samples_per_second_ = 0;
+  double loss_sum_ = 0;  // micro-step losses of the current optimizer step
+  int loss_count_ = 0;
+  std::unique_ptr<CsvMonitor> monitor_;
   std::vector<std::pair<std::string, std::string>> aliases_;  // tied parameters (alias, owner)
 };
 

@@ -1,6 +1,7 @@
 // The per-micro-step data path of the engine: backward with loss scaling and gradient
 // reduction, and the boundary step (overflow check, norm, clipping, optimizer, gather, LR
 // schedule, counters). DESIGN.md "One training step".
+#include <chrono>
 #include <cmath>
 
 #include "core/error.h"
@@ -9,9 +10,15 @@
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "runtime/engine.h"
+#include "runtime/monitor.h"
 #include "sched/lr_scheduler.h"
 
 namespace zrt {
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
 
 bool Engine::is_gradient_accumulation_boundary() const {
   if (boundary_override_) return *boundary_override_;
@@ -36,13 +43,20 @@ at::Tensor Engine::backward(const at::Tensor& loss) {
             "the loss does not require grad (was the forward run under torch::NoGradGuard?)");
   at::Tensor scaled = loss.to(at::kFloat);
   last_loss_ = scaled.item<double>();
+  loss_sum_ += *last_loss_;
+  ++loss_count_;
+  const double t0 = now_s();
+  if (step_start_ < 0) step_start_ = t0;
   const int64_t gas = config_.batch.gradient_accumulation_steps;
   if (gas > 1) scaled = scaled / static_cast<double>(gas);
   backward_scale_ = model_dtype_ == at::kHalf ? loss_scaler_->cur_scale() : 1.0;
   if (backward_scale_ != 1.0) scaled = scaled * backward_scale_;
   states_->begin_backward(is_gradient_accumulation_boundary());
   scaled.backward();
+  const double t1 = now_s();
   states_->end_backward();
+  timers_.bwd_inner += (t1 - t0) * 1e3;
+  timers_.bwd_allreduce += (now_s() - t1) * 1e3;
   backward_pending_ = true;
   return loss.detach();
 }
@@ -88,6 +102,7 @@ void Engine::step() {
     ++micro_steps_;
     return;
   }
+  const double step_t0 = now_s();
   // See Note [Loss scale of the step] below.
   const double scale = backward_scale_;
   if (model_dtype_ == at::kHalf) {
@@ -121,6 +136,7 @@ void Engine::step() {
       }
     }
   }
+  timers_.step += (now_s() - step_t0) * 1e3;
   finish_boundary_step(/*skipped=*/false);
 }
 
@@ -135,6 +151,42 @@ void Engine::finish_boundary_step(bool skipped) {
   ++global_steps_;
   global_samples_ += config_.batch.train_batch_size;
   ++micro_steps_;
+  const double now = now_s();
+  step_ms_ = step_start_ >= 0 ? (now - step_start_) * 1e3 : 0;
+  samples_per_second_ = step_ms_ > 0 ? config_.batch.train_batch_size / (step_ms_ / 1e3) : 0;
+  step_start_ = -1;
+  const double step_loss = loss_count_ > 0 ? loss_sum_ / loss_count_ : NAN;
+  loss_sum_ = 0;
+  loss_count_ = 0;
+  if (comm_->rank() == 0 && config_.csv_monitor.enabled) {
+    if (!monitor_) {
+      monitor_ = std::make_unique<CsvMonitor>(config_.csv_monitor.output_path,
+                                              config_.csv_monitor.job_name);
+    }
+    std::vector<MonitorEvent> events = {{"Train/Samples/train_loss", step_loss, global_samples_},
+                                        {"Train/Samples/lr", get_lr().empty() ? 0 : get_lr()[0],
+                                         global_samples_}};
+    if (model_dtype_ == at::kHalf) {
+      events.push_back({"Train/Samples/loss_scale", loss_scaler_->cur_scale(), global_samples_});
+    }
+    if (config_.wall_clock_breakdown) {
+      events.push_back({"Train/Samples/elapsed_time_ms_forward", timers_.fwd, global_samples_});
+      events.push_back({"Train/Samples/elapsed_time_ms_backward",
+                        timers_.bwd_inner + timers_.bwd_allreduce, global_samples_});
+      events.push_back({"Train/Samples/elapsed_time_ms_backward_inner", timers_.bwd_inner,
+                        global_samples_});
+      events.push_back({"Train/Samples/elapsed_time_ms_backward_allreduce",
+                        timers_.bwd_allreduce, global_samples_});
+      events.push_back({"Train/Samples/elapsed_time_ms_step", timers_.step, global_samples_});
+    }
+    monitor_->write_events(events);
+  }
+  if (config_.wall_clock_breakdown) {
+    ZRT_LOG_INFO("time (ms) | fwd: ", timers_.fwd, " | bwd: ", timers_.bwd_inner + timers_.bwd_allreduce,
+                 " | bwd_inner: ", timers_.bwd_inner, " | bwd_allreduce: ", timers_.bwd_allreduce,
+                 " | step: ", timers_.step);
+  }
+  timers_ = Timers{};
   if (config_.steps_per_print && *config_.steps_per_print > 0 &&
       global_steps_ % *config_.steps_per_print == 0) {
     print_progress();
@@ -145,8 +197,17 @@ void Engine::print_progress() {
   std::string lr = "[";
   for (double v : get_lr()) lr += str(lr.size() > 1 ? ", " : "", v);
   lr += "]";
-  ZRT_LOG_INFO("step=", global_steps_, ", skipped=", skipped_steps_, ", lr=", lr,
-               ", loss=", last_loss_.value_or(NAN));
+  std::string mom;
+  if (scheduler_ && scheduler_->get_momentum()) {
+    mom = ", mom=[";
+    for (const auto& b : *scheduler_->get_momentum()) {
+      mom += str(mom.size() > 6 ? ", " : "", "(", b.beta1, ", ", b.beta2, ")");
+    }
+    mom += "]";
+  }
+  ZRT_LOG_INFO("step=", global_steps_, ", skipped=", skipped_steps_, ", lr=", lr, mom,
+               ", loss=", last_loss_.value_or(NAN), ", samples/s=", samples_per_second_,
+               ", step_ms=", step_ms_);
 }
 
 }  // namespace zrt

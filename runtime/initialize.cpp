@@ -41,6 +41,7 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model,
   tco.world_size = comm->size();
   tco.model = options.model_dims;
   tco.num_training_steps = options.num_training_steps;
+  tco.inference = options.inference;
   config::TrainerConfig tc = config::prepare_trainer_config(args, tco);
   EngineOptions eo;
   eo.param_groups = options.param_groups;

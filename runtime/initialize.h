@@ -36,6 +36,8 @@ struct TrainerInitializeOptions {
   config::ModelDims model_dims;               // for the hidden-size "auto" keys
   std::optional<int64_t> num_training_steps;  // default: args.max_steps when > 0
   std::vector<ParamGroupRule> param_groups;   // default: HF's no decay for biases and norms
+  // HF's deepspeed_init(inference=True): ZeRO-3 only, the optimizer and scheduler are dropped.
+  bool inference = false;
 };
 
 // Collective. The HF-Trainer path: args.deepspeed's config filled from `args` (auto values,

@@ -1,0 +1,109 @@
+// Trainer: an HF-Trainer-like loop over TrainingArguments + a DeepSpeed config (spec/deepspeed.md
+// §3): epochs or max_steps, per-rank sharding with DistributedSampler semantics, gradient
+// accumulation, logging / evaluation / saving every N steps with save_total_limit, resume with
+// HF's rules, seeding, and prediction (ZeRO-3 inference when the config is ZeRO-3).
+//
+// On disk it follows HF: output_dir/checkpoint-{step}/ holds the engine checkpoint
+// (global_step{step}/, latest) and trainer_state.json; output_dir/training_curves.svg plots the
+// loss and learning rate at the end.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/comm.h"
+#include "config/hf_trainer.h"
+#include "config/training_args.h"
+#include "runtime/engine.h"
+
+namespace zrt {
+
+// A map-style dataset: example i as (input, target). Micro-batches stack examples along a new
+// first dimension.
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual std::pair<at::Tensor, at::Tensor> get(int64_t index) const = 0;
+};
+
+// The training loss of a micro-batch: typically loss(model->forward(input), target), in fp32.
+using LossFn = std::function<at::Tensor(torch::nn::Module& model, const at::Tensor& input,
+                                        const at::Tensor& target)>;
+
+struct TrainerOptions {
+  std::shared_ptr<comm::Comm> comm;  // default: comm::init_from_env()
+  config::ModelDims model_dims;      // for hidden-size "auto" keys
+  std::vector<ParamGroupRule> param_groups;
+  bool progress_bar = true;  // a live bar on rank 0 when stdout is a terminal
+};
+
+struct LogEntry {
+  int64_t step = 0;
+  double epoch = 0;
+  std::optional<double> loss;
+  std::optional<double> learning_rate;
+  std::optional<double> eval_loss;
+  std::optional<double> grad_norm;
+};
+
+struct TrainOutput {
+  int64_t global_step = 0;
+  double training_loss = 0;  // mean over every optimizer step of this run
+  double train_runtime_s = 0;
+  double samples_per_second = 0;
+  std::vector<LogEntry> log_history;
+};
+
+class Trainer {
+ public:
+  // Collective (builds the engine lazily on train()/evaluate()/predict()).
+  Trainer(std::shared_ptr<torch::nn::Module> model, config::TrainingArguments args,
+          std::shared_ptr<Dataset> train_dataset, std::shared_ptr<Dataset> eval_dataset,
+          LossFn loss_fn, TrainerOptions options = {});
+
+  // Collective. Trains to max_steps / num_train_epochs, resuming first when
+  // args.resume_from_checkpoint is set ("last" or "true": the newest output_dir/checkpoint-*).
+  TrainOutput train();
+  // Collective. Mean loss over the evaluation set (each rank its share, all-reduced).
+  double evaluate();
+  // Collective. `forward` of every example of `data`, in order, on rank 0 (empty elsewhere).
+  std::vector<at::Tensor> predict(
+      const Dataset& data,
+      const std::function<at::Tensor(torch::nn::Module&, const at::Tensor&)>& forward);
+
+  Engine& engine();
+  const std::vector<LogEntry>& log_history() const { return log_history_; }
+  // Total optimizer steps of train() (HF's max_steps rule).
+  int64_t num_training_steps() const;
+  // output_dir/checkpoint-{step} directories that are complete, oldest first.
+  std::vector<std::string> checkpoints() const;
+
+ private:
+  void ensure_engine(bool inference);
+  std::pair<at::Tensor, at::Tensor> collate(const Dataset& data,
+                                            const std::vector<int64_t>& indices) const;
+  void save(int64_t epoch, int64_t batches_in_epoch);
+  void rotate_checkpoints();
+  std::optional<std::string> resume_path() const;
+  void write_curves() const;
+  int64_t batches_per_epoch() const;
+
+  std::shared_ptr<torch::nn::Module> model_;
+  config::TrainingArguments args_;
+  std::shared_ptr<Dataset> train_;
+  std::shared_ptr<Dataset> eval_;
+  LossFn loss_fn_;
+  TrainerOptions options_;
+  std::shared_ptr<comm::Comm> comm_;
+  std::unique_ptr<Engine> engine_;
+  std::vector<LogEntry> log_history_;
+};
+
+}  // namespace zrt
