@@ -320,6 +320,7 @@ void Parser::run() {
       case kTuple: {
         Node* n = g_.make(NodeKind::kTuple, *this);
         n->items = pop_mark();
+        count_edges(n->items.size());
         push(n);
         break;
       }
@@ -329,6 +330,7 @@ void Parser::run() {
         const size_t k = op - kTuple1 + 1;
         if (stack_.size() < floor() + k) fail("stack underflow");
         Node* n = g_.make(NodeKind::kTuple, *this);
+        count_edges(k);
         n->items.assign(stack_.end() - static_cast<std::ptrdiff_t>(k), stack_.end());
         stack_.resize(stack_.size() - k);
         push(n);
