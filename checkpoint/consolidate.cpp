@@ -9,6 +9,7 @@
 
 #include "checkpoint/layout.h"
 #include "checkpoint/pt_file.h"
+#include "checkpoint/value_view.h"
 #include "core/error.h"
 
 namespace zrt::ckpt {

@@ -3,6 +3,13 @@
 #include <algorithm>
 #include <cstring>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define ZRT_CRC_CLMUL 1
+#else
+#define ZRT_CRC_CLMUL 0
+#endif
+
 namespace zrt::ckpt {
 namespace {
 
@@ -40,12 +47,9 @@ inline uint32_t load_le32(const uint8_t* p) {
 
 inline uint32_t rotl(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
 
-}  // namespace
-
-uint32_t crc32_update(uint32_t crc, const void* data, size_t size) {
+// Raw table CRC: no pre/post inversion (the state is the running remainder).
+uint32_t crc32_tables(uint32_t c, const uint8_t* p, size_t size) {
   const auto& t = tables().t;
-  const auto* p = static_cast<const uint8_t*>(data);
-  uint32_t c = ~crc;
   while (size >= 16) {
     const uint32_t a = load_le32(p) ^ c;
     const uint32_t b = load_le32(p + 4);
@@ -59,7 +63,98 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t size) {
     size -= 16;
   }
   while (size--) c = (c >> 8) ^ t[0][(c ^ *p++) & 0xFF];
-  return ~c;
+  return c;
+}
+
+#if ZRT_CRC_CLMUL
+// Note [CRC-32 by carry-less multiplication]
+// In the reflected bit order of this CRC, a 128-bit register X holds the polynomial whose x^127
+// coefficient is bit 0. Write X = A·x^64 + B with A, B its low and high 64-bit halves. Moving X
+// forward by T bits (past T more message bits) needs X·x^T = A·x^(T+64) + B·x^T (mod P).
+// PCLMULQDQ of a 64-bit half with a 32-bit reflected constant K (bit j = coefficient of x^(31-j))
+// yields half·K·x^33 in the same 128-bit convention, so K1 = x^(T+31) mod P and K2 = x^(T-33) mod P
+// give fold(X) = clmul(A, K1) ^ clmul(B, K2) ≡ X·x^T; xor-ing the next data block continues the
+// message. Four registers advance by T = 512 bits per 64-byte step, are folded into one (T = 384,
+// 256, 128), and the final 16 bytes are reduced with the table method (crc of X·x^32).
+// The constants are computed here, not copied.
+uint32_t reflect32(uint32_t v) {
+  uint32_t r = 0;
+  for (int i = 0; i < 32; ++i) r |= ((v >> i) & 1u) << (31 - i);
+  return r;
+}
+
+uint64_t xpow_mod(int n) {  // x^n mod P, normal bit order, reflected to 32 bits
+  uint64_t r = 1;
+  for (int i = 0; i < n; ++i) {
+    r <<= 1;
+    if (r & (uint64_t{1} << 32)) r ^= 0x104C11DB7ull;
+  }
+  return reflect32(static_cast<uint32_t>(r));
+}
+
+struct FoldKeys {
+  __m128i k512, k384, k256, k128;
+  FoldKeys() {
+    auto pair = [](int t) {
+      return _mm_set_epi64x(static_cast<long long>(xpow_mod(t - 33)),
+                            static_cast<long long>(xpow_mod(t + 31)));
+    };
+    k512 = pair(512);
+    k384 = pair(384);
+    k256 = pair(256);
+    k128 = pair(128);
+  }
+};
+
+__attribute__((target("pclmul,sse2"))) inline __m128i fold(__m128i x, __m128i k) {
+  return _mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11));
+}
+
+// Processes a multiple of 16 bytes (>= 64) from raw state c; returns the raw state.
+__attribute__((target("pclmul,sse2"))) uint32_t crc32_clmul(uint32_t c, const uint8_t* p,
+                                                            size_t size) {
+  static const FoldKeys keys;
+  const auto* q = reinterpret_cast<const __m128i*>(p);
+  __m128i x0 = _mm_xor_si128(_mm_loadu_si128(q), _mm_cvtsi32_si128(static_cast<int>(c)));
+  __m128i x1 = _mm_loadu_si128(q + 1);
+  __m128i x2 = _mm_loadu_si128(q + 2);
+  __m128i x3 = _mm_loadu_si128(q + 3);
+  q += 4;
+  size -= 64;
+  for (; size >= 64; size -= 64, q += 4) {
+    x0 = _mm_xor_si128(fold(x0, keys.k512), _mm_loadu_si128(q));
+    x1 = _mm_xor_si128(fold(x1, keys.k512), _mm_loadu_si128(q + 1));
+    x2 = _mm_xor_si128(fold(x2, keys.k512), _mm_loadu_si128(q + 2));
+    x3 = _mm_xor_si128(fold(x3, keys.k512), _mm_loadu_si128(q + 3));
+  }
+  __m128i x = _mm_xor_si128(_mm_xor_si128(fold(x0, keys.k384), fold(x1, keys.k256)),
+                            _mm_xor_si128(fold(x2, keys.k128), x3));
+  for (; size >= 16; size -= 16, ++q) x = _mm_xor_si128(fold(x, keys.k128), _mm_loadu_si128(q));
+  alignas(16) uint8_t last[16];
+  _mm_store_si128(reinterpret_cast<__m128i*>(last), x);
+  return crc32_tables(0, last, 16);
+}
+
+bool have_clmul() {
+  static const bool ok = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse2");
+  return ok;
+}
+#endif
+
+}  // namespace
+
+uint32_t crc32_update(uint32_t crc, const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint32_t c = ~crc;
+#if ZRT_CRC_CLMUL
+  if (size >= 64 && have_clmul()) {
+    const size_t bulk = size & ~size_t{15};
+    c = crc32_clmul(c, p, bulk);
+    p += bulk;
+    size -= bulk;
+  }
+#endif
+  return ~crc32_tables(c, p, size);
 }
 
 std::string crc32_hex(uint32_t crc) {

@@ -18,6 +18,11 @@ class ByteSink {
   // Appends `size` bytes; throws CheckpointError on failure.
   virtual void write(const void* data, size_t size) = 0;
   virtual uint64_t bytes_written() const = 0;
+  // Like write(), but the caller guarantees that `data` stays valid and unchanged until its next
+  // sync_borrowed() call, so the sink may write it later, without copying (large tensor data).
+  virtual void write_borrowed(const void* data, size_t size) { write(data, size); }
+  // Returns once no borrowed pointer is used any more; throws a deferred write error.
+  virtual void sync_borrowed() {}
 };
 
 // Collects everything in memory (tests, small files).

@@ -35,6 +35,11 @@ Value read_pt(const ByteSource& source, const ReadOptions& options) {
     }
     ZRT_CHECK_AS(CheckpointError, digits, file, ": malformed version record");
   }
+  if (const ZipEntry* order = zip.find(prefix + "byteorder")) {
+    const std::string b = zip.read_string(*order, 16, true);
+    ZRT_CHECK_AS(CheckpointError, b == "little", file, ": byte order '", b,
+                 "' is not supported (only little-endian checkpoints are)");
+  }
   const std::string pickle = zip.read_string(*pkl, options.max_pickle_bytes, true);
 
   StorageLoader loader = [&](const std::string& key, at::ScalarType dtype, int64_t numel) {

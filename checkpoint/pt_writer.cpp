@@ -13,13 +13,24 @@ namespace zrt::ckpt {
 // cross it, and its destructor finalizes the archive (throwing there would terminate). A failed
 // sink write is therefore recorded, later bytes are discarded while still reported as written,
 // no further records are started, and the recorded error is rethrown once the writer is gone.
+//
+// The bytes of the record being written come to the writer function as one pointer into the
+// tensor's storage, which stays alive until this function returns: they go to the sink as a
+// borrowed chunk (no copy), and sync_borrowed() below waits until the sink is done with them.
 void write_pt(const Value& value, ByteSink& sink) {
   PickleResult pickle = pickle_value(value);
   std::exception_ptr error;
+  const PickledStorage* current = nullptr;  // the storage whose record is being written
   auto writer_func = [&](const void* data, size_t size) -> size_t {
     if (!error) {
       try {
-        sink.write(data, size);
+        const char* p = static_cast<const char*>(data);
+        const char* base = current ? static_cast<const char*>(current->data) : nullptr;
+        if (base != nullptr && p >= base && p + size <= base + current->nbytes) {
+          sink.write_borrowed(data, size);
+        } else {
+          sink.write(data, size);
+        }
       } catch (...) {
         error = std::current_exception();
       }
@@ -37,11 +48,23 @@ void write_pt(const Value& value, ByteSink& sink) {
     writer.writeRecord("data.pkl", pickle.bytes.data(), pickle.bytes.size());
     for (const PickledStorage* s : order) {
       if (error) break;
+      current = s;
       writer.writeRecord("data/" + s->key, s->nbytes ? s->data : &kEmpty, s->nbytes);
+      current = nullptr;
     }
     writer.writeEndOfFile();
   } catch (const c10::Error& e) {
-    if (!error) throw CheckpointError(str("zip writer failed: ", e.what_without_backtrace()));
+    if (!error) {
+      error = std::make_exception_ptr(
+          CheckpointError(str("zip writer failed: ", e.what_without_backtrace())));
+    }
+  } catch (...) {
+    if (!error) error = std::current_exception();
+  }
+  try {
+    sink.sync_borrowed();
+  } catch (...) {
+    if (!error) error = std::current_exception();
   }
   if (error) std::rethrow_exception(error);
 }

@@ -110,10 +110,16 @@ void write_safetensors(const NamedTensors& tensors, ByteSink& sink, const String
   sink.write(le64(text.size()).data(), 8);
   sink.write(text.data(), text.size());
   for (const auto& [name, t] : tensors) {
-    const at::Tensor c = t.contiguous();
-    const size_t bytes = static_cast<size_t>(c.numel()) * c.element_size();
-    if (bytes > 0) sink.write(c.data_ptr(), bytes);
+    const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+    if (bytes == 0) continue;
+    if (t.is_contiguous()) {
+      sink.write_borrowed(t.data_ptr(), bytes);  // the caller's tensor outlives this call
+    } else {
+      const at::Tensor c = t.contiguous();
+      sink.write(c.data_ptr(), bytes);
+    }
   }
+  sink.sync_borrowed();
 }
 
 FileInfo save_safetensors(const NamedTensors& tensors, const std::string& path,

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "checkpoint/hash.h"
+#include "checkpoint/pipelined_sink.h"
 #include "core/error.h"
 #include <dirent.h>
 #include <fcntl.h>
@@ -16,47 +17,17 @@ namespace zrt::ckpt {
 namespace {
 
 constexpr const char* kTempMarker = ".zrt-tmp-";
-constexpr size_t kSinkBuffer = size_t{1} << 20;
 
 std::string sys_error(const char* what, const std::string& path) {
   return str(what, " ", path, ": ", std::strerror(errno));
 }
 
-// Buffers small writes into 1 MiB blocks, passes large ones straight through, and keeps the
-// size and CRC-32 of everything written.
-class CountingSink : public ByteSink {
- public:
-  explicit CountingSink(WritableFile& file) : file_(file) { buffer_.reserve(kSinkBuffer); }
-
-  void write(const void* data, size_t size) override {
-    crc_ = crc32_update(crc_, data, size);
-    total_ += size;
-    if (buffer_.size() + size <= kSinkBuffer) {
-      buffer_.insert(buffer_.end(), static_cast<const char*>(data),
-                     static_cast<const char*>(data) + size);
-      return;
-    }
-    flush();
-    if (size >= kSinkBuffer) {
-      file_.write(data, size);
-    } else {
-      buffer_.assign(static_cast<const char*>(data), static_cast<const char*>(data) + size);
-    }
-  }
-  uint64_t bytes_written() const override { return total_; }
-  uint32_t crc() const { return crc_; }
-  void flush() {
-    if (!buffer_.empty()) file_.write(buffer_.data(), buffer_.size());
-    buffer_.clear();
-  }
-
- private:
-  WritableFile& file_;
-  std::vector<char> buffer_;
-  uint64_t total_ = 0;
-  uint32_t crc_ = 0;
-};
-
+// Note [Early writeback]
+// The kernel starts writing dirty pages back only once many are dirty (10% of RAM by default), so
+// a file written and then fsynced is first copied into the page cache and then written to the
+// device, one after the other. Every 8 MiB we ask for asynchronous writeback of what was just
+// written (sync_file_range, Linux), so the device works while we compute the next checksums and
+// fsync only waits for the tail. It is a hint: errors surface at fsync.
 class PosixFile : public WritableFile {
  public:
   PosixFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
@@ -66,11 +37,20 @@ class PosixFile : public WritableFile {
   void write(const void* data, size_t size) override {
     const auto* p = static_cast<const char*>(data);
     while (size > 0) {
-      const ssize_t n = ::write(fd_, p, std::min(size, size_t{1} << 30));
+      // At most one writeback window per call, so the device starts after the first 8 MiB.
+      const ssize_t n = ::write(fd_, p, std::min(size, static_cast<size_t>(kKick)));
       if (n < 0 && errno == EINTR) continue;
       ZRT_CHECK_AS(CheckpointError, n > 0, sys_error("write to", path_));
       p += n;
       size -= static_cast<size_t>(n);
+      written_ += static_cast<uint64_t>(n);
+#ifdef __linux__
+      if (written_ - kicked_ >= kKick) {
+        ::sync_file_range(fd_, static_cast<off64_t>(kicked_),
+                          static_cast<off64_t>(written_ - kicked_), SYNC_FILE_RANGE_WRITE);
+        kicked_ = written_;
+      }
+#endif
     }
   }
   void sync() override {
@@ -86,6 +66,9 @@ class PosixFile : public WritableFile {
  private:
   int fd_;
   std::string path_;
+  static constexpr uint64_t kKick = uint64_t{8} << 20;
+  uint64_t written_ = 0;
+  uint64_t kicked_ = 0;
 };
 
 class FaultFile : public WritableFile {
@@ -163,13 +146,15 @@ FileInfo Storage::write_temp(const std::string& path, const std::function<void(B
   info.path = path;
   try {
     file = create(tmp);
-    CountingSink sink(*file);
-    produce(sink);
-    sink.flush();
+    {
+      detail::PipelinedFileSink sink(*file);
+      produce(sink);
+      sink.finish();
+      info.size = sink.bytes_written();
+      info.crc32 = sink.crc();
+    }
     file->sync();
     file->close();
-    info.size = sink.bytes_written();
-    info.crc32 = sink.crc();
   } catch (const std::exception& e) {
     if (file) {
       try {

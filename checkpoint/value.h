@@ -2,8 +2,9 @@
 // that torch.save pickles for state dicts: None, bool, int, float, str, list, tuple, dict
 // (str or int keys; optionally an OrderedDict), torch.Size, CPU tensors, and an opaque placeholder
 // for Python objects the tolerant reader met but did not build.
-// Owns the value type, builders, typed access with path-naming errors (ValueView) and the JSON
-// conversion. Does not own (un)pickling: see pickler.h and unpickler.h.
+// Owns the value type, builders, typed access and the JSON conversion (implemented in
+// value_view.cpp with ValueView, the path-naming access of value_view.h). Does not own
+// (un)pickling: see pickler.h and unpickler.h.
 #pragma once
 
 #include <cstdint>
@@ -100,7 +101,7 @@ class Dict {
 
 // A value tree. Copies are deep for containers and shallow for tensors (like copying a Python
 // dict of tensors). Scalar and container accessors throw CheckpointError("expected int, got str")
-// on a kind mismatch; use ValueView to get the key path into such messages.
+// on a kind mismatch; use ValueView (value_view.h) to get the key path into such messages.
 class Value {
  public:
   Value() = default;                    // None
@@ -200,44 +201,6 @@ class Value {
 struct ObjectData {
   std::string type;
   Value args, state, list_items, dict_items;
-};
-
-// Read access with the path in every error: ValueView(v, "model_states.pt")["module"]["w"]
-// .as_tensor() throws CheckpointError("model_states.pt: module.w: expected tensor, got int").
-class ValueView {
- public:
-  ValueView(const Value& value, std::string context, std::string path = "")
-      : value_(&value), context_(std::move(context)), path_(std::move(path)) {}
-
-  const Value& value() const { return *value_; }
-  const std::string& path() const { return path_; }
-  ValueKind kind() const { return value_->kind(); }
-
-  bool contains(const Key& key) const;
-  ValueView operator[](const Key& key) const;  // dict entry; throws when missing
-  ValueView at(size_t index) const;            // list/tuple element
-  size_t length() const;
-
-  bool as_bool() const;
-  int64_t as_int() const;
-  double as_double() const;
-  const std::string& as_string() const;
-  const at::Tensor& as_tensor() const;
-  std::vector<int64_t> as_shape() const;  // torch.Size, or a list/tuple of ints
-  const Dict& as_dict() const;
-  const std::vector<Value>& items() const;  // list or tuple
-
-  // Throws CheckpointError("<context>: <path>: <message>").
-  [[noreturn]] void fail(const std::string& message) const;
-  // "<context>: <path>" for messages of callers.
-  std::string where() const;
-
- private:
-  void expect(bool ok, const char* expected) const;
-
-  const Value* value_;
-  std::string context_;
-  std::string path_;
 };
 
 // An ordered list of named tensors (state dicts for safetensors and consolidation).

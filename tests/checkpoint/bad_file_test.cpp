@@ -277,6 +277,19 @@ TEST(BadFiles, UnknownGlobalsAreNamedAndNeverCalled) {
   expect_error(archive(pkl("cos\nsys tem\n")), "outside [A-Za-z0-9_.]");
 }
 
+TEST(BadFiles, ExtraRecordsOfNewerTorchAndByteOrder) {
+  const std::string ten_floats(40, '\0');
+  // torch >= 2.1 adds these records; they are fine.
+  EXPECT_EQ(try_read(archive(tensor_pickle(10, 0, 10, 1), {{"data/0", ten_floats},
+                                                           {"byteorder", "little"},
+                                                           {".data/version", "3\n"},
+                                                           {".data/serialization_id", "1234"}})),
+            "");
+  expect_error(archive(tensor_pickle(10, 0, 10, 1), {{"data/0", ten_floats}, {"byteorder", "big"}}),
+               "byte order 'big' is not supported");
+  expect_error(archive(pkl("N"), {{"version", "3x"}}), "malformed version record");
+}
+
 TEST(BadFiles, TensorsThatLieAboutTheirStorage) {
   const std::string ten_floats(40, '\0');
   // Fine: 10 floats, a view of 5 from offset 5.

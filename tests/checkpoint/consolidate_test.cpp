@@ -216,6 +216,77 @@ TEST_P(ConsolidateTest, ThroughFilesAndTheDirectoryLoader) {
   }
 }
 
+// An independent restatement of spec §4.6 in Python, run on our files with weights_only=True;
+// its result (saved by torch.save) must equal ours.
+constexpr const char* kPythonZeroToFp32 = R"PY(
+import sys, glob, re, collections, torch
+d, out = sys.argv[1], sys.argv[2]
+natural = lambda s: [int(t) if t.isdigit() else t for t in re.split(r'(\d+)', s)]
+osds = [torch.load(f, weights_only=True)['optimizer_state_dict']
+        for f in sorted(glob.glob(d + '/*_optim_states.pt'), key=natural)]
+ms = [torch.load(f, weights_only=True) for f in sorted(glob.glob(d + '/*_model_states.pt'), key=natural)]
+stage, world = osds[0]['zero_stage'], osds[0]['partition_count']
+world = max(world) if isinstance(world, list) else world
+assert len(osds) == world
+sd = collections.OrderedDict()
+for k, v in ms[0]['module'].items():
+    if k in ms[0]['buffer_names']:
+        sd[k] = v.float()
+for name, shape in ms[0]['frozen_param_shapes'].items():
+    if stage <= 2:
+        sd[name] = ms[0]['frozen_param_fragments'][name]
+    else:
+        sd[name] = torch.cat([m['frozen_param_fragments'][name] for m in ms]).narrow(0, 0, shape.numel()).view(shape)
+if stage <= 2:
+    for g, shapes in enumerate(ms[0]['param_shapes']):
+        full = torch.cat([o['single_partition_of_fp32_groups'][g] for o in osds])
+        off = 0
+        for name, shape in shapes.items():
+            sd[name] = full.narrow(0, off, shape.numel()).view(shape)
+            off += shape.numel()
+else:
+    flats = [torch.cat(o['fp32_flat_groups']) for o in osds]
+    off = 0
+    for shapes in ms[0]['param_shapes']:
+        for name, shape in shapes.items():
+            pn = -(-shape.numel() // world)
+            sd[name] = torch.cat([f.narrow(0, off, pn) for f in flats]).narrow(0, 0, shape.numel()).view(shape)
+            off += pn
+for alias, owner in ms[0]['shared_params'].items():
+    sd[alias] = sd[owner]
+torch.save(collections.OrderedDict((k, v.clone()) for k, v in sd.items()), out)
+)PY";
+
+TEST(Consolidate, PythonReimplementationAgrees) {
+  ZRT_REQUIRE_PYTHON_TORCH();
+  const int world = 3;
+  Model model;
+  for (bool stage3 : {false, true}) {
+    test::TempDir dir;
+    std::vector<Value> optim, states;
+    for (int r = 0; r < world; ++r) {
+      optim.push_back(stage3 ? model.optim_states_stage3(r, world)
+                             : model.optim_states_stage12(r, world));
+      save_pt(optim.back(), dir / optim_states_name(r, false));
+      if (stage3 || r == 0) {
+        states.push_back(model.model_states(stage3, r, world));
+        save_pt(states.back(), dir / (stage3 ? zero3_model_states_name(r) : model_states_name()));
+      }
+    }
+    const auto res = test::run_python(kPythonZeroToFp32, dir.path() + " " + (dir / "py.pt"));
+    ASSERT_EQ(res.exit_code, 0) << res.output;
+    const Value py = load_pt(dir / "py.pt");
+    const NamedTensors ours = consolidate_fp32(optim, states, dir.path());
+    ASSERT_EQ(py.length(), ours.size());
+    size_t i = 0;
+    for (const auto& [k, v] : py.as_dict()) {
+      EXPECT_EQ(k.as_str(), ours[i].first);
+      EXPECT_TRUE(v.as_tensor().equal(ours[i].second)) << ours[i].first;
+      ++i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, ConsolidateTest, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 

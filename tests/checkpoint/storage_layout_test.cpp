@@ -40,10 +40,15 @@ TEST(Hash, Crc32MatchesTheReference) {
   EXPECT_EQ(crc32("", 0), 0u);
   EXPECT_EQ(crc32_hex(0xCBF43926u), "cbf43926");
   std::mt19937 rng(5);
-  for (size_t n : {1, 7, 15, 16, 17, 31, 100, 1000, 4099}) {
-    std::string s(n, '\0');
+  for (size_t n :
+       {1, 7, 15, 16, 17, 31, 63, 64, 65, 79, 80, 100, 127, 128, 129, 1000, 4099, 100003}) {
+    std::string s(n + 3, '\0');
     for (char& c : s) c = static_cast<char>(rng());
-    EXPECT_EQ(crc32(s.data(), s.size()), bitwise_crc(s)) << n;
+    for (size_t misalign = 0; misalign < 3; ++misalign) {  // unaligned starts
+      const std::string sub = s.substr(misalign, n);
+      EXPECT_EQ(crc32(s.data() + misalign, n), bitwise_crc(sub)) << n << "+" << misalign;
+    }
+    s.resize(n);
     // Incremental equals one shot, for any split.
     const size_t cut = n / 3;
     EXPECT_EQ(crc32_update(crc32(s.data(), cut), s.data() + cut, n - cut), bitwise_crc(s));

@@ -1,12 +1,11 @@
 // Tests of ckpt::Value: builders, typed access with path-naming errors, equality, JSON conversion.
-#include "checkpoint/value.h"
-
 #include <cmath>
 #include <limits>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "checkpoint/value_view.h"
 #include "core/error.h"
 
 namespace zrt::ckpt {
