@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "checkpoint/value.h"
+#include "checkpoint/value_view.h"
 #include "optim/optimizer.h"
 
 namespace zrt::runtime {

@@ -25,6 +25,7 @@
 #include "comm/comm.h"
 #include "checkpoint/storage.h"
 #include "checkpoint/value.h"
+#include "checkpoint/value_view.h"
 #include "comm/counting_comm.h"
 #include "config/resolved.h"
 #include "runtime/model_states.h"
