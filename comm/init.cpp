@@ -1,5 +1,6 @@
 #include "comm/init.h"
 
+#include "comm/desync_check.h"
 #include "comm/local_comm.h"
 #include "comm/mpi_comm.h"
 #include "comm/nccl_comm.h"
@@ -96,6 +97,7 @@ std::shared_ptr<Comm> init_from_env(const CommOptions& options, at::DeviceType d
                  "CUDA communication needs the NCCL backend, which this build does not have");
     comm = device == at::kCUDA ? make_nccl_comm(options) : make_local_world(1, options)[0];
   }
+  if (options.debug_collectives) comm = std::make_shared<DesyncCheckComm>(std::move(comm));
   set_log_rank(comm->rank());
   ZRT_LOG_DEBUG("communicator ", comm->backend_name(), ": rank ", comm->rank(), " of ",
                 comm->size(), ", local rank ", comm->local_rank(), " (", launch.describe(), ")");

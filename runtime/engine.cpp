@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "comm/desync_check.h"
 #include "config/resolved.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -68,6 +69,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig 
     : model_(std::move(model)), config_(std::move(config)) {
   ZRT_CHECK(model_ != nullptr, "initialize: the model is null");
   ZRT_CHECK(comm != nullptr, "initialize: the communicator is null");
+  if (config_.comm.debug_collectives &&
+      dynamic_cast<comm::DesyncCheckComm*>(comm.get()) == nullptr) {
+    comm = std::make_shared<comm::DesyncCheckComm>(std::move(comm));
+  }
   comm_ = std::make_shared<comm::CountingComm>(std::move(comm));
   storage_ = std::make_shared<ckpt::PosixStorage>();
   set_log_rank(comm_->rank());

@@ -117,6 +117,15 @@ void Engine::step() {
   }
   const double norm = global_norm_of_scaled_grads();
   global_grad_norm_ = norm < 0 ? -1.0 : norm / scale;
+  // Note [Non-finite gradients]: fp16 skips the step (above, DeepSpeed's semantics); in fp32 and
+  // bf16 DeepSpeed would apply NaN updates (or skip with bf16.check_grad_overflow in newer
+  // versions). ZeroRT stops with an error naming the step: the norm is all-reduced, so every
+  // rank raises it together and nothing is half-applied.
+  if (norm < 0) states_->zero_grad();  // a caller that catches the error can continue
+  ZRT_CHECK(norm >= 0, "non-finite gradients (NaN or inf) at global step ", global_steps_ + 1,
+            " (this rank's last loss: ", last_loss_.value_or(NAN),
+            "); the step was not applied. Check the data, lower the learning rate, or use "
+            "bf16 / fp16 loss scaling");
   const double combined = optim::combined_scale(norm, scale, config_.gradient_clipping);
   states_->before_optimizer_step();
   auto& targets = states_->targets();

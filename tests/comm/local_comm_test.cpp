@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "comm/counting_comm.h"
+#include "comm/desync_check.h"
 #include "comm/init.h"
 #include "comm/local_comm.h"
 #include "comm/op_queue.h"
@@ -93,6 +94,34 @@ TEST(LocalWorld, MismatchedCollectivesFailOnEveryRankNamingBoth) {
     EXPECT_NE(m.find("collective mismatch"), std::string::npos) << m;
     EXPECT_NE(m.find("numel=4"), std::string::npos) << m;
     EXPECT_NE(m.find("numel=5"), std::string::npos) << m;
+  }
+}
+
+// ZRT_DEBUG_COLLECTIVES: a mismatch or a skipped collective is an error naming both calls.
+TEST(DesyncCheck, MismatchedAndSkippedCollectivesAreNamed) {
+  std::vector<std::string> messages(3);
+  EXPECT_THROW(run_local_world(3,
+                               [&](Comm& inner) {
+                                 DesyncCheckComm comm(std::shared_ptr<Comm>(&inner, [](Comm*) {}));
+                                 at::Tensor ok = at::ones({4});
+                                 comm.all_reduce(ok);  // the same everywhere: passes
+                                 EXPECT_TRUE(at::equal(ok, at::full({4}, 3.0f)));
+                                 try {
+                                   if (comm.rank() == 2) {
+                                     comm.barrier();  // skips the all_reduce below
+                                   } else {
+                                     comm.all_reduce(ok, ReduceOp::kMax);
+                                   }
+                                 } catch (const CommError& e) {
+                                   messages[comm.rank()] = e.what();
+                                   throw;
+                                 }
+                               }),
+               CommError);
+  for (const auto& m : messages) {
+    EXPECT_NE(m.find("desynchronisation detected"), std::string::npos) << m;
+    EXPECT_NE(m.find("all_reduce(max) #2"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 2 called barrier #2"), std::string::npos) << m;
   }
 }
 

@@ -316,6 +316,36 @@ TEST(EngineFp16, InjectedOverflowSkipsTheStepOnEveryRank) {
   }
 }
 
+TEST(EngineNumerics, NonFiniteGradientsAreReportedWithTheStep) {
+  for (int stage : {0, 2, 3}) {
+    for (bool bf16 : {false, true}) {
+      auto model = std::make_shared<test::TinyStackImpl>(false);
+      InitializeOptions io;
+      io.comm = world_ptr();
+      auto engine = initialize(model, config_for({stage, bf16, 1, false, false}), io);
+      auto [x, y] = test::tiny_batch(test::world().rank(), 0);
+      auto loss = torch::mse_loss(model->forward(engine->to_model_dtype(x)).to(at::kFloat), y);
+      engine->backward(loss);
+      engine->step();
+      const at::Tensor before = model->out->weight.detach().clone();
+      auto bad = torch::mse_loss(model->forward(engine->to_model_dtype(x)).to(at::kFloat), y);
+      if (test::world().rank() == 0) bad = bad * std::numeric_limits<float>::quiet_NaN();
+      engine->backward(bad);
+      try {
+        engine->step();
+        ADD_FAILURE() << "NaN gradients accepted, stage " << stage;
+      } catch (const Error& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("non-finite gradients"), std::string::npos) << m;
+        EXPECT_NE(m.find("global step 2"), std::string::npos) << m;
+      }
+      std::optional<GatheredParameters> access;
+      if (stage == 3) access.emplace(*engine);
+      EXPECT_TRUE(torch::equal(model->out->weight.detach(), before)) << "not applied";
+    }
+  }
+}
+
 TEST(EngineMisuse, ClearErrors) {
   auto model = std::make_shared<test::TinyMlpImpl>(false);
   InitializeOptions io;
