@@ -1,0 +1,30 @@
+# Installation: libraries, headers (<prefix>/include/zrt/<module>/...), the generated build
+# configuration, tools, and the CMake package (ZeroRTConfig.cmake, ZeroRTTargets.cmake).
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+add_library(zrt INTERFACE)
+add_library(ZeroRT::zrt ALIAS zrt)
+target_link_libraries(zrt INTERFACE zrt_runtime zrt_launch)
+set_target_properties(zrt PROPERTIES EXPORT_NAME zrt)
+
+get_property(_modules GLOBAL PROPERTY ZRT_MODULES)
+install(TARGETS zrt ${_modules} EXPORT ZeroRTTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+foreach(_dir core comm kernels zero checkpoint sched optim config runtime launch zrt)
+  install(DIRECTORY ${ZRT_SOURCE_ROOT}/${_dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/zrt/${_dir}
+          FILES_MATCHING PATTERN "*.h")
+endforeach()
+install(FILES ${ZRT_GENERATED_INCLUDE}/zrt/build_config.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/zrt/zrt)
+get_property(_tools GLOBAL PROPERTY ZRT_TOOLS)
+install(TARGETS ${_tools} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+install(EXPORT ZeroRTTargets NAMESPACE ZeroRT:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ZeroRT)
+configure_package_config_file(${ZRT_SOURCE_ROOT}/cmake/ZeroRTConfig.cmake.in
+  ${CMAKE_BINARY_DIR}/ZeroRTConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ZeroRT)
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/ZeroRTConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/ZeroRTConfig.cmake ${CMAKE_BINARY_DIR}/ZeroRTConfigVersion.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ZeroRT)

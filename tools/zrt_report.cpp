@@ -1,0 +1,116 @@
+// zrt-report: the environment report (like DeepSpeed's ds_report). What this ZeroRT build has,
+// what it finds at run time, and whether each optional part is usable.
+//
+//   build/bin/zrt-report [--json]
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/init.h"
+#include "comm/mpi_comm.h"
+#include "comm/nccl_comm.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/json.h"
+#include "core/tool_main.h"
+#include "kernels/adam_cuda.h"
+#include "kernels/cpu_adam.h"
+#include "zrt/build_config.h"
+
+namespace {
+
+std::string yes_no(bool b) { return b ? "yes" : "no"; }
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+int64_t shm_megabytes() {
+  struct statvfs s {};
+  if (statvfs("/dev/shm", &s) != 0) return -1;
+  return static_cast<int64_t>(s.f_blocks) * static_cast<int64_t>(s.f_frsize) / (1 << 20);
+}
+
+int run(int argc, char** argv) {
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
+      std::printf("usage: zrt-report [--json]\n");
+      return 0;
+    } else {
+      throw zrt::UsageError(zrt::str("unknown argument '", argv[i], "' (usage: zrt-report [--json])"));
+    }
+  }
+  const int gpus = zrt::kernels::cuda_device_count();
+  const zrt::comm::LaunchInfo launch = zrt::comm::detect_launch();
+  zrt::Json r = {
+      {"zerort", {{"version", ZRT_VERSION}, {"git_hash", ZRT_GIT_HASH}}},
+      {"libtorch",
+       {{"version", ZRT_TORCH_VERSION},
+        {"cxx11_abi", static_cast<bool>(_GLIBCXX_USE_CXX11_ABI)},
+        {"cuda", static_cast<bool>(ZRT_TORCH_HAS_CUDA)}}},
+      {"mpi", {{"compiled", static_cast<bool>(ZRT_WITH_MPI)}, {"library", zrt::comm::mpi_library_version()}}},
+      {"cuda",
+       {{"compiled", static_cast<bool>(ZRT_WITH_CUDA)},
+        {"adam_kernel_built", zrt::kernels::cuda_kernels_built()},
+        {"devices_visible", gpus},
+        {"CUDA_VISIBLE_DEVICES", env_or("CUDA_VISIBLE_DEVICES", "(unset)")}}},
+      {"nccl", {{"compiled", static_cast<bool>(ZRT_WITH_NCCL)}, {"version", zrt::comm::nccl_version()}}},
+      {"cpu_adam", {{"simd_path", zrt::kernels::cpu_adam_isa_name()}}},
+      {"threads",
+       {{"hardware", std::thread::hardware_concurrency()},
+        {"torch_intra_op", at::get_num_threads()},
+        {"OMP_NUM_THREADS", env_or("OMP_NUM_THREADS", "(unset)")},
+        {"ZRT_NUM_THREADS", env_or("ZRT_NUM_THREADS", "(unset)")}}},
+      {"launch", launch.describe()},
+      {"dev_shm_mib", shm_megabytes()},
+      {"usable",
+       {{"cpu_training_mpi", static_cast<bool>(ZRT_WITH_MPI)},
+        {"cpu_training_single_process", true},
+        {"cuda_training_nccl", ZRT_WITH_NCCL && ZRT_TORCH_HAS_CUDA && gpus > 0},
+        {"cuda_fused_adam", zrt::kernels::cuda_kernels_built() && ZRT_TORCH_HAS_CUDA && gpus > 0}}},
+  };
+  if (json) {
+    std::printf("%s\n", r.dump(2).c_str());
+    return 0;
+  }
+  std::printf("ZeroRT environment report\n");
+  std::printf("-------------------------------------------------------------------\n");
+  std::printf("zerort version ............ %s (git %s)\n", ZRT_VERSION, ZRT_GIT_HASH);
+  std::printf("libtorch version .......... %s (C++11 ABI %s, CUDA %s)\n", ZRT_TORCH_VERSION,
+              yes_no(_GLIBCXX_USE_CXX11_ABI).c_str(), yes_no(ZRT_TORCH_HAS_CUDA).c_str());
+  std::printf("MPI backend ............... %s: %s\n", yes_no(ZRT_WITH_MPI).c_str(),
+              zrt::comm::mpi_library_version().c_str());
+  std::printf("CUDA kernels .............. compiled %s, built %s, %d device(s) visible\n",
+              yes_no(ZRT_WITH_CUDA).c_str(), yes_no(zrt::kernels::cuda_kernels_built()).c_str(), gpus);
+  std::printf("NCCL backend .............. %s: %s\n", yes_no(ZRT_WITH_NCCL).c_str(),
+              zrt::comm::nccl_version().c_str());
+  std::printf("CPU Adam SIMD path ........ %s\n", zrt::kernels::cpu_adam_isa_name());
+  std::printf("threads ................... %u hardware, %d torch intra-op, OMP_NUM_THREADS=%s\n",
+              std::thread::hardware_concurrency(), at::get_num_threads(),
+              env_or("OMP_NUM_THREADS", "(unset)").c_str());
+  std::printf("launcher environment ...... %s\n", launch.describe().c_str());
+  std::printf("/dev/shm .................. %lld MiB\n", static_cast<long long>(shm_megabytes()));
+  std::printf("-------------------------------------------------------------------\n");
+  for (const auto& [name, ok] : r["usable"].items()) {
+    std::printf("%-26s %s\n", name.c_str(), ok.get<bool>() ? "[OKAY]" : "[NO]");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return zrt::run_tool("zrt-report", [&] { return run(argc, argv); });
+}

@@ -1,0 +1,16 @@
+// The ZeroRT public header: everything a training program needs.
+//
+//   #include <zrt/zrt.h>
+//   auto engine = zrt::initialize(model, "ds_config.json");   // under mpirun
+//   engine->backward(loss); engine->step();
+#pragma once
+
+#include "comm/init.h"                    // zrt::comm::init_from_env
+#include "config/training_args.h"         // zrt::config::TrainingArguments
+#include "core/error.h"                   // zrt::Error and subclasses
+#include "core/tool_main.h"               // zrt::run_tool (exit codes)
+#include "runtime/engine.h"               // zrt::Engine
+#include "runtime/gathered_parameters.h"  // zrt::GatheredParameters
+#include "runtime/initialize.h"           // zrt::initialize
+#include "runtime/trainer.h"              // zrt::Trainer
+#include "zero/shard_unit.h"              // zrt::ShardUnit (ZeRO-3 units)
