@@ -11,6 +11,7 @@
 #include "core/shard.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
+#include "runtime/fault_injection.h"
 #include "runtime/flat_model_states.h"
 #include "runtime/monitor.h"
 #include "runtime/stage3_model_states.h"
@@ -74,7 +75,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig 
     comm = std::make_shared<comm::DesyncCheckComm>(std::move(comm));
   }
   comm_ = std::make_shared<comm::CountingComm>(std::move(comm));
-  storage_ = std::make_shared<ckpt::PosixStorage>();
+  storage_ = runtime::maybe_kill_in_save(std::make_shared<ckpt::PosixStorage>(), comm_->rank());
   set_log_rank(comm_->rank());
   ZRT_CHECK_AS(ConfigError, config_.batch.world_size == comm_->size(),
                "the config was resolved for world size ", config_.batch.world_size,

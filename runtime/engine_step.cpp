@@ -10,6 +10,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "runtime/engine.h"
+#include "runtime/fault_injection.h"
 #include "runtime/monitor.h"
 #include "sched/lr_scheduler.h"
 
@@ -51,6 +52,7 @@ at::Tensor Engine::backward(const at::Tensor& loss) {
   if (gas > 1) scaled = scaled / static_cast<double>(gas);
   backward_scale_ = model_dtype_ == at::kHalf ? loss_scaler_->cur_scale() : 1.0;
   if (backward_scale_ != 1.0) scaled = scaled * backward_scale_;
+  runtime::maybe_kill_at_step(comm_->rank(), global_steps_ + 1);
   states_->begin_backward(is_gradient_accumulation_boundary());
   scaled.backward();
   const double t1 = now_s();
