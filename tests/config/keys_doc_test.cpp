@@ -25,3 +25,22 @@ TEST(KeysDoc, EverySupportedKeyIsDocumented) {
 
 }  // namespace
 }  // namespace zrt::config
+
+namespace zrt::config {
+namespace {
+
+// The README's list of supported configuration keys cannot drift from the resolver either.
+TEST(KeysDoc, ReadmeNamesEveryTopLevelKey) {
+  std::ifstream in(std::string(ZRT_SOURCE_DIR) + "/README.md");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string readme = buffer.str();
+  ASSERT_FALSE(readme.empty());
+  for (std::string_view key : keys::kTopLevel) {
+    EXPECT_NE(readme.find("`" + std::string(key) + "`"), std::string::npos)
+        << "README.md does not mention the top-level key " << key;
+  }
+}
+
+}  // namespace
+}  // namespace zrt::config
