@@ -1,0 +1,54 @@
+// Real engine checkpoints for the tool tests and the bad-input corpus: a tiny MLP (with a frozen
+// and an unused parameter) trained for a few steps by zrt::initialize on an in-process world of
+// 1-4 ranks, then saved with Engine::save_checkpoint. Also runs a tool binary and captures its
+// output and exit status.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+namespace zrt::test {
+
+struct CheckpointSpec {
+  int stage = 2;
+  int world = 2;
+  bool bf16 = false;
+  int steps = 2;  // optimizer steps before the save; the tag is global_step{steps}
+};
+
+struct MadeCheckpoint {
+  std::string tag;
+  std::map<std::string, at::Tensor> weights;  // every parameter after training, fp32
+};
+
+// Trains and saves into `save_dir` (created if needed). Throws on failure.
+MadeCheckpoint make_engine_checkpoint(const std::string& save_dir, const CheckpointSpec& spec);
+
+struct ToolResult {
+  int exit_code = -1;  // -1 when the process did not exit normally
+  int signal = 0;      // the signal that ended it, if any
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `command` through the shell (stderr merged into stdout).
+ToolResult run_command(const std::string& command);
+// Single-quotes `s` for the shell.
+std::string shell_quote(const std::string& s);
+
+// A fresh directory under the system temp dir, removed with its contents on destruction.
+class ScratchDir {
+ public:
+  ScratchDir();
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace zrt::test

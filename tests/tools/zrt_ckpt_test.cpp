@@ -1,0 +1,276 @@
+// zrt-ckpt, run as a binary on checkpoints the engine wrote (stages 0-3, 1-3 ranks, fp32 and
+// bf16), on a DeepSpeed-written copy (Python objects in the pickles, no manifest), and on an HF
+// checkpoint-N folder written by zrt-train under mpirun.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "checkpoint/pt_file.h"
+#include "checkpoint/safetensors.h"
+#include "core/json.h"
+#include "tests/tools/checkpoint_factory.h"
+
+namespace zrt::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+ToolResult ckpt_tool(const std::string& args) {
+  return run_command(std::string(ZRT_CKPT_TOOL) + " " + args);
+}
+
+void expect_same_weights(const std::map<std::string, at::Tensor>& expected,
+                         const std::map<std::string, at::Tensor>& got, double tol,
+                         const std::string& what) {
+  for (const auto& [name, t] : expected) {
+    auto it = got.find(name);
+    ASSERT_NE(it, got.end()) << what << ": no " << name;
+    ASSERT_EQ(it->second.sizes(), t.sizes()) << what << ": " << name;
+    EXPECT_LE((it->second.to(at::kFloat) - t).abs().max().item<double>(), tol)
+        << what << ": " << name;
+  }
+}
+
+std::map<std::string, at::Tensor> as_map(const ckpt::Value& v) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [k, t] : v.as_dict()) out[k.as_str()] = t.as_tensor();
+  return out;
+}
+
+struct Case {
+  int stage, world;
+  bool bf16;
+};
+
+class ZrtCkptTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ZrtCkptTest, InspectVerifyAndToFp32) {
+  const Case c = GetParam();
+  ScratchDir dir;
+  const std::string save = dir / "save";
+  const MadeCheckpoint made = make_engine_checkpoint(save, {c.stage, c.world, c.bf16, 2});
+  ASSERT_EQ(made.tag, "global_step2");
+
+  ToolResult r = ckpt_tool("inspect " + shell_quote(save));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("zero stage    " + std::to_string(c.stage)), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("world size    " + std::to_string(c.world)), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(c.bf16 ? "bfloat16" : "float32"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("complete: zrt_manifest.json"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("keys: 'optimizer_state_dict'"), std::string::npos) << r.output;
+
+  r = ckpt_tool("inspect --json " + shell_quote(save));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Json j = Json::parse(r.output);
+  EXPECT_EQ(j["zero_stage"], c.stage);
+  EXPECT_EQ(j["world_size"], c.world);
+  EXPECT_EQ(j["global_steps"], 2);
+  // 5x7 + 7 + 7x3 + 3 + unused 4 trainable; frozen_scale 3 frozen (recorded from stage 2 on).
+  EXPECT_EQ(j["trainable_parameters"], 70);
+  EXPECT_EQ(j["parameters"], c.stage >= 2 ? 73 : 70);
+  EXPECT_EQ(j["optimizer"], "AdamW");
+  EXPECT_EQ(j["optimizer_impl"], "FusedAdam");
+  EXPECT_EQ(j["scheduler"], "WarmupLR");
+  EXPECT_EQ(j["complete"], true);
+
+  r = ckpt_tool("verify " + shell_quote(save));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ok: "), std::string::npos) << r.output;
+  // The tag folder itself and --tag name the same checkpoint.
+  EXPECT_EQ(ckpt_tool("verify " + shell_quote(save + "/global_step2/")).exit_code, 0);
+  EXPECT_EQ(ckpt_tool("verify --tag global_step2 " + shell_quote(save)).exit_code, 0);
+
+  const double tol = c.bf16 ? 1e-2 : 0.0;
+  // Like DeepSpeed, stage 1 records no frozen parameters, so zero_to_fp32 cannot give them.
+  std::map<std::string, at::Tensor> expected = made.weights;
+  if (c.stage == 1) expected.erase("frozen_scale");
+  r = ckpt_tool("to-fp32 " + shell_quote(save) + " " + shell_quote(dir / "w.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto bin = as_map(ckpt::load_pt(dir / "w.bin"));
+  expect_same_weights(expected, bin, tol, "w.bin");
+  for (const auto& [name, t] : bin) {
+    if (name != "frozen_scale") EXPECT_EQ(t.scalar_type(), at::kFloat) << name;
+  }
+
+  r = ckpt_tool("to-fp32 --safetensors " + shell_quote(save) + " " + shell_quote(dir.path()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const ckpt::SafetensorsFile st = ckpt::load_safetensors(dir / "model.safetensors");
+  expect_same_weights(expected, {st.tensors.begin(), st.tensors.end()}, tol, "safetensors");
+
+  r = ckpt_tool("to-fp32 --exclude_frozen_parameters " + shell_quote(save) + " " +
+                shell_quote(dir / "nofrozen.pt"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto nofrozen = as_map(ckpt::load_pt(dir / "nofrozen.pt"));
+  EXPECT_EQ(nofrozen.count("frozen_scale"), 0u);
+  EXPECT_EQ(nofrozen.count("fc1.weight"), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, ZrtCkptTest,
+                         ::testing::Values(Case{1, 1, false}, Case{2, 2, false}, Case{2, 3, true},
+                                           Case{3, 2, false}, Case{3, 3, true}, Case{1, 2, true}),
+                         [](const auto& info) {
+                           return "stage" + std::to_string(info.param.stage) + "_world" +
+                                  std::to_string(info.param.world) +
+                                  (info.param.bf16 ? "_bf16" : "_fp32");
+                         });
+
+TEST(ZrtCkpt, StageZeroIsInspectedAndVerifiedButNotConsolidated) {
+  ScratchDir dir;
+  make_engine_checkpoint(dir / "s", {0, 1, false, 1});
+  ToolResult r = ckpt_tool("inspect " + shell_quote(dir / "s"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("zero stage    0"), std::string::npos) << r.output;
+  r = ckpt_tool("verify " + shell_quote(dir / "s"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = ckpt_tool("to-fp32 " + shell_quote(dir / "s") + " " + shell_quote(dir / "out.bin"));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("not a ZeRO checkpoint"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "out.bin"));
+}
+
+TEST(ZrtCkpt, UsageErrors) {
+  EXPECT_EQ(ckpt_tool("").exit_code, 1);
+  EXPECT_EQ(ckpt_tool("frobnicate x").exit_code, 1);
+  EXPECT_EQ(ckpt_tool("verify").exit_code, 1);
+  EXPECT_EQ(ckpt_tool("verify a b").exit_code, 1);
+  EXPECT_EQ(ckpt_tool("verify --tag").exit_code, 1);
+  EXPECT_EQ(ckpt_tool("inspect --bogus x").exit_code, 1);
+  ToolResult r = ckpt_tool("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("to-fp32"), std::string::npos);
+  EXPECT_EQ(ckpt_tool("to-fp32 --help").exit_code, 0);
+  r = ckpt_tool("verify /nonexistent/zrt/ckpt");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("no such checkpoint directory"), std::string::npos) << r.output;
+}
+
+TEST(ZrtCkpt, OutputFolderMustExistAndNothingIsWrittenOnFailure) {
+  ScratchDir dir;
+  make_engine_checkpoint(dir / "s", {2, 1, false, 1});
+  ToolResult r =
+      ckpt_tool("to-fp32 " + shell_quote(dir / "s") + " " + shell_quote(dir / "no/w.bin"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "no"));
+}
+
+// A DeepSpeed-written checkpoint: our files rewritten by Python with DeepSpeed's own objects (a
+// ZeroStageEnum member, a LossScaler instance, an argparse Namespace), no manifest, no RNG files.
+constexpr const char* kMakeDeepSpeedLike = R"PY(
+import argparse, enum, glob, os, sys, types, torch
+root = sys.argv[1]
+def module(name):
+    parts = name.split(".")
+    for i in range(1, len(parts) + 1):
+        sys.modules.setdefault(".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
+    return sys.modules[name]
+cfg = module("deepspeed.runtime.zero.config")
+class ZeroStageEnum(int, enum.Enum):
+    disabled = 0
+    optimizer_states = 1
+    gradients = 2
+    weights = 3
+ZeroStageEnum.__module__ = cfg.__name__
+cfg.ZeroStageEnum = ZeroStageEnum
+ls = module("deepspeed.runtime.fp16.loss_scaler")
+class LossScaler:
+    def __init__(self, scale): self.cur_scale = scale
+LossScaler.__module__ = ls.__name__
+ls.LossScaler = LossScaler
+tag = open(os.path.join(root, "latest")).read().strip()
+d = os.path.join(root, tag)
+os.remove(os.path.join(d, "zrt_manifest.json"))
+for f in glob.glob(os.path.join(d, "zrt_rng_state_*.pt")): os.remove(f)
+for f in glob.glob(os.path.join(d, "*_optim_states.pt")):
+    sd = torch.load(f)
+    osd = sd["optimizer_state_dict"]
+    osd["zero_stage"] = ZeroStageEnum(osd["zero_stage"])
+    osd["loss_scaler"] = LossScaler(1.0)
+    sd["ds_version"] = "0.14.4"
+    torch.save(sd, f)
+for f in glob.glob(os.path.join(d, "*_model_states.pt")):
+    sd = torch.load(f)
+    sd["ds_version"] = "0.14.4"
+    sd["args"] = argparse.Namespace(lr=0.1)
+    torch.save(sd, f)
+)PY";
+
+TEST(ZrtCkpt, DeepSpeedWrittenCheckpoint) {
+  if (run_command("/usr/bin/python3 -c 'import torch'").exit_code != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  }
+  for (int stage : {2, 3}) {
+    ScratchDir dir;
+    const MadeCheckpoint made = make_engine_checkpoint(dir / "s", {stage, 2, false, 2});
+    { std::ofstream(dir / "make.py") << kMakeDeepSpeedLike; }
+    ToolResult r = run_command("/usr/bin/python3 " + shell_quote(dir / "make.py") + " " +
+                               shell_quote(dir / "s"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = ckpt_tool("inspect " + shell_quote(dir / "s"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("DeepSpeed (ds_version 0.14.4)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("none: checkpoint tag 'global_step2'"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("zero stage    " + std::to_string(stage)), std::string::npos)
+        << r.output;
+    r = ckpt_tool("verify " + shell_quote(dir / "s"));
+    EXPECT_EQ(r.exit_code, 3) << r.output;
+    EXPECT_NE(r.output.find("is incomplete"), std::string::npos) << r.output;
+    r = ckpt_tool("verify --allow_no_manifest " + shell_quote(dir / "s"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    r = ckpt_tool("to-fp32 " + shell_quote(dir / "s") + " " + shell_quote(dir / "w.pt"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_same_weights(made.weights, as_map(ckpt::load_pt(dir / "w.pt")), 0.0, "DeepSpeed-like");
+  }
+}
+
+TEST(ZrtCkpt, PythonLoadsToFp32Output) {
+  if (run_command("/usr/bin/python3 -c 'import torch'").exit_code != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  }
+  ScratchDir dir;
+  const MadeCheckpoint made = make_engine_checkpoint(dir / "s", {3, 3, false, 2});
+  ASSERT_EQ(
+      ckpt_tool("to-fp32 " + shell_quote(dir / "s") + " " + shell_quote(dir.path())).exit_code, 0);
+  const ToolResult r = run_command(
+      "/usr/bin/python3 -c \"import torch,sys; sd = torch.load(sys.argv[1], weights_only=True); "
+      "print(sorted((k, tuple(v.shape), str(v.dtype)) for k, v in sd.items()))\" " +
+      shell_quote(dir / "pytorch_model.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("('fc1.weight', (7, 5), 'torch.float32')"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("('frozen_scale', (3,), 'torch.float32')"), std::string::npos)
+      << r.output;
+}
+
+#ifdef ZRT_MPIEXEC
+// An HF checkpoint-N folder written by the real zrt-train under mpirun.
+TEST(ZrtCkpt, HfCheckpointFolderFromZrtTrain) {
+  ScratchDir dir;
+  const std::string cmd =
+      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + ZRT_MPIEXEC +
+      " -np 2 --oversubscribe --bind-to none --timeout 240 " + ZRT_TRAIN_TOOL +
+      " --model mlp --deepspeed " + ZRT_SOURCE_DIR + "/examples/configs/zero2.json --output_dir " +
+      shell_quote(dir.path()) + " --max_steps 4 --save_steps 2 --logging_steps 100";
+  ToolResult r = run_command(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* step : {"checkpoint-2", "checkpoint-4"}) {
+    r = ckpt_tool("verify " + shell_quote(dir / step));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("ZeRO stage 2, world size 2"), std::string::npos) << r.output;
+  }
+  r = ckpt_tool("inspect " + shell_quote(dir / "checkpoint-4"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("global steps  4"), std::string::npos) << r.output;
+  r = ckpt_tool("to-fp32 " + shell_quote(dir / "checkpoint-4") + " " +
+                shell_quote(dir / "m.safetensors"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_GT(ckpt::load_safetensors(dir / "m.safetensors").tensors.size(), 0u);
+}
+#endif
+
+}  // namespace
+}  // namespace zrt::test
