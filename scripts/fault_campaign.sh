@@ -21,7 +21,7 @@ WORK="$(mktemp -d /tmp/zrt_faults_XXXXXX)"
 trap 'rm -rf "$WORK"; umount "$WORK/tiny" 2>/dev/null' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 export ZRT_COMM_TIMEOUT=20 ZRT_LOG_LEVEL=warn
-STEPS=16
+STEPS=24
 DEADLINE=45  # seconds from the kill to the end of the job (comm timeout + abort + margin)
 FAIL=0
 fail() { echo "FAIL: $*"; FAIL=$((FAIL + 1)); }
@@ -53,7 +53,9 @@ verify_all() {  # every checkpoint-N with a `latest` must verify
 
 same_as_reference() {  # resume to STEPS and compare with the uninterrupted run
   local out="$1" stage="$2" resume=()
-  ls -d "$out"/checkpoint-* >/dev/null 2>&1 && resume=(--resume_from_checkpoint last)
+  # Resume when some checkpoint is complete; otherwise (killed during the first save) start over,
+  # as `--resume_from_checkpoint last` rightly refuses a directory without a valid checkpoint.
+  ls "$out"/checkpoint-*/latest >/dev/null 2>&1 && resume=(--resume_from_checkpoint last)
   if ! train "$out" "$stage" "$STEPS" "${resume[@]}" >"$out.resume.log" 2>&1; then
     fail "resume of $out failed: $(tail -3 "$out.resume.log")"
     return
@@ -87,8 +89,8 @@ for trial in $(seq 1 "$TRIALS"); do
   "${env[@]}" "$WORK/train.sh" "$out" "$stage" "$STEPS" >"$out.log" 2>&1 &
   job=$!
   if [[ $kind -eq 0 ]]; then
-    sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 2 + (r % 400) / 100 }')"
-    victim=$(pgrep -f "zrt-train .*--output_dir $out " | sed -n "$((rank + 1))p")
+    sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.8 + (r % 200) / 100 }')"
+    victim=$(pgrep -f "^$BIN/zrt-train .*--output_dir $out " | sed -n "$((rank + 1))p")
     [[ -n "$victim" ]] && kill -9 "$victim"
     start=$(date +%s.%N)
   fi
@@ -114,7 +116,7 @@ out="$WORK/stall"
 ZRT_COMM_TIMEOUT=5 train "$out" 2 200 >"$out.log" 2>&1 &
 job=$!
 sleep 4
-victim=$(pgrep -f "zrt-train .*--output_dir $out " | sed -n 2p)
+victim=$(pgrep -f "^$BIN/zrt-train .*--output_dir $out " | sed -n 2p)
 kill -STOP "$victim" 2>/dev/null
 start=$(date +%s)
 wait $job
