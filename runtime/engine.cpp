@@ -230,6 +230,11 @@ void Engine::build_optimizer(const EngineOptions& options) {
   for (size_t g = 0; g < optimizer_->num_groups(); ++g) base_lrs.push_back(optimizer_->lr(g));
   scheduler_ = std::make_unique<sched::LRScheduler>(*sched_spec, base_lrs, optimizer_->has_betas());
   // DeepSpeed's schedulers write the initial lr into the optimizer at construction.
+  apply_schedule();
+}
+
+// The schedule's current lr (and OneCycle's betas) into the optimizer's groups.
+void Engine::apply_schedule() {
   const std::vector<double> lrs = scheduler_->get_lr();
   for (size_t g = 0; g < lrs.size() && g < optimizer_->num_groups(); ++g) {
     optimizer_->set_lr(g, lrs[g]);

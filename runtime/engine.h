@@ -181,6 +181,7 @@ class Engine {
   void build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
                     const zero::CollectedParams& collected);
   void build_optimizer(const EngineOptions& options);
+  void apply_schedule();
   void check_and_broadcast_model();
   bool check_overflow();
   double global_norm_of_scaled_grads();

@@ -321,15 +321,7 @@ std::optional<LoadedCheckpoint> Engine::load_checkpoint(const std::string& load_
     if (options.load_lr_scheduler_states && scheduler_ && msv.contains("lr_scheduler") &&
         !msv["lr_scheduler"].value().is_none()) {
       scheduler_->load_state_dict(ckpt::to_json(msv["lr_scheduler"].value()));
-      const std::vector<double> lrs = scheduler_->get_lr();
-      for (size_t g = 0; g < lrs.size() && g < optimizer_->num_groups(); ++g) {
-        optimizer_->set_lr(g, lrs[g]);
-      }
-      if (const auto& betas = scheduler_->get_momentum()) {
-        for (size_t g = 0; g < betas->size(); ++g) {
-          optimizer_->set_betas(g, (*betas)[g].beta1, (*betas)[g].beta2);
-        }
-      }
+      apply_schedule();
       scheduler_loaded = true;
     }
     const std::string rng_name = "zrt_rng_state_" + std::to_string(rank) + ".pt";

@@ -137,15 +137,7 @@ void Engine::step() {
   states_->zero_grad();
   if (scheduler_) {
     scheduler_->step();
-    const std::vector<double> lrs = scheduler_->get_lr();
-    for (size_t g = 0; g < lrs.size() && g < optimizer_->num_groups(); ++g) {
-      optimizer_->set_lr(g, lrs[g]);
-    }
-    if (const auto& betas = scheduler_->get_momentum()) {
-      for (size_t g = 0; g < betas->size(); ++g) {
-        optimizer_->set_betas(g, (*betas)[g].beta1, (*betas)[g].beta2);
-      }
-    }
+    apply_schedule();
   }
   timers_.step += (now_s() - step_t0) * 1e3;
   finish_boundary_step(/*skipped=*/false);
