@@ -158,7 +158,8 @@ void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
   const zero::ZeroOptions& z = config_.zero;
   auto layout = std::make_unique<zero::Stage3Layout>(
       groups, collected.frozen, unit_of, static_cast<int>(units.size()), comm_->size(),
-      comm_->rank(), z.param_persistence_threshold, z.model_persistence_threshold);
+      comm_->rank(), z.param_persistence_threshold, z.model_persistence_threshold,
+      z.offload_param_enabled());
   layout->partition();
   runtime::Stage3StatesOptions s3;
   s3.coordinator.prefetch_bucket_size = z.prefetch_bucket_size;

@@ -134,14 +134,17 @@ void ParamCoordinator::start_gather(int unit, bool prefetch) {
     if (unit >= 0) gathered_[unit] = kGathered;
     return;
   }
+  // Collectives run on the parameters' device, wherever the partitions live (offload_param).
   const at::Tensor& first = params[g->params.front()].param;
-  const auto opts = layout_.partition_flat(params[g->params.front()].group).options();
+  const auto opts = layout_.partition_flat(params[g->params.front()].group)
+                        .options()
+                        .device(first.device())
+                        .pinned_memory(false);
   g->send = at::empty({g->chunk}, opts);
   for (size_t k = 0; k < g->params.size(); ++k) {
     g->send.narrow(0, g->offsets[k], params[g->params[k]].pn)
         .copy_(layout_.partition_of(g->params[k]));
   }
-  (void)first;
   g->out = at::empty({g->chunk * comm_->size()}, opts);
   g->work = comm_->all_gather_async(g->out, g->send);
   stats_.all_gathers += 1;
@@ -321,8 +324,8 @@ void ParamCoordinator::launch_reduce(int unit) {
   if (!r) {  // no gradient arrived this micro-step: contribute zeros
     r = std::make_unique<PendingReduce>();
     r->unit = unit;
-    const auto& first = layout_.partition_flat(layout_.params()[u.trainable.front()].group);
-    r->send = at::zeros({u.reduce_partition * comm_->size()}, first.options().dtype(options_.comm_dtype));
+    r->send = at::zeros({u.reduce_partition * comm_->size()},
+                        layout_.params()[u.trainable.front()].param.options().dtype(options_.comm_dtype));
   }
   if (comm_->size() > 1) r->send.div_(comm_->size());
   r->out = at::empty({u.reduce_partition}, r->send.options());
@@ -339,7 +342,8 @@ void ParamCoordinator::finish_reduce(PendingReduce& r) {
   int64_t offset = 0;
   for (int i : layout_.units()[r.unit].trainable) {
     const Stage3Param& p = params[i];
-    grad_flats_[p.group].narrow(0, p.group_offset, p.pn).add_(r.out.narrow(0, offset, p.pn));
+    at::Tensor dest = grad_flats_[p.group].narrow(0, p.group_offset, p.pn);
+    dest.add_(r.out.narrow(0, offset, p.pn).to(dest.device()));
     offset += p.pn;
   }
 }

@@ -38,7 +38,7 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
                            const std::vector<NamedParam>& frozen,
                            const std::vector<std::pair<std::string, int>>& unit_of, int num_units,
                            int world_size, int rank, int64_t persistence_threshold,
-                           int64_t model_persistence_threshold)
+                           int64_t model_persistence_threshold, bool offload_partitions)
     : world_size_(world_size), rank_(rank) {
   std::unordered_map<std::string, int> unit_by_name(unit_of.begin(), unit_of.end());
   units_.resize(num_units + 1);
@@ -84,7 +84,9 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
   for (const NamedParam& np : frozen) add(np, -1);
   for (size_t g = 0; g < groups.size(); ++g) {
     const at::Tensor& first = groups[g].front().param;
-    partition_flats_.push_back(at::zeros({group_numel[g]}, first.options().requires_grad(false)));
+    at::TensorOptions opts = first.options().requires_grad(false);
+    if (offload_partitions && !first.is_cpu()) opts = opts.device(at::kCPU).pinned_memory(true);
+    partition_flats_.push_back(at::zeros({group_numel[g]}, opts));
   }
 }
 

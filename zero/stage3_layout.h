@@ -45,11 +45,13 @@ class Stage3Layout {
   // `unit_of`: the unit of each parameter name (-1 or absent: outside every unit);
   // `persistence_threshold`: params with numel ≤ it stay gathered (DeepSpeed's
   // stage3_param_persistence_threshold), within `model_persistence_threshold` elements in all.
+  // `offload_partitions`: keep the partition flats in (pinned, when CUDA is in use) CPU memory —
+  // offload_param — and move partitions to the parameters' device only to gather them.
   Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
                const std::vector<NamedParam>& frozen,
                const std::vector<std::pair<std::string, int>>& unit_of, int num_units,
                int world_size, int rank, int64_t persistence_threshold,
-               int64_t model_persistence_threshold);
+               int64_t model_persistence_threshold, bool offload_partitions = false);
 
   // Copies this rank's partition of every trainable parameter into the group partition flats
   // (model dtype) and releases the storage of every non-persistent parameter.
