@@ -9,8 +9,22 @@
 namespace zrt {
 namespace {
 
-std::shared_ptr<comm::Comm> comm_or_default(std::shared_ptr<comm::Comm> comm) {
-  return comm != nullptr ? std::move(comm) : comm::init_from_env();
+// The communicator initialize() creates gets the config's "zrt" section (comm_timeout,
+// debug_collectives) on top of the environment's; a communicator passed in keeps its own.
+std::shared_ptr<comm::Comm> comm_or_default(std::shared_ptr<comm::Comm> comm, const Json& config) {
+  if (comm != nullptr) return comm;
+  comm::CommOptions options = comm::comm_options_from_env();
+  if (config.is_object() && config.contains("zrt") && config["zrt"].is_object()) {
+    const Json& z = config["zrt"];
+    if (z.contains("comm_timeout") && z["comm_timeout"].is_number() &&
+        z["comm_timeout"].get<double>() > 0) {
+      options.timeout_seconds = z["comm_timeout"].get<double>();
+    }
+    if (z.contains("debug_collectives") && z["debug_collectives"].is_boolean()) {
+      options.debug_collectives = z["debug_collectives"].get<bool>();
+    }
+  }
+  return comm::init_from_env(options);
 }
 
 }  // namespace
@@ -22,7 +36,7 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model,
 
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Json& config,
                                    InitializeOptions options) {
-  std::shared_ptr<comm::Comm> comm = comm_or_default(std::move(options.comm));
+  std::shared_ptr<comm::Comm> comm = comm_or_default(std::move(options.comm), config);
   config::ResolveOptions ro;
   ro.world_size = comm->size();
   ro.client_optimizer = options.engine.client_optimizer.has_value();
@@ -34,9 +48,10 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, con
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model,
                                    const config::TrainingArguments& args,
                                    TrainerInitializeOptions options) {
-  std::shared_ptr<comm::Comm> comm = comm_or_default(std::move(options.comm));
   ZRT_CHECK_AS(UsageError, args.deepspeed.has_value(),
                "initialize(model, TrainingArguments): --deepspeed CONFIG is required");
+  std::shared_ptr<comm::Comm> comm =
+      comm_or_default(std::move(options.comm), config::load_config_source(*args.deepspeed));
   config::TrainerConfigOptions tco;
   tco.world_size = comm->size();
   tco.model = options.model_dims;
