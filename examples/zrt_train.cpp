@@ -19,11 +19,13 @@
 #include <sstream>
 
 #include "comm/init.h"
+#include "config/load.h"
 #include "config/training_args.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/tool_main.h"
 #include "examples/gpt.h"
+#include "runtime/initialize.h"
 #include "runtime/trainer.h"
 
 namespace zrt::examples {
@@ -146,7 +148,7 @@ int run(int argc, char** argv) {
   config::TrainingArguments targs = config::parse_training_arguments(result);
   ZRT_CHECK_AS(UsageError, targs.deepspeed.has_value(),
                "--deepspeed CONFIG is required (see examples/configs/)");
-  auto comm = comm::init_from_env();
+  auto comm = comm::init_from_env(comm_options_for_config(config::load_config_source(*targs.deepspeed)));
   torch::manual_seed(static_cast<uint64_t>(targs.seed));
   const std::string kind = result["model"].as<std::string>();
   const int64_t width = result["width"].as<int64_t>();

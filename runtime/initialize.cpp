@@ -7,12 +7,21 @@
 #include "core/error.h"
 
 namespace zrt {
+
+comm::CommOptions comm_options_for_config(const Json& config);
+
 namespace {
 
 // The communicator initialize() creates gets the config's "zrt" section (comm_timeout,
 // debug_collectives) on top of the environment's; a communicator passed in keeps its own.
 std::shared_ptr<comm::Comm> comm_or_default(std::shared_ptr<comm::Comm> comm, const Json& config) {
   if (comm != nullptr) return comm;
+  return comm::init_from_env(comm_options_for_config(config));
+}
+
+}  // namespace
+
+comm::CommOptions comm_options_for_config(const Json& config) {
   comm::CommOptions options = comm::comm_options_from_env();
   if (config.is_object() && config.contains("zrt") && config["zrt"].is_object()) {
     const Json& z = config["zrt"];
@@ -24,10 +33,8 @@ std::shared_ptr<comm::Comm> comm_or_default(std::shared_ptr<comm::Comm> comm, co
       options.debug_collectives = z["debug_collectives"].get<bool>();
     }
   }
-  return comm::init_from_env(options);
+  return options;
 }
-
-}  // namespace
 
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model,
                                    const std::string& config, InitializeOptions options) {

@@ -24,6 +24,11 @@ struct InitializeOptions {
   EngineOptions engine;
 };
 
+// Communicator options for a config: the environment's (ZRT_COMM_TIMEOUT, ZRT_DEBUG_COLLECTIVES)
+// overridden by the config's "zrt" section. For programs that create the communicator
+// themselves: comm::init_from_env(comm_options_for_config(config)).
+comm::CommOptions comm_options_for_config(const Json& config);
+
 // Collective: every rank must call it. `config` is a file path, a JSON text or a urlsafe-base64
 // JSON text (spec §1.1). Throws ConfigError listing every problem of the config.
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model,
