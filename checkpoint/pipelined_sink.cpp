@@ -18,8 +18,14 @@ namespace zrt::ckpt::detail {
 PipelinedFileSink::~PipelinedFileSink() {
   if (!thread_.joinable()) return;
   {
+    // Not finished: the file is being abandoned (an exception); drop what is queued rather than
+    // touch memory a producer may already have released. A chunk being written completes.
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    while (!queue_.empty()) {
+      if (queue_.front().owned) --owned_in_flight_;
+      queue_.pop_front();
+    }
   }
   cv_.notify_all();
   thread_.join();

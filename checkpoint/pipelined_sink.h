@@ -21,7 +21,7 @@ namespace zrt::ckpt::detail {
 class PipelinedFileSink : public ByteSink {
  public:
   explicit PipelinedFileSink(WritableFile& file) : file_(file) {}
-  // Stops the writer thread (remaining chunks are written or, after an error, dropped).
+  // Stops the writer thread; chunks still queued (finish() was not called) are dropped.
   ~PipelinedFileSink() override;
   PipelinedFileSink(const PipelinedFileSink&) = delete;
   PipelinedFileSink& operator=(const PipelinedFileSink&) = delete;
