@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <tuple>
 
 #include <torch/torch.h>
 
@@ -191,25 +192,31 @@ int main(int argc, char** argv) {
       if (c == 1) std::puts("");
     });
     for (const char* mode : {"warm", "cold"}) {
+      // Loads in a rotating order too; cold ones first drop the file's cached pages.
       const bool cold = std::string(mode) == "cold";
-      if (cold) drop_cache(plain);
-      timed(std::string("load plain read ") + mode, [&] { plain_read({}, state, plain); });
+      const std::string m = mode;
+      std::vector<std::tuple<std::string, std::string, std::function<void()>>> loads = {
+          {"load plain read " + m, plain, [&] { plain_read({}, state, plain); }},
+          {"load zrt .pt " + m, ours, [&] { ckpt::load_pt(ours); }},
+          {"load zrt .pt no-crc " + m, ours,
+           [&] {
+             ckpt::ReadOptions o;
+             o.verify_crc = false;
+             ckpt::load_pt(ours, o);
+           }},
+          {"load torch::load " + m, theirs, [&] {
+             std::vector<at::Tensor> v;
+             torch::load(v, theirs);
+           }}};
       if (!cold) {
-        timed("load plain read prealloc warm", [&] { plain_read(buffers, state, plain); });
+        loads.emplace_back("load plain read prealloc warm", plain,
+                           [&] { plain_read(buffers, state, plain); });
       }
-      if (cold) drop_cache(ours);
-      timed(std::string("load zrt .pt ") + mode, [&] { ckpt::load_pt(ours); });
-      if (cold) drop_cache(ours);
-      timed(std::string("load zrt .pt no-crc ") + mode, [&] {
-        ckpt::ReadOptions o;
-        o.verify_crc = false;
-        ckpt::load_pt(ours, o);
-      });
-      if (cold) drop_cache(theirs);
-      timed(std::string("load torch::load ") + mode, [&] {
-        std::vector<at::Tensor> v;
-        torch::load(v, theirs);
-      });
+      for (size_t j = 0; j < loads.size(); ++j) {
+        const auto& [name, file, fn] = loads[(i + j) % loads.size()];
+        if (cold) drop_cache(file);
+        timed(name, fn);
+      }
     }
   }
   for (auto& [name, v] : t) v.erase(v.begin());

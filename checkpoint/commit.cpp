@@ -78,8 +78,8 @@ std::string host_name() {
   return buf;
 }
 
-// Runs this rank's part of a phase and votes; on a failed vote runs `cleanup` and throws.
-// Collective: every rank must call this.
+// Collective: every rank must call this. Runs this rank's part of a phase and votes; on a
+// failed vote runs `cleanup` and throws.
 std::vector<RankStatus> run_phase(comm::Comm& comm, const CommitSpec& spec, const char* phase,
                                   const std::function<std::string()>& body,
                                   const std::function<void()>& cleanup) {

@@ -12,14 +12,22 @@ namespace zrt::ckpt::detail {
 // device writes it (Note [Early writeback]). Run one after the other they leave the device idle
 // while the CPU works and the CPU idle while write(2) blocks. With the writer thread here, the
 // zip writer checksums record k+1 while record k is checksummed and written, so on two cores a
-// save costs about max(CPU, device) instead of their sum. Tensor data are never copied: the zip
-// writer hands them over as borrowed chunks and waits for them in sync_borrowed().
+// save costs about max(CPU, device) instead of their sum. Both checksums run on the producer's
+// thread (ours at hand-over time, in stream order), so the writer thread only writes. Tensor data
+// are never copied: the zip writer hands them over as borrowed chunks and waits for them in
+// sync_borrowed().
 
 PipelinedFileSink::~PipelinedFileSink() {
   if (!thread_.joinable()) return;
   {
+    // Not finished: the file is being abandoned (an exception); drop what is queued rather than
+    // touch memory a producer may already have released. A chunk being written completes.
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    while (!queue_.empty()) {
+      if (queue_.front().owned) --owned_in_flight_;
+      queue_.pop_front();
+    }
   }
   cv_.notify_all();
   thread_.join();
@@ -49,6 +57,7 @@ void PipelinedFileSink::write_borrowed(const void* data, size_t size) {
   rethrow_if_failed();
   total_ += size;
   flush_staging();
+  crc_ = crc32_update(crc_, data, size);
   Chunk c;
   c.data = static_cast<const char*>(data);
   c.size = size;
@@ -57,6 +66,7 @@ void PipelinedFileSink::write_borrowed(const void* data, size_t size) {
 
 void PipelinedFileSink::flush_staging() {
   if (staged_ == 0) return;
+  crc_ = crc32_update(crc_, staging_.get(), staged_);
   Chunk c;
   c.size = staged_;
   c.owned = std::move(staging_);
@@ -113,7 +123,6 @@ void PipelinedFileSink::run() {
     std::exception_ptr failure;
     if (!skip) {
       try {
-        crc_ = crc32_update(crc_, c.data, c.size);
         file_.write(c.data, c.size);
       } catch (...) {
         failure = std::current_exception();

@@ -1,8 +1,8 @@
 // Internal to storage.cpp: the sink behind Storage::write_temp. It overlaps producing a file with
-// writing it (Note [Pipelined file writes]): a writer thread takes chunks in order, updates the
-// CRC-32 and calls WritableFile::write, while the producer (the zip writer computing its own
-// checksums) moves on. Small writes are copied into 1 MiB blocks (at most 8 in flight); borrowed
-// large ones are written from the caller's memory.
+// writing it (Note [Pipelined file writes]): a writer thread takes chunks in order and calls
+// WritableFile::write, while the producer (the zip writer computing its own checksums, and this
+// sink's CRC-32 at hand-over) moves on. Small writes are copied into 1 MiB blocks (at most 8 in
+// flight); borrowed large ones are written from the caller's memory.
 #pragma once
 
 #include <condition_variable>
@@ -21,7 +21,7 @@ namespace zrt::ckpt::detail {
 class PipelinedFileSink : public ByteSink {
  public:
   explicit PipelinedFileSink(WritableFile& file) : file_(file) {}
-  // Stops the writer thread (remaining chunks are written or, after an error, dropped).
+  // Stops the writer thread; chunks still queued (finish() was not called) are dropped.
   ~PipelinedFileSink() override;
   PipelinedFileSink(const PipelinedFileSink&) = delete;
   PipelinedFileSink& operator=(const PipelinedFileSink&) = delete;
@@ -55,7 +55,7 @@ class PipelinedFileSink : public ByteSink {
   std::unique_ptr<char[]> staging_;
   size_t staged_ = 0;
   uint64_t total_ = 0;
-  uint32_t crc_ = 0;  // written by the writer thread (or by finish() without one)
+  uint32_t crc_ = 0;  // producer thread only
 
   std::mutex mu_;
   std::condition_variable cv_;

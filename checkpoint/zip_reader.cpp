@@ -195,20 +195,11 @@ const ZipEntry* ZipReader::find(const std::string& name) const {
 }
 
 void ZipReader::read(const ZipEntry& entry, void* dst, bool verify_crc) const {
-  if (!verify_crc) {
-    if (entry.size > 0) source_.read_at(entry.data_offset, dst, entry.size);
-    return;
-  }
-  // Chunked so that each chunk is checksummed while it is still in cache.
-  constexpr uint64_t kChunk = uint64_t{4} << 20;
-  auto* p = static_cast<char*>(dst);
-  uint32_t crc = 0;
-  for (uint64_t done = 0; done < entry.size;) {
-    const uint64_t n = std::min(kChunk, entry.size - done);
-    source_.read_at(entry.data_offset + done, p + done, n);
-    crc = crc32_update(crc, p + done, n);
-    done += n;
-  }
+  // One read for the whole record (the device sees one large sequential request), then the
+  // checksum over memory.
+  if (entry.size > 0) source_.read_at(entry.data_offset, dst, entry.size);
+  if (!verify_crc) return;
+  const uint32_t crc = crc32(dst, entry.size);
   ZRT_CHECK_AS(CheckpointError, crc == entry.crc32, source_.name(), ": entry '", entry.name,
                "' fails its CRC-32 check (stored ", crc32_hex(entry.crc32), ", computed ",
                crc32_hex(crc), "): the file is corrupt");

@@ -13,6 +13,7 @@
 #include "checkpoint/zip_reader.h"
 #include "core/error.h"
 #include "tests/checkpoint/test_util.h"
+#include "zrt/build_config.h"
 
 namespace zrt::ckpt {
 namespace {
@@ -135,6 +136,7 @@ v['m'] = torch.arange(6, dtype=torch.int16).reshape(2, 3).t()
 buf = io.BytesIO()
 torch.save(v, buf)
 open(sys.argv[1], 'wb').write(buf.getvalue())
+print('torch', torch.__version__)
 )PY";
 
 TEST(Interop, OurBytesEqualTorchSave) {
@@ -168,6 +170,12 @@ TEST(Interop, OurBytesEqualTorchSave) {
       ours_zip.read_string(*ours_zip.find("archive/data.pkl"), 1 << 20, true);
   const std::string ref_pkl = ref_zip.read_string(*ref_zip.find("archive/data.pkl"), 1 << 20, true);
   EXPECT_EQ(ours_pkl, ref_pkl);
+  // The archives match as a whole when Python's torch writes the same records as our LibTorch
+  // (1.13 both here; torch >= 2.1 adds byteorder / serialization_id records).
+  const bool same_torch = r.output.find("torch 1.13") != std::string::npos &&
+                          std::string(ZRT_TORCH_VERSION).rfind("1.13", 0) == 0;
+  if (!same_torch)
+    GTEST_SKIP() << "pickles equal; whole-archive check needs torch 1.13 on both sides";
   EXPECT_TRUE(ours == ref) << "archives differ: " << ours.size() << " vs " << ref.size()
                            << " bytes";
 }
