@@ -66,6 +66,13 @@ same_as_reference() {  # resume to STEPS and compare with the uninterrupted run
   done
 }
 
+# wait_for FILE: until FILE exists (the job has made progress), at most 60 s.
+wait_for() {
+  local i
+  for i in $(seq 600); do [[ -e "$1" ]] && return 0; sleep 0.1; done
+  return 1
+}
+
 for stage in 2 3; do
   train "$WORK/ref$stage" "$stage" "$STEPS" >"$WORK/ref$stage.log" 2>&1 ||
     { echo "reference run failed"; cat "$WORK/ref$stage.log"; exit 1; }
@@ -75,7 +82,7 @@ for trial in $(seq 1 "$TRIALS"); do
   RANDOM=$((trial * 7919))
   stage=$((2 + trial % 2))
   kind=$(((trial - 1) % 3))
-  rank=$((RANDOM % 2))
+  rank=$(((trial - 1) / 3 % 2))  # trials 1-3 kill rank 0, 4-6 rank 1, ...
   out="$WORK/t$trial"
   case $kind in
     0) what="SIGKILL of rank $rank after a random delay"; env=() ;;
@@ -89,7 +96,10 @@ for trial in $(seq 1 "$TRIALS"); do
   "${env[@]}" "$WORK/train.sh" "$out" "$stage" "$STEPS" >"$out.log" 2>&1 &
   job=$!
   if [[ $kind -eq 0 ]]; then
-    sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.8 + (r % 200) / 100 }')"
+    # A random point in the job, paced by its progress so that the kill lands inside the job
+    # on fast and slow machines: soon after a random checkpoint appeared (a random 0-99 ms later).
+    wait_for "$out/checkpoint-$((2 * (1 + RANDOM % (STEPS / 2 - 2))))/latest"
+    sleep "0.0$((RANDOM % 10))"
     victim=$(pgrep -f "^$BIN/zrt-train .*--output_dir $out " | sed -n "$((rank + 1))p")
     [[ -n "$victim" ]] && kill -9 "$victim"
     start=$(date +%s.%N)
@@ -113,9 +123,9 @@ done
 
 echo "stall: SIGSTOP of rank 1 — the other rank must report the timeout naming the op"
 out="$WORK/stall"
-ZRT_COMM_TIMEOUT=5 train "$out" 2 200 >"$out.log" 2>&1 &
+ZRT_COMM_TIMEOUT=5 train "$out" 2 2000 >"$out.log" 2>&1 &
 job=$!
-sleep 4
+wait_for "$out/checkpoint-2/latest" || fail "stall: the job made no progress"
 victim=$(pgrep -f "^$BIN/zrt-train .*--output_dir $out " | sed -n 2p)
 kill -STOP "$victim" 2>/dev/null
 start=$(date +%s)
