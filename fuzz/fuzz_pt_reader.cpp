@@ -1,21 +1,24 @@
-// libFuzzer target: the .pt reader (zip container + unpickler, ckpt::read_pt_bytes) in strict and
-// tolerant mode. The first input byte selects how the rest is used:
-//   even: the rest is a whole .pt file (exercises the zip reader; pickle mutations mostly die on
-//         the pickle's CRC there),
-//   odd:  the rest is a data.pkl, wrapped here into a valid archive with storages data/0..data/3
-//         of 256 bytes (exercises the unpickler and the tensor checks behind the CRC).
+// libFuzzer target: the .pt reader in strict and tolerant mode. The first input byte selects how
+// the rest is used:
+//   even: the rest is a whole .pt file for ckpt::read_pt_bytes (exercises the zip reader; pickle
+//         mutations mostly die on the pickle's CRC there),
+//   odd:  the rest is a bare data.pkl for ckpt::unpickle, whose storages come from a loader that
+//         makes any declared storage of up to 2^20 elements (exercises the unpickler, the graph
+//         expansion and the tensor view checks behind the CRC).
 // A read that succeeds must also survive repr(), to_json() and, for strict reads, writing the value
-// and reading it back. CheckpointError is a clean rejection; anything else aborts.
+// with write_pt and reading it back. CheckpointError is a clean rejection; anything else aborts.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include <ATen/ATen.h>
+
 #include "checkpoint/pt_file.h"
+#include "checkpoint/unpickler.h"
 #include "checkpoint/value.h"
 #include "core/error.h"
 #include "core/logging.h"
-#include <caffe2/serialize/inline_container.h>
 
 namespace {
 
@@ -28,23 +31,12 @@ using zrt::ckpt::Value;
   std::abort();
 }
 
-std::string wrap_pickle(const std::string& pickle) {
-  static const std::string storage = [] {
-    std::string s(256, '\0');
-    for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>(i % 2);  // valid bools too
-    return s;
-  }();
-  std::string out;
-  caffe2::serialize::PyTorchStreamWriter w([&](const void* p, size_t n) {
-    out.append(static_cast<const char*>(p), n);
-    return n;
-  });
-  w.writeRecord("data.pkl", pickle.data(), pickle.size());
-  for (const char* key : {"data/0", "data/1", "data/2", "data/3"}) {
-    w.writeRecord(key, storage.data(), storage.size());
+// Storages for bare pickles: zeros of whatever the pickle declares, within a bound.
+at::Tensor fake_storage(const std::string& key, at::ScalarType dtype, int64_t numel) {
+  if (numel > (int64_t{1} << 20)) {
+    throw zrt::CheckpointError("fuzz: storage '" + key + "' is larger than the harness allows");
   }
-  w.writeEndOfFile();
-  return out;
+  return at::zeros({numel}, at::TensorOptions().dtype(dtype));
 }
 
 void exercise(const Value& v) {
@@ -56,13 +48,14 @@ void exercise(const Value& v) {
   }
 }
 
-void read(const std::string& bytes, ReadMode mode, bool only_module) {
+void read(const std::string& bytes, bool bare_pickle, ReadMode mode, bool only_module) {
   ReadOptions options;
   options.mode = mode;
   if (only_module) options.only_keys = {"module", "optimizer_state_dict"};
   Value v;
   try {
-    v = zrt::ckpt::read_pt_bytes(bytes, "fuzz.pt", options);
+    v = bare_pickle ? zrt::ckpt::unpickle(bytes, fake_storage, options, "fuzz.pkl")
+                    : zrt::ckpt::read_pt_bytes(bytes, "fuzz.pt", options);
   } catch (const zrt::InternalError& e) {
     bug(std::string("InternalError: ") + e.what());
   } catch (const zrt::CheckpointError&) {
@@ -93,10 +86,10 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
-  std::string rest(reinterpret_cast<const char*>(data) + 1, size - 1);
-  const std::string bytes = (data[0] & 1) ? wrap_pickle(rest) : std::move(rest);
-  read(bytes, ReadMode::kStrict, false);
-  read(bytes, ReadMode::kTolerant, false);
-  read(bytes, ReadMode::kTolerant, (data[0] & 2) != 0);
+  const std::string bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const bool bare = (data[0] & 1) != 0;
+  read(bytes, bare, ReadMode::kStrict, false);
+  read(bytes, bare, ReadMode::kTolerant, false);
+  read(bytes, bare, ReadMode::kTolerant, (data[0] & 2) != 0);
   return 0;
 }

@@ -87,7 +87,9 @@ for t in "${TARGETS[@]}"; do
   elapsed=$(( $(date +%s) - start ))
   execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$BUILD/logs/$t.log" | awk '{print $2}' | tail -1)
   found=$(( $(find "$artifacts" -type f | wc -l) - before ))
-  line="$t: ${elapsed}s, ${execs:-?} executions, corpus $(find "$corpus" -type f | wc -l) inputs, $found new crash/leak/timeout/oom inputs"
+  cov=$(grep -oE '^#[0-9]+.*cov: [0-9]+ ft: [0-9]+ corp: [0-9]+' "$BUILD/logs/$t.log" | tail -1 |
+        sed -E 's/.*cov: ([0-9]+) ft: ([0-9]+) corp: ([0-9]+)/coverage \1 edges, \2 features, corpus \3 inputs/')
+  line="$t: ${elapsed}s, ${execs:-?} executions, ${cov:-?}, $found new crash/leak/timeout/oom inputs"
   echo "$line"
   summary+="$line"$'\n'
   if [[ $found -gt 0 ]]; then
