@@ -163,8 +163,10 @@ SafetensorsFile read_safetensors(const ByteSource& source, const SafetensorsRead
       }
       continue;
     }
+    // A named copy: C++17 lambdas cannot capture a structured binding (clang refuses it).
+    const std::string& tensor_name = name;
     auto bad = [&](const std::string& what) {
-      throw CheckpointError(str(file, ": tensor '", name, "': ", what));
+      throw CheckpointError(str(file, ": tensor '", tensor_name, "': ", what));
     };
     if (!info.is_object() || info.size() != 3 || !info.contains("dtype") ||
         !info.contains("shape") || !info.contains("data_offsets")) {

@@ -233,8 +233,8 @@ class Verifier {
     }
     for (const auto& [r, n] : count) {
       if (r >= world_) {
-        problem(str(path(file_name(kind, r)), ": a ", what, " of rank ", r,
-                    " but the world size is ", world_));
+        problem(str(path(file_name(kind, r)), ": rank ", r, " is beyond the world size ", world_,
+                    " (", what, ")"));
       }
     }
   }
