@@ -367,6 +367,9 @@ TEST(CpuAdam, RejectsInvalidTensors) {
   Buffers half_param = b.clone();
   half_param.p = half_param.p.to(at::kHalf);
   expect_error(half_param, "param must be fp32");
+  AdamStepArgs step0 = a;
+  step0.step = 0;
+  EXPECT_THROW(adam_step_cpu({b.tensors()}, step0), Error);
 }
 
 }  // namespace
