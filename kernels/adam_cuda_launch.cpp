@@ -35,6 +35,7 @@ DType to_dtype(at::ScalarType t) {
 }  // namespace
 
 void adam_step_cuda(const std::vector<AdamTensors>& tensors, const AdamStepArgs& args) {
+  check_adam_step_args(args);
   check_adam_tensors(tensors, c10::DeviceType::CUDA);
   if (tensors.empty()) return;
   const c10::Device device = tensors.front().param.device();

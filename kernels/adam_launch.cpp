@@ -2,6 +2,8 @@
 // launcher (the CUDA one is adam_cuda_launch.cpp).
 #include "kernels/adam_launch.h"
 
+#include <cmath>
+
 #include <ATen/ATen.h>
 
 #include "core/error.h"
@@ -60,8 +62,16 @@ void check_adam_tensors(const std::vector<AdamTensors>& tensors, c10::DeviceType
   }
 }
 
+void check_adam_step_args(const AdamStepArgs& args) {
+  ZRT_CHECK(args.step >= 1,
+            "Adam step: the step count must be >= 1 (it is t after incrementing), got ", args.step);
+  ZRT_CHECK(std::isfinite(args.grad_scale), "Adam step: grad_scale ", args.grad_scale,
+            " is not finite");
+}
+
 void adam_step_cpu(const std::vector<AdamTensors>& tensors, const AdamStepArgs& args,
                    const CpuAdamConfig& config) {
+  check_adam_step_args(args);
   check_adam_tensors(tensors, c10::DeviceType::CPU);
   std::vector<CpuAdamTensor> raw(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {

@@ -38,7 +38,9 @@ void adam_step_cuda(const std::vector<AdamTensors>& tensors, const AdamStepArgs&
 // whether a device is present.
 bool adam_cuda_launcher_built();
 
-// Shared by both launchers: throws unless the tensors are valid for a kernel on `device_type`.
+// Shared by both launchers: throw unless the tensors are valid for a kernel on `device_type`,
+// and unless args.step >= 1 and grad_scale is finite.
 void check_adam_tensors(const std::vector<AdamTensors>& tensors, c10::DeviceType device_type);
+void check_adam_step_args(const AdamStepArgs& args);
 
 }  // namespace zrt::kernels

@@ -21,7 +21,8 @@ int cpu_kernel_threads();
 //
 // Runs fn(thread_index) for thread_index in [0, num_threads), the caller running index 0, and
 // returns when all have finished. The first exception thrown by any fn is rethrown here. Calls
-// from inside a job run everything inline on the calling thread.
+// from inside a job run everything inline on the calling thread. Like any thread pool it does not
+// survive fork(): a forked child must not call the CPU kernels with more than one thread.
 void run_on_threads(int num_threads, const std::function<void(int)>& fn);
 
 }  // namespace zrt::kernels
