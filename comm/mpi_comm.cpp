@@ -153,9 +153,12 @@ MpiAlgo algo_from_env() {
 
 constexpr int kTagRing = 7301;
 // ZRT_MPI_ALGO=auto uses the point-to-point ring for reduce-scatters and all-gathers of at least
-// this many bytes (whole array) and Open MPI's own collectives below. Measured on the 2-core
-// development machine, Open MPI 4.1.4 (docs/PERFORMANCE.md, comm section).
-constexpr int64_t kRingMinBytes = 32 * 1024;
+// these many bytes (whole array) and Open MPI's own collectives below. Measured with
+// bench/comm_bench on the 2-core development machine, Open MPI 4.1.4 (docs/PERFORMANCE.md,
+// "Collectives"): Open MPI's reduce-scatter is 2-4x slower than the ring from 256 KiB on, its
+// all-gather is as fast as the ring for large arrays and faster below a few MiB.
+constexpr int64_t kRingMinBytesReduceScatter = 32 * 1024;
+constexpr int64_t kRingMinBytesAllGather = 4 * 1024 * 1024;
 
 class MpiComm final : public Comm {
  public:
@@ -242,11 +245,11 @@ class MpiComm final : public Comm {
   }
 
   // `max_piece`: the largest per-rank element count; `total_bytes`: the whole array.
-  bool use_ring(int64_t max_piece, int64_t total_bytes) const {
+  bool use_ring(int64_t max_piece, int64_t total_bytes, int64_t ring_min_bytes) const {
     if (algo_ == MpiAlgo::kRing) return true;
     if (max_piece > max_count_) return true;  // MPI counts and displacements are int
     if (algo_ == MpiAlgo::kNative) return false;
-    return total_bytes >= kRingMinBytes;
+    return total_bytes >= ring_min_bytes;
   }
 
   static std::vector<int64_t> offsets_of(const std::vector<int64_t>& counts) {
@@ -266,7 +269,7 @@ class MpiComm final : public Comm {
     if (max_piece == 0) return;
     if (size_ == 1) {
       std::memmove(dst, src, c * es);
-    } else if (use_ring(max_piece, info.numel * es)) {
+    } else if (use_ring(max_piece, info.numel * es, kRingMinBytesReduceScatter)) {
       ring_reduce_scatter(src, dst, counts, es, info);
     } else {
       // MPI forbids overlapping send and receive buffers: an in-place output goes via scratch.
@@ -304,7 +307,7 @@ class MpiComm final : public Comm {
     uint8_t* mine = dst + offsets[rank_] * es;
     if (size_ == 1) {
       if (mine != src) std::memmove(mine, src, counts[rank_] * es);
-    } else if (use_ring(max_piece, out.numel() * es)) {
+    } else if (use_ring(max_piece, out.numel() * es, kRingMinBytesAllGather)) {
       if (mine != src) std::memmove(mine, src, counts[rank_] * es);
       ring_all_gather(dst, counts, offsets, es);
     } else {
