@@ -1,7 +1,7 @@
 """PyTorch DDP (gloo) on the model and batch of bench/zero_bench.cpp, for the stage-0 comparison.
 
-Run with Debian's python3-torch (not a pip torch):
-  /usr/bin/python3 -m torch.distributed.run --nproc_per_node N bench/ddp_gloo.py \
+Run with Debian's python3-torch (not a pip torch), one process per rank (env:// rendezvous):
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=29571 RANK=r WORLD_SIZE=N /usr/bin/python3 bench/ddp_gloo.py \
       [--layers 12] [--width 2048] [--batch 8] [--steps 10] [--dtype fp32]
 Prints one JSON line on rank 0: the median step time of the slowest rank.
 """
