@@ -201,4 +201,21 @@ ResolvedConfig resolve_config(const Json& config, const ResolveOptions& options)
   return out;
 }
 
+namespace detail {
+
+const Json* section_object(const Json& root, const char* key, Diagnostics& diag) {
+  auto it = root.find(key);
+  if (it == root.end() || it->is_null()) return nullptr;
+  if (is_auto_value(*it)) {
+    diag.error_text(auto_error_message(key));
+    return nullptr;
+  }
+  if (!it->is_object()) {
+    diag.error(key, str("expected an object, got ", describe_value(*it)));
+    return nullptr;
+  }
+  return &*it;
+}
+
+}  // namespace detail
 }  // namespace zrt::config

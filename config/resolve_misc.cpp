@@ -16,22 +16,8 @@
 namespace zrt::config::detail {
 namespace {
 
-const Json* section(const Json& root, const char* key, Diagnostics& diag) {
-  auto it = root.find(key);
-  if (it == root.end() || it->is_null()) return nullptr;
-  if (is_auto_value(*it)) {
-    diag.error_text(auto_error_message(key));
-    return nullptr;
-  }
-  if (!it->is_object()) {
-    diag.error(key, str("expected an object, got ", describe_value(*it)));
-    return nullptr;
-  }
-  return &*it;
-}
-
 void resolve_checkpoint(const Json& root, Diagnostics& diag, ckpt::CheckpointOptions& out) {
-  const Json* s = section(root, "checkpoint", diag);
+  const Json* s = section_object(root, "checkpoint", diag);
   if (!s) return;
   SectionReader r(*s, "checkpoint", AutoPolicy::kError, diag);
   r.check_unknown_keys(keys::kCheckpoint, /*strict=*/true);
@@ -70,7 +56,7 @@ void resolve_checkpoint(const Json& root, Diagnostics& diag, ckpt::CheckpointOpt
 }
 
 void resolve_data_types(const Json& root, Diagnostics& diag, ResolvedConfig& out) {
-  const Json* s = section(root, "data_types", diag);
+  const Json* s = section_object(root, "data_types", diag);
   if (!s) return;
   SectionReader r(*s, "data_types", AutoPolicy::kError, diag);
   r.check_unknown_keys(keys::kDataTypes, /*strict=*/true);
@@ -90,7 +76,7 @@ void resolve_data_types(const Json& root, Diagnostics& diag, ResolvedConfig& out
 }
 
 void resolve_monitor(const Json& root, const char* key, Diagnostics& diag, MonitorConfig& out) {
-  const Json* s = section(root, key, diag);
+  const Json* s = section_object(root, key, diag);
   if (!s) return;
   SectionReader r(*s, key, AutoPolicy::kError, diag);
   r.check_unknown_keys(keys::kMonitor, /*strict=*/true);
@@ -112,7 +98,7 @@ void resolve_zrt(const Json& root, Diagnostics& diag, comm::CommOptions& out) {
   } catch (const Error& e) {
     diag.error_text(e.what());
   }
-  const Json* s = section(root, "zrt", diag);
+  const Json* s = section_object(root, "zrt", diag);
   if (!s) return;
   SectionReader r(*s, "zrt", AutoPolicy::kError, diag);
   r.check_unknown_keys(keys::kZrt, /*strict=*/true);

@@ -11,25 +11,10 @@
 namespace zrt::config::detail {
 namespace {
 
-// The section object at `key`, or nullptr when absent/null/invalid (invalid is reported).
-const Json* section(const Json& root, const char* key, Diagnostics& diag) {
-  auto it = root.find(key);
-  if (it == root.end() || it->is_null()) return nullptr;
-  if (is_auto_value(*it)) {
-    diag.error_text(auto_error_message(key));
-    return nullptr;
-  }
-  if (!it->is_object()) {
-    diag.error(key, str("expected an object, got ", describe_value(*it)));
-    return nullptr;
-  }
-  return &*it;
-}
-
 void resolve_fp16(const Json& root, Diagnostics& diag, ResolvedConfig& out) {
   Fp16Config& fp16 = out.fp16;
   optim::LossScaleOptions& ls = fp16.loss_scale;
-  const Json* s = section(root, "fp16", diag);
+  const Json* s = section_object(root, "fp16", diag);
   SectionReader r(s ? *s : empty_object(), "fp16", AutoPolicy::kError, diag);
   if (s) r.check_unknown_keys(keys::kFp16, /*strict=*/true);
   if (auto v = r.get_bool("enabled")) fp16.enabled = *v;
@@ -82,7 +67,7 @@ void resolve_bf16(const Json& root, Diagnostics& diag, ResolvedConfig& out) {
   } else if (has_alias) {
     key = "bfloat16";
   }
-  const Json* s = section(root, key, diag);
+  const Json* s = section_object(root, key, diag);
   if (!s) return;
   SectionReader r(*s, key, AutoPolicy::kError, diag);
   r.check_unknown_keys(keys::kBf16, /*strict=*/true);
@@ -91,7 +76,7 @@ void resolve_bf16(const Json& root, Diagnostics& diag, ResolvedConfig& out) {
 }
 
 void resolve_amp(const Json& root, Diagnostics& diag, const ResolvedConfig& out) {
-  const Json* s = section(root, "amp", diag);
+  const Json* s = section_object(root, "amp", diag);
   if (!s) return;
   // Every other key is an apex.amp.initialize() argument; only "enabled" matters here.
   SectionReader r(*s, "amp", AutoPolicy::kError, diag);

@@ -25,6 +25,10 @@ void resolve_scheduler_section(const Json& root, Diagnostics& diag, ResolvedConf
 // checkpoint, data_types, tensorboard, csv_monitor, zrt.
 void resolve_misc_sections(const Json& root, Diagnostics& diag, ResolvedConfig& out);
 
+// The section object at `key`: nullptr when absent or null, and when invalid ("auto", or not an
+// object), which is reported in `diag`.
+const Json* section_object(const Json& root, const char* key, Diagnostics& diag);
+
 // The "auto" string.
 inline bool is_auto_value(const Json& value) { return value.is_string() && value == "auto"; }
 

@@ -39,4 +39,21 @@ int run_tool(const char* tool_name, const std::function<int()>& body) {
   }
 }
 
+int run_subcommand_tool(const char* tool_name, int argc, char** argv,
+                        const std::vector<Subcommand>& subcommands, const std::string& usage) {
+  return run_tool(tool_name, [&]() -> int {
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty()) throw UsageError("missing subcommand\n" + usage);
+    const std::string& name = args.front();
+    if (name == "-h" || name == "--help" || name == "help") {
+      std::printf("%s", usage.c_str());
+      return 0;
+    }
+    for (const Subcommand& s : subcommands) {
+      if (name == s.name) return s.run(std::vector<std::string>(args.begin() + 1, args.end()));
+    }
+    throw UsageError("unknown subcommand '" + name + "'\n" + usage);
+  });
+}
+
 }  // namespace zrt

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace zrt {
 
@@ -10,6 +12,17 @@ namespace zrt {
 // stderr and returns the exception's exit code (zrt::Error subclasses), 70 for anything else.
 // On an exception the abort hook (if any) runs first with that exit code.
 int run_tool(const char* tool_name, const std::function<int()>& body);
+
+// A tool made of subcommands, `<tool> <subcommand> [arguments]`.
+struct Subcommand {
+  const char* name;
+  int (*run)(const std::vector<std::string>& args);  // the arguments after the subcommand
+};
+
+// run_tool around the dispatch of argv[1] to its subcommand: prints `usage` for -h, --help and
+// help; a missing or unknown subcommand is a UsageError that shows `usage`.
+int run_subcommand_tool(const char* tool_name, int argc, char** argv,
+                        const std::vector<Subcommand>& subcommands, const std::string& usage);
 
 // Note [Failing fast in a multi-process job]
 // A rank that fails must not go on to MPI_Finalize (which waits for the other ranks, who are

@@ -28,16 +28,6 @@ bool is_identifier(const std::string& name) {
   return true;
 }
 
-void set_var(EnvVars* vars, const std::string& name, const std::string& value) {
-  for (auto& [n, v] : *vars) {
-    if (n == name) {
-      v = value;
-      return;
-    }
-  }
-  vars->emplace_back(name, value);
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   ZRT_CHECK_AS(ConfigError, in.good(), "cannot read env file '", path, "'");
@@ -47,6 +37,16 @@ std::string read_text(const std::string& path) {
 }
 
 }  // namespace
+
+void set_var(EnvVars* vars, const std::string& name, const std::string& value) {
+  for (auto& [n, v] : *vars) {
+    if (n == name) {
+      v = value;
+      return;
+    }
+  }
+  vars->emplace_back(name, value);
+}
 
 bool is_forwarded_name(const std::string& name) {
   for (const char* prefix : kForwardPrefixes) {

@@ -23,6 +23,9 @@ using EnvVars = std::vector<std::pair<std::string, std::string>>;
 
 bool is_forwarded_name(const std::string& name);
 
+// Sets `name` to `value`: replaces the value of an existing entry, else appends one.
+void set_var(EnvVars* vars, const std::string& name, const std::string& value);
+
 // `KEY=VALUE` lines; blank lines and `#` comments are skipped, a leading `export ` is allowed,
 // and one pair of matching quotes around the value is removed. A bad line is a ConfigError naming
 // `source`:line.

@@ -30,16 +30,6 @@ const std::string* find_var(const EnvVars& vars, const std::string& name) {
   return nullptr;
 }
 
-void set_var(EnvVars* vars, const std::string& name, const std::string& value) {
-  for (auto& [n, v] : *vars) {
-    if (n == name) {
-      v = value;
-      return;
-    }
-  }
-  vars->emplace_back(name, value);
-}
-
 World local_pool(const LaunchOptions& options, const HostFacts& facts) {
   ZRT_CHECK_AS(UsageError, options.num_nodes <= 1, "--num_nodes ", options.num_nodes,
                " needs a hostfile listing the nodes (--hostfile FILE)");

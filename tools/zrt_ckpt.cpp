@@ -220,28 +220,10 @@ int run_to_fp32(const Args& args) {
   return 0;
 }
 
-struct Subcommand {
-  const char* name;
-  int (*run)(const Args& args);
-};
-
-const Subcommand kSubcommands[] = {
-    {"inspect", run_inspect}, {"verify", run_verify}, {"to-fp32", run_to_fp32}};
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  return zrt::run_tool("zrt-ckpt", [&]() -> int {
-    Args args(argv + 1, argv + argc);
-    if (args.empty()) throw UsageError("missing subcommand\n" + usage());
-    const std::string& name = args.front();
-    if (name == "-h" || name == "--help" || name == "help") {
-      std::printf("%s", usage().c_str());
-      return 0;
-    }
-    for (const Subcommand& s : kSubcommands) {
-      if (name == s.name) return s.run(Args(args.begin() + 1, args.end()));
-    }
-    throw UsageError(zrt::str("unknown subcommand '", name, "'\n", usage()));
-  });
+  return zrt::run_subcommand_tool(
+      "zrt-ckpt", argc, argv,
+      {{"inspect", run_inspect}, {"verify", run_verify}, {"to-fp32", run_to_fp32}}, usage());
 }

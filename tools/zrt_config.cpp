@@ -4,7 +4,7 @@
 //       [--num_training_steps N] [--hidden_size H | --hidden_sizes A,B,...] [--inference]
 //
 // prints the resolved config as JSON on stdout (exit 0), every problem on stderr (exit 2), or
-// usage (exit 1). Subcommands are rows of kSubcommands: add one by writing its run function.
+// usage (exit 1). A subcommand is a run function and a row of the table in main().
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -24,28 +24,14 @@ namespace {
 using zrt::UsageError;
 using Args = std::vector<std::string>;
 
-struct Subcommand {
-  const char* name;
-  const char* summary;
-  int (*run)(const Args& args);
-};
-
 int run_resolve(const Args& args);
 int run_schedule(const Args& args);
 
-const Subcommand kSubcommands[] = {
-    {"resolve", "print the fully resolved DeepSpeed config as JSON", run_resolve},
-    {"schedule", "print the learning rate of every optimizer step as CSV (--plot FILE.svg)",
-     run_schedule},
-};
-
-std::string usage() {
-  std::string text =
-      "usage: zrt-config <subcommand> [options]\n"
-      "       zrt-config <subcommand> --help\n\nsubcommands:\n";
-  for (const Subcommand& s : kSubcommands) text += zrt::str("  ", s.name, "  ", s.summary, "\n");
-  return text;
-}
+const char kUsage[] =
+    "usage: zrt-config <subcommand> [options]\n"
+    "       zrt-config <subcommand> --help\n\nsubcommands:\n"
+    "  resolve   print the fully resolved DeepSpeed config as JSON\n"
+    "  schedule  print the learning rate of every optimizer step as CSV (--plot FILE.svg)\n";
 
 // Parses `args` (without the program and subcommand names) with cxxopts, turning its
 // exceptions into UsageError.
@@ -208,17 +194,6 @@ int run_schedule(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return zrt::run_tool("zrt-config", [&]() -> int {
-    Args args(argv + 1, argv + argc);
-    if (args.empty()) throw UsageError("missing subcommand\n" + usage());
-    const std::string& name = args.front();
-    if (name == "-h" || name == "--help" || name == "help") {
-      std::printf("%s", usage().c_str());
-      return 0;
-    }
-    for (const Subcommand& s : kSubcommands) {
-      if (name == s.name) return s.run(Args(args.begin() + 1, args.end()));
-    }
-    throw UsageError(zrt::str("unknown subcommand '", name, "'\n", usage()));
-  });
+  return zrt::run_subcommand_tool("zrt-config", argc, argv,
+                                  {{"resolve", run_resolve}, {"schedule", run_schedule}}, kUsage);
 }

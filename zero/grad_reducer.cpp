@@ -282,8 +282,14 @@ void GradReducer::launch(Bucket& b) {
     b.dest = partitions_[b.group].narrow(0, piece.size > 0 ? piece.offset - part.partition(me).offset
                                                            : 0,
                                          piece.size);
-    const bool direct = mode_ != Mode::kBucketed && b.dest.scalar_type() == options_.comm_dtype;
-    b.out = direct ? b.dest : at::empty({piece.size}, b.send.options());
+    if (mode_ == Mode::kBucketed) {
+      // In place: this rank's piece of the pool buffer (no allocation per bucket and step).
+      b.out = piece.size > 0 ? b.send.narrow(0, piece.offset - b.begin, piece.size)
+                             : at::empty({0}, b.send.options());
+    } else {
+      const bool direct = b.dest.scalar_type() == options_.comm_dtype;
+      b.out = direct ? b.dest : at::empty({piece.size}, b.send.options());
+    }
     b.work = comm_->reduce_scatter_v_async(b.out, b.send, group.counts_by_rank(b.begin, b.end));
   }
   b.launched = true;

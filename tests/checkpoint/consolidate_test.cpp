@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/shard.h"
 #include "tests/checkpoint/test_util.h"
+#include "tests/support/error_of.h"
 
 namespace zrt::ckpt {
 namespace {
@@ -290,14 +291,7 @@ TEST(Consolidate, PythonReimplementationAgrees) {
 INSTANTIATE_TEST_SUITE_P(Worlds, ConsolidateTest, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const CheckpointError& e) {
-    return e.what();
-  }
-  return "<no CheckpointError>";
-}
+const auto error_of = &zrt::testing::error_of<CheckpointError>;
 
 TEST(Consolidate, Errors) {
   Model model;

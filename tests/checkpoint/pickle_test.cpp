@@ -9,6 +9,7 @@
 #include "checkpoint/pickler.h"
 #include "checkpoint/pt_file.h"
 #include "core/error.h"
+#include "tests/support/error_of.h"
 
 namespace zrt::ckpt {
 namespace {
@@ -17,14 +18,7 @@ Value round_trip(const Value& v, const ReadOptions& options = {}) {
   return read_pt_bytes(pt_bytes(v), "mem.pt", options);
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const CheckpointError& e) {
-    return e.what();
-  }
-  return "<no CheckpointError>";
-}
+const auto error_of = &zrt::testing::error_of<CheckpointError>;
 
 TEST(Pickle, ScalarsRoundTrip) {
   const int64_t ints[] = {0,

@@ -10,6 +10,7 @@
 #include "checkpoint/storage.h"
 #include "core/error.h"
 #include "tests/checkpoint/test_util.h"
+#include "tests/support/error_of.h"
 #include <sys/stat.h>
 
 namespace zrt::ckpt {
@@ -17,14 +18,7 @@ namespace {
 
 using test::TempDir;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const CheckpointError& e) {
-    return e.what();
-  }
-  return "<no CheckpointError>";
-}
+const auto error_of = &zrt::testing::error_of<CheckpointError>;
 
 uint32_t bitwise_crc(const std::string& s) {
   uint32_t c = 0xFFFFFFFFu;

@@ -7,18 +7,12 @@
 
 #include "checkpoint/value_view.h"
 #include "core/error.h"
+#include "tests/support/error_of.h"
 
 namespace zrt::ckpt {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const CheckpointError& e) {
-    return e.what();
-  }
-  return "<no CheckpointError>";
-}
+const auto error_of = &zrt::testing::error_of<CheckpointError>;
 
 TEST(Value, ScalarsAndKinds) {
   EXPECT_TRUE(Value().is_none());
