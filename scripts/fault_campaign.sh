@@ -98,7 +98,7 @@ for trial in $(seq 1 "$TRIALS"); do
   if [[ $kind -eq 0 ]]; then
     # A random point in the job, paced by its progress so that the kill lands inside the job
     # on fast and slow machines: soon after a random checkpoint appeared (a random 0-99 ms later).
-    wait_for "$out/checkpoint-$((2 * (1 + RANDOM % (STEPS / 2 - 2))))/latest"
+    wait_for "$out/checkpoint-$((2 * (1 + RANDOM % (STEPS / 2 - 3))))/latest"
     sleep "0.0$((RANDOM % 10))"
     victim=$(pgrep -f "^$BIN/zrt-train .*--output_dir $out " | sed -n "$((rank + 1))p")
     [[ -n "$victim" ]] && kill -9 "$victim"
