@@ -11,13 +11,12 @@
 // the backend's two algorithms and for raw MPI. "best raw" is the best raw MPI way to compute the
 // op (for reduce_scatter: MPI_Reduce_scatter_block, or MPI_Allreduce keeping a slice).
 #define OMPI_SKIP_MPICXX 1
-#include <mpi.h>
-
-#include <ATen/ATen.h>
-
 #include <cstdlib>
 #include <map>
 #include <sstream>
+
+#include <ATen/ATen.h>
+#include <mpi.h>
 
 #include "bench/harness.h"
 #include "comm/comm.h"
@@ -87,9 +86,11 @@ int64_t count_wrong(comm::Comm& comm, const std::string& op, int64_t count) {
     at::Tensor in = at::arange(count, at::kFloat).remainder(7).add(r);
     at::Tensor out = at::empty({count / n});
     comm.reduce_scatter(out, in);
-    at::Tensor want =
-        at::arange(count, at::kFloat).remainder(7).mul(n).add(n * (n - 1) / 2.0f)
-            .narrow(0, r * (count / n), count / n);
+    at::Tensor want = at::arange(count, at::kFloat)
+                          .remainder(7)
+                          .mul(n)
+                          .add(n * (n - 1) / 2.0f)
+                          .narrow(0, r * (count / n), count / n);
     bad = out.ne(want);
   } else {
     at::Tensor in = at::full({count / n}, static_cast<float>(r));
@@ -111,24 +112,27 @@ std::vector<Variant> variants(const std::string& op, comm::Comm& zrt, comm::Comm
   float* pscr = scratch.data_ptr<float>();
   if (op == "all_reduce") {
     return {{"zrt", [&] { zrt.all_reduce(in); }},
-            {"mpi", [=] { MPI_Allreduce(MPI_IN_PLACE, pin, count, MPI_FLOAT, MPI_SUM,
-                                        MPI_COMM_WORLD); }}};
+            {"mpi",
+             [=] { MPI_Allreduce(MPI_IN_PLACE, pin, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }}};
   }
   if (op == "reduce_scatter") {
     return {{"zrt", [&] { zrt.reduce_scatter(out, in); }},
             {"zrt_ring", [&] { ring.reduce_scatter(out, in); }},
             {"zrt_native", [&] { native.reduce_scatter(out, in); }},
-            {"mpi", [=] { MPI_Reduce_scatter_block(pin, pout, count / n, MPI_FLOAT, MPI_SUM,
-                                                   MPI_COMM_WORLD); }},
-            {"mpi_allreduce", [=] { MPI_Allreduce(pin, pscr, count, MPI_FLOAT, MPI_SUM,
-                                                  MPI_COMM_WORLD); }}};
+            {"mpi",
+             [=] {
+               MPI_Reduce_scatter_block(pin, pout, count / n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+             }},
+            {"mpi_allreduce",
+             [=] { MPI_Allreduce(pin, pscr, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); }}};
   }
   // all_gather: `in` is the full output here, `out` the per-rank input.
   return {{"zrt", [&] { zrt.all_gather(in, out); }},
           {"zrt_ring", [&] { ring.all_gather(in, out); }},
           {"zrt_native", [&] { native.all_gather(in, out); }},
-          {"mpi", [=] { MPI_Allgather(pout, count / n, MPI_FLOAT, pin, count / n, MPI_FLOAT,
-                                      MPI_COMM_WORLD); }}};
+          {"mpi", [=] {
+             MPI_Allgather(pout, count / n, MPI_FLOAT, pin, count / n, MPI_FLOAT, MPI_COMM_WORLD);
+           }}};
 }
 
 std::shared_ptr<comm::Comm> comm_with_algo(const char* algo) {
@@ -146,7 +150,8 @@ int run(int argc, char** argv) {
   const int rank = zrt->rank();
   const bool json = has_flag(argc, argv, "--json");
   const std::string sizes = flag_value(argc, argv, "--sizes", "1K:256M");
-  const std::string ops_arg = flag_value(argc, argv, "--ops", "all_reduce,reduce_scatter,all_gather");
+  const std::string ops_arg =
+      flag_value(argc, argv, "--ops", "all_reduce,reduce_scatter,all_gather");
   const auto colon = sizes.find(':');
   const int64_t lo = parse_size(sizes.substr(0, colon));
   const int64_t hi = colon == std::string::npos ? lo : parse_size(sizes.substr(colon + 1));

@@ -14,8 +14,7 @@
 namespace zrt::bench {
 
 inline double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 inline double median(std::vector<double> v) {
@@ -61,7 +60,8 @@ inline bool has_flag(int argc, char** argv, const char* flag) {
 }
 
 // The value after `flag` (e.g. --sizes 1K:256M), or `fallback`.
-inline std::string flag_value(int argc, char** argv, const char* flag, const std::string& fallback) {
+inline std::string flag_value(int argc, char** argv, const char* flag,
+                              const std::string& fallback) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], flag) == 0) return argv[i + 1];
   }

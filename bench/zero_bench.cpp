@@ -8,20 +8,18 @@
 // (gloo) on the same model and batch for comparison. Each run checks once that the loss is finite
 // and falls, then times `steps` optimizer steps after 2 warm-up steps; the step time is the median
 // over steps of the slowest rank.
-#include <sys/resource.h>
-
-#include <torch/torch.h>
-
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
-#include <cmath>
+#include <torch/torch.h>
 
 #include "bench/harness.h"
-#include "core/tool_main.h"
 #include "comm/init.h"
+#include "core/tool_main.h"
 #include "runtime/initialize.h"
 #include "zero/shard_unit.h"
+#include <sys/resource.h>
 
 namespace zrt::bench {
 namespace {
@@ -35,8 +33,8 @@ struct BlockImpl : torch::nn::Module {
 struct StackImpl : torch::nn::Module {
   StackImpl(int layers, int64_t width) {
     for (int i = 0; i < layers; ++i) {
-      blocks.push_back(register_module("h" + std::to_string(i),
-                                       std::make_shared<ShardUnit<BlockImpl>>(width)));
+      blocks.push_back(
+          register_module("h" + std::to_string(i), std::make_shared<ShardUnit<BlockImpl>>(width)));
     }
   }
   torch::Tensor forward(torch::Tensor x) {
@@ -110,18 +108,20 @@ int run(int argc, char** argv) {
     const char* label = offload ? "+offload" : (stage == 3 && !prefetch ? "-prefetch" : "");
     if (json) {
       std::printf(
-          "{\"stage\": %d, \"variant\": \"%s\", \"ranks\": %d, \"dtype\": \"%s\", \"params\": %lld, "
+          "{\"stage\": %d, \"variant\": \"%s\", \"ranks\": %d, \"dtype\": \"%s\", \"params\": "
+          "%lld, "
           "\"step_ms\": %.2f, \"model_state_mib\": %.1f, \"peak_rss_mib\": %.1f, "
           "\"wire_mib_per_step\": %.1f, \"loss_falls\": %s}\n",
           stage, label, comm->size(), dtype.c_str(), static_cast<long long>(params), step_ms,
           state.item<double>() / (1 << 20), rss.item<double>(), wire / (1 << 20),
           ok ? "true" : "false");
     } else {
-      std::printf("stage %d%-10s N=%d %s %.1fM params: step %.1f ms, model states %.1f MiB/rank, "
-                  "peak RSS %.0f MiB/rank, wire %.1f MiB/step/rank, loss %.4f -> %.4f\n",
-                  stage, label, comm->size(), dtype.c_str(), params / 1e6, step_ms,
-                  state.item<double>() / (1 << 20), rss.item<double>(), wire / (1 << 20),
-                  losses.front(), losses.back());
+      std::printf(
+          "stage %d%-10s N=%d %s %.1fM params: step %.1f ms, model states %.1f MiB/rank, "
+          "peak RSS %.0f MiB/rank, wire %.1f MiB/step/rank, loss %.4f -> %.4f\n",
+          stage, label, comm->size(), dtype.c_str(), params / 1e6, step_ms,
+          state.item<double>() / (1 << 20), rss.item<double>(), wire / (1 << 20), losses.front(),
+          losses.back());
     }
   }
   return ok ? 0 : 1;

@@ -6,23 +6,34 @@ namespace zrt::comm {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
   }
   return "?";
 }
 
 const char* op_type_name(OpType op) {
   switch (op) {
-    case OpType::kAllReduce: return "all_reduce";
-    case OpType::kReduceScatter: return "reduce_scatter";
-    case OpType::kAllGather: return "all_gather";
-    case OpType::kBroadcast: return "broadcast";
-    case OpType::kBarrier: return "barrier";
-    case OpType::kReduceScatterV: return "reduce_scatter_v";
-    case OpType::kAllGatherV: return "all_gather_v";
+    case OpType::kAllReduce:
+      return "all_reduce";
+    case OpType::kReduceScatter:
+      return "reduce_scatter";
+    case OpType::kAllGather:
+      return "all_gather";
+    case OpType::kBroadcast:
+      return "broadcast";
+    case OpType::kBarrier:
+      return "barrier";
+    case OpType::kReduceScatterV:
+      return "reduce_scatter_v";
+    case OpType::kAllGatherV:
+      return "all_gather_v";
   }
   return "?";
 }
@@ -66,11 +77,11 @@ class CompletedWork final : public Work {
 
 void check_tensor(const Comm& comm, const char* op, const char* what, const at::Tensor& t) {
   ZRT_CHECK_AS(CommError, t.defined(), op, ": ", what, " tensor is undefined");
-  ZRT_CHECK_AS(CommError, t.is_contiguous(), op, ": ", what,
-               " tensor must be contiguous (sizes ", t.sizes(), ", strides ", t.strides(), ")");
-  ZRT_CHECK_AS(CommError, t.device().type() == comm.device_type(), op, ": ", what,
-               " tensor is on ", t.device(), " but the ", comm.backend_name(),
-               " communicator handles ", c10::DeviceTypeName(comm.device_type()), " tensors");
+  ZRT_CHECK_AS(CommError, t.is_contiguous(), op, ": ", what, " tensor must be contiguous (sizes ",
+               t.sizes(), ", strides ", t.strides(), ")");
+  ZRT_CHECK_AS(CommError, t.device().type() == comm.device_type(), op, ": ", what, " tensor is on ",
+               t.device(), " but the ", comm.backend_name(), " communicator handles ",
+               c10::DeviceTypeName(comm.device_type()), " tensors");
   ZRT_CHECK_AS(CommError, is_supported_dtype(t.scalar_type()), op, ": ", what,
                " tensor has unsupported dtype ", t.scalar_type(),
                " (supported: Float, Double, BFloat16, Half, Int, Long, Byte, Bool)");
@@ -80,9 +91,9 @@ void check_tensor(const Comm& comm, const char* op, const char* what, const at::
 void check_reduce_op(const char* op, const at::Tensor& t, ReduceOp rop) {
   ZRT_CHECK_AS(CommError, rop != ReduceOp::kAvg || at::isFloatingType(t.scalar_type()), op,
                ": ReduceOp avg needs a floating dtype, got ", t.scalar_type());
-  ZRT_CHECK_AS(CommError, t.scalar_type() != at::kBool || rop == ReduceOp::kMax ||
-                              rop == ReduceOp::kMin,
-               op, ": Bool tensors support only max (logical or) and min (logical and)");
+  ZRT_CHECK_AS(CommError,
+               t.scalar_type() != at::kBool || rop == ReduceOp::kMax || rop == ReduceOp::kMin, op,
+               ": Bool tensors support only max (logical or) and min (logical and)");
 }
 
 void check_same_dtype(const char* op, const at::Tensor& out, const at::Tensor& in) {
@@ -98,8 +109,7 @@ int64_t check_counts(const char* op, const std::vector<int64_t>& counts, int wor
                " counts for a world of size ", world);
   int64_t total = 0;
   for (size_t r = 0; r < counts.size(); ++r) {
-    ZRT_CHECK_AS(CommError, counts[r] >= 0, op, ": counts[", r, "] = ", counts[r],
-                 " is negative");
+    ZRT_CHECK_AS(CommError, counts[r] >= 0, op, ": counts[", r, "] = ", counts[r], " is negative");
     total += counts[r];
   }
   return total;
@@ -177,8 +187,8 @@ std::shared_ptr<Work> Comm::reduce_scatter_v_async(const at::Tensor& output,
   const int64_t total = check_counts(name, counts, size());
   ZRT_CHECK_AS(CommError, total == input.numel(), name, ": counts sum to ", total,
                " but the input has ", input.numel(), " elements");
-  ZRT_CHECK_AS(CommError, output.numel() == counts[rank()], name, ": output has ",
-               output.numel(), " elements but counts[", rank(), "] = ", counts[rank()]);
+  ZRT_CHECK_AS(CommError, output.numel() == counts[rank()], name, ": output has ", output.numel(),
+               " elements but counts[", rank(), "] = ", counts[rank()]);
   if (overlaps(output, input)) {
     int64_t offset = 0;
     for (int r = 0; r < rank(); ++r) offset += counts[r];
@@ -186,7 +196,8 @@ std::shared_ptr<Work> Comm::reduce_scatter_v_async(const at::Tensor& output,
                            offset * static_cast<int64_t>(input.element_size());
     ZRT_CHECK_AS(CommError, output.data_ptr() == expected, name,
                  ": an output that overlaps the input must be the input's view at this rank's "
-                 "offset ", offset);
+                 "offset ",
+                 offset);
   }
   OpInfo info = next_info(OpType::kReduceScatterV, &input, op);
   info.counts = std::move(counts);
@@ -212,7 +223,8 @@ std::shared_ptr<Work> Comm::all_gather_v_async(const at::Tensor& output, const a
                            offset * static_cast<int64_t>(output.element_size());
     ZRT_CHECK_AS(CommError, input.data_ptr() == expected, name,
                  ": an input that overlaps the output must be the output's view at this rank's "
-                 "offset ", offset);
+                 "offset ",
+                 offset);
   }
   OpInfo info = next_info(OpType::kAllGatherV, &output, ReduceOp::kSum);
   info.counts = std::move(counts);

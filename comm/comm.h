@@ -6,12 +6,12 @@
 // Inputs are validated here, once, for every backend (see Note [Comm argument validation]).
 #pragma once
 
-#include <ATen/ATen.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <ATen/ATen.h>
 
 namespace zrt::comm {
 
@@ -35,9 +35,9 @@ struct OpInfo {
   OpType type = OpType::kBarrier;
   ReduceOp reduce_op = ReduceOp::kSum;  // reductions only
   at::ScalarType dtype = at::kFloat;
-  int64_t numel = 0;  // elements of the input tensor
-  int root = 0;       // broadcast only
-  uint64_t seq = 0;   // per-communicator sequence number, from 1
+  int64_t numel = 0;            // elements of the input tensor
+  int root = 0;                 // broadcast only
+  uint64_t seq = 0;             // per-communicator sequence number, from 1
   std::vector<int64_t> counts;  // the *_v collectives: elements per rank
 
   // "all_reduce(sum) #3 dtype=Float numel=1024"
@@ -118,8 +118,7 @@ class Comm {
   void all_gather(const at::Tensor& output, const at::Tensor& input);
   void reduce_scatter_v(const at::Tensor& output, const at::Tensor& input,
                         std::vector<int64_t> counts, ReduceOp op = ReduceOp::kSum);
-  void all_gather_v(const at::Tensor& output, const at::Tensor& input,
-                    std::vector<int64_t> counts);
+  void all_gather_v(const at::Tensor& output, const at::Tensor& input, std::vector<int64_t> counts);
   void broadcast(const at::Tensor& tensor, int root = 0);
   void barrier();
 
@@ -137,8 +136,7 @@ class Comm {
   virtual std::shared_ptr<Work> reduce_scatter_v_impl(const at::Tensor& output,
                                                       const at::Tensor& input,
                                                       const OpInfo& info) = 0;
-  virtual std::shared_ptr<Work> all_gather_v_impl(const at::Tensor& output,
-                                                  const at::Tensor& input,
+  virtual std::shared_ptr<Work> all_gather_v_impl(const at::Tensor& output, const at::Tensor& input,
                                                   const OpInfo& info) = 0;
   virtual std::shared_ptr<Work> broadcast_impl(const at::Tensor& tensor, const OpInfo& info) = 0;
   virtual std::shared_ptr<Work> barrier_impl(const OpInfo& info) = 0;

@@ -22,13 +22,18 @@ CountingComm::CountingComm(std::shared_ptr<Comm> inner) : inner_(std::move(inner
 
 double CountingComm::wire_bytes(OpType type, double full_bytes, int n) {
   switch (type) {
-    case OpType::kAllReduce: return 2.0 * (n - 1) / n * full_bytes;
+    case OpType::kAllReduce:
+      return 2.0 * (n - 1) / n * full_bytes;
     case OpType::kReduceScatter:
-    case OpType::kAllGather: return static_cast<double>(n - 1) / n * full_bytes;
-    case OpType::kBroadcast: return n > 1 ? full_bytes : 0.0;
-    case OpType::kBarrier: return 0.0;
+    case OpType::kAllGather:
+      return static_cast<double>(n - 1) / n * full_bytes;
+    case OpType::kBroadcast:
+      return n > 1 ? full_bytes : 0.0;
+    case OpType::kBarrier:
+      return 0.0;
     case OpType::kReduceScatterV:
-    case OpType::kAllGatherV: return 0.0;  // depends on the pieces: see record()
+    case OpType::kAllGatherV:
+      return 0.0;  // depends on the pieces: see record()
   }
   return 0.0;
 }
@@ -62,8 +67,8 @@ std::shared_ptr<Work> CountingComm::all_reduce_impl(const at::Tensor& t, const O
   return inner_->all_reduce_async(t, info.reduce_op);
 }
 
-std::shared_ptr<Work> CountingComm::reduce_scatter_impl(const at::Tensor& out,
-                                                        const at::Tensor& in, const OpInfo& info) {
+std::shared_ptr<Work> CountingComm::reduce_scatter_impl(const at::Tensor& out, const at::Tensor& in,
+                                                        const OpInfo& info) {
   record(OpType::kReduceScatter, in);
   return inner_->reduce_scatter_async(out, in, info.reduce_op);
 }

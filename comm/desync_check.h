@@ -20,7 +20,9 @@ class DesyncCheckComm final : public Comm {
   int size() const override { return inner_->size(); }
   int local_rank() const override { return inner_->local_rank(); }
   int local_size() const override { return inner_->local_size(); }
-  std::string backend_name() const override { return "desync_check(" + inner_->backend_name() + ")"; }
+  std::string backend_name() const override {
+    return "desync_check(" + inner_->backend_name() + ")";
+  }
   at::DeviceType device_type() const override { return inner_->device_type(); }
   double timeout_seconds() const override { return inner_->timeout_seconds(); }
   const std::shared_ptr<Comm>& inner() const { return inner_; }

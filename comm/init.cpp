@@ -65,8 +65,8 @@ LaunchInfo detect_launch() {
 CommOptions comm_options_from_env() {
   CommOptions options;
   if (auto t = env::get_double(env::kCommTimeout)) {
-    ZRT_CHECK_AS(ConfigError, *t > 0, env::kCommTimeout, " must be a positive number of seconds, got ",
-                 *t);
+    ZRT_CHECK_AS(ConfigError, *t > 0, env::kCommTimeout,
+                 " must be a positive number of seconds, got ", *t);
     options.timeout_seconds = *t;
   }
   if (auto d = env::get_bool(env::kDebugCollectives)) options.debug_collectives = *d;
@@ -78,10 +78,10 @@ std::shared_ptr<Comm> init_from_env(const CommOptions& options, at::DeviceType d
   ZRT_CHECK_AS(ConfigError, device == at::kCPU || device == at::kCUDA,
                "init_from_env: unsupported device type ", c10::DeviceTypeName(device));
   if (launch.launcher == LaunchInfo::Launcher::kTorchrun && launch.size > 1) {
-    throw ConfigError(str(
-        "found a torchrun-style environment (", launch.describe(),
-        ") but no MPI launcher variables. ZeroRT ranks are started by mpirun: run `mpirun -np ",
-        launch.size, " PROGRAM ARGS` or `zrt-launch --np ", launch.size, " -- PROGRAM ARGS`"));
+    throw ConfigError(
+        str("found a torchrun-style environment (", launch.describe(),
+            ") but no MPI launcher variables. ZeroRT ranks are started by mpirun: run `mpirun -np ",
+            launch.size, " PROGRAM ARGS` or `zrt-launch --np ", launch.size, " -- PROGRAM ARGS`"));
   }
   std::shared_ptr<Comm> comm;
   if (launch.launcher == LaunchInfo::Launcher::kMpi) {

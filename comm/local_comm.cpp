@@ -64,8 +64,8 @@ class LocalWorld {
 
   // Both reduce-scatters: piece r of every rank's input, at offsets[r], is reduced into rank
   // r's output (counts[r] elements).
-  void run_reduce_scatter(int rank, const at::Tensor& out, const at::Tensor& in,
-                          const OpInfo& info, const std::vector<int64_t>& counts) {
+  void run_reduce_scatter(int rank, const at::Tensor& out, const at::Tensor& in, const OpInfo& info,
+                          const std::vector<int64_t>& counts) {
     publish(rank, info, in.data_ptr(), out.data_ptr());
     const int64_t es = static_cast<int64_t>(out.element_size());
     const int64_t c = counts[rank];
@@ -79,7 +79,8 @@ class LocalWorld {
       for (int k = 1; k < size_; ++k) {
         detail::reduce_inplace(acc.data(), slots_[k].in + offset, c, info.dtype, info.reduce_op);
       }
-      if (info.reduce_op == ReduceOp::kAvg) detail::divide_inplace(acc.data(), c, info.dtype, size_);
+      if (info.reduce_op == ReduceOp::kAvg)
+        detail::divide_inplace(acc.data(), c, info.dtype, size_);
       rendezvous(rank, info, "reduce");  // every rank has read every input
       std::memcpy(o, acc.data(), c * es);
     } else {
@@ -163,8 +164,8 @@ class LocalWorld {
     }
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_);
-    const bool ok = cv_.wait_until(lock, deadline,
-                                   [&] { return generation_ != gen || !aborted_.empty(); });
+    const bool ok =
+        cv_.wait_until(lock, deadline, [&] { return generation_ != gen || !aborted_.empty(); });
     if (generation_ != gen) return;
     if (!ok && aborted_.empty()) {
       std::string missing;
@@ -215,40 +216,36 @@ class LocalComm final : public Comm {
   std::shared_ptr<Work> reduce_scatter_impl(const at::Tensor& out, const at::Tensor& in,
                                             const OpInfo& info) override {
     std::vector<int64_t> counts(world_->size(), out.numel());
-    return queue_.submit(
-        info,
-        [w = world_.get(), r = rank_, out, in, info, counts] {
-          w->run_reduce_scatter(r, out, in, info, counts);
-        },
-        {out, in});
+    return queue_.submit(info,
+                         [w = world_.get(), r = rank_, out, in, info, counts] {
+                           w->run_reduce_scatter(r, out, in, info, counts);
+                         },
+                         {out, in});
   }
   std::shared_ptr<Work> reduce_scatter_v_impl(const at::Tensor& out, const at::Tensor& in,
                                               const OpInfo& info) override {
-    return queue_.submit(
-        info,
-        [w = world_.get(), r = rank_, out, in, info] {
-          w->run_reduce_scatter(r, out, in, info, info.counts);
-        },
-        {out, in});
+    return queue_.submit(info,
+                         [w = world_.get(), r = rank_, out, in, info] {
+                           w->run_reduce_scatter(r, out, in, info, info.counts);
+                         },
+                         {out, in});
   }
   std::shared_ptr<Work> all_gather_impl(const at::Tensor& out, const at::Tensor& in,
                                         const OpInfo& info) override {
     std::vector<int64_t> counts(world_->size(), in.numel());
-    return queue_.submit(
-        info,
-        [w = world_.get(), r = rank_, out, in, info, counts] {
-          w->run_all_gather(r, out, in, info, counts);
-        },
-        {out, in});
+    return queue_.submit(info,
+                         [w = world_.get(), r = rank_, out, in, info, counts] {
+                           w->run_all_gather(r, out, in, info, counts);
+                         },
+                         {out, in});
   }
   std::shared_ptr<Work> all_gather_v_impl(const at::Tensor& out, const at::Tensor& in,
                                           const OpInfo& info) override {
-    return queue_.submit(
-        info,
-        [w = world_.get(), r = rank_, out, in, info] {
-          w->run_all_gather(r, out, in, info, info.counts);
-        },
-        {out, in});
+    return queue_.submit(info,
+                         [w = world_.get(), r = rank_, out, in, info] {
+                           w->run_all_gather(r, out, in, info, info.counts);
+                         },
+                         {out, in});
   }
   std::shared_ptr<Work> broadcast_impl(const at::Tensor& t, const OpInfo& info) override {
     return queue_.submit(

@@ -5,15 +5,15 @@
 #if ZRT_WITH_MPI
 
 #define OMPI_SKIP_MPICXX 1
-#include <mpi.h>
-
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <climits>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <vector>
+
+#include <mpi.h>
 
 #include "comm/op_queue.h"
 #include "comm/reduce_kernels.h"
@@ -23,11 +23,11 @@
 #include "core/tool_main.h"
 
 // The one checking macro for MPI return codes (DESIGN.md, style rule 4).
-#define ZRT_MPI_CHECK(call)                                                                \
-  do {                                                                                     \
-    const int zrt_mpi_rc = (call);                                                         \
-    if (zrt_mpi_rc != MPI_SUCCESS) ::zrt::comm::throw_mpi_error(#call, zrt_mpi_rc, __FILE__, \
-                                                                __LINE__);                 \
+#define ZRT_MPI_CHECK(call)                                                \
+  do {                                                                     \
+    const int zrt_mpi_rc = (call);                                         \
+    if (zrt_mpi_rc != MPI_SUCCESS)                                         \
+      ::zrt::comm::throw_mpi_error(#call, zrt_mpi_rc, __FILE__, __LINE__); \
   } while (false)
 
 namespace zrt::comm {
@@ -88,16 +88,22 @@ class MpiRuntime {
       const int base = dtype == at::kBFloat16 ? 0 : 3;
       switch (op) {
         case ReduceOp::kSum:
-        case ReduceOp::kAvg: return ops_[base + 0];
-        case ReduceOp::kMax: return ops_[base + 1];
-        case ReduceOp::kMin: return ops_[base + 2];
+        case ReduceOp::kAvg:
+          return ops_[base + 0];
+        case ReduceOp::kMax:
+          return ops_[base + 1];
+        case ReduceOp::kMin:
+          return ops_[base + 2];
       }
     }
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAvg: return MPI_SUM;
-      case ReduceOp::kMax: return MPI_MAX;
-      case ReduceOp::kMin: return MPI_MIN;
+      case ReduceOp::kAvg:
+        return MPI_SUM;
+      case ReduceOp::kMax:
+        return MPI_MAX;
+      case ReduceOp::kMin:
+        return MPI_MIN;
     }
     return MPI_SUM;
   }
@@ -130,15 +136,22 @@ class MpiRuntime {
 
 MPI_Datatype mpi_type(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kFloat: return MPI_FLOAT;
-    case at::kDouble: return MPI_DOUBLE;
+    case at::kFloat:
+      return MPI_FLOAT;
+    case at::kDouble:
+      return MPI_DOUBLE;
     case at::kBFloat16:
-    case at::kHalf: return MPI_UINT16_T;
-    case at::kInt: return MPI_INT32_T;
-    case at::kLong: return MPI_INT64_T;
+    case at::kHalf:
+      return MPI_UINT16_T;
+    case at::kInt:
+      return MPI_INT32_T;
+    case at::kLong:
+      return MPI_INT64_T;
     case at::kByte:
-    case at::kBool: return MPI_UINT8_T;
-    default: ZRT_INTERNAL_ASSERT(false, "no MPI type for ", dtype);
+    case at::kBool:
+      return MPI_UINT8_T;
+    default:
+      ZRT_INTERNAL_ASSERT(false, "no MPI type for ", dtype);
   }
   return MPI_BYTE;
 }
@@ -207,15 +220,13 @@ class MpiComm final : public Comm {
   std::shared_ptr<Work> reduce_scatter_v_impl(const at::Tensor& out, const at::Tensor& in,
                                               const OpInfo& info) override {
     return queue_->submit(
-        info, [this, out, in, info] { run_reduce_scatter(out, in, info, info.counts); },
-        {out, in});
+        info, [this, out, in, info] { run_reduce_scatter(out, in, info, info.counts); }, {out, in});
   }
   std::shared_ptr<Work> all_gather_impl(const at::Tensor& out, const at::Tensor& in,
                                         const OpInfo& info) override {
     std::vector<int64_t> counts(size_, in.numel());
     return queue_->submit(
-        info, [this, out, in, info, counts] { run_all_gather(out, in, info, counts); },
-        {out, in});
+        info, [this, out, in, info, counts] { run_all_gather(out, in, info, counts); }, {out, in});
   }
   std::shared_ptr<Work> all_gather_v_impl(const at::Tensor& out, const at::Tensor& in,
                                           const OpInfo& info) override {
@@ -280,8 +291,7 @@ class MpiComm final : public Comm {
         recv = recv_buf_.data();
       }
       if (info.type == OpType::kReduceScatter) {
-        ZRT_MPI_CHECK(MPI_Reduce_scatter_block(src, recv, static_cast<int>(c),
-                                               mpi_type(info.dtype),
+        ZRT_MPI_CHECK(MPI_Reduce_scatter_block(src, recv, static_cast<int>(c), mpi_type(info.dtype),
                                                runtime_.op_for(info.dtype, info.reduce_op), comm_));
       } else {
         std::vector<int> icounts(counts.begin(), counts.end());
@@ -319,8 +329,8 @@ class MpiComm final : public Comm {
       } else {
         std::vector<int> icounts(counts.begin(), counts.end());
         std::vector<int> idispls(offsets.begin(), offsets.end() - 1);
-        ZRT_MPI_CHECK(MPI_Allgatherv(send, static_cast<int>(counts[rank_]), dt, dst,
-                                     icounts.data(), idispls.data(), dt, comm_));
+        ZRT_MPI_CHECK(MPI_Allgatherv(send, static_cast<int>(counts[rank_]), dt, dst, icounts.data(),
+                                     idispls.data(), dt, comm_));
       }
     }
   }
@@ -350,8 +360,8 @@ class MpiComm final : public Comm {
       requests_.emplace_back();
       ZRT_MPI_CHECK(MPI_Isend(send + off, n, MPI_BYTE, right, kTagRing, comm_, &requests_.back()));
     }
-    ZRT_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(),
-                              MPI_STATUSES_IGNORE));
+    ZRT_MPI_CHECK(
+        MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
   }
 
   // Note [Ring reduce-scatter]

@@ -4,17 +4,17 @@
 
 #if ZRT_WITH_NCCL
 
-#include <cuda_runtime.h>
-#include <nccl.h>
-
 #include <atomic>
-#include <cstring>
-#include <type_traits>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <type_traits>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
 
 #if ZRT_TORCH_HAS_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -26,24 +26,24 @@
 #include "core/logging.h"
 
 // The one checking macro for NCCL return codes; CUDA runtime codes have their own below.
-#define ZRT_NCCL_CHECK(call)                                                                  \
-  do {                                                                                        \
-    const ncclResult_t zrt_nccl_rc = (call);                                                  \
-    if (zrt_nccl_rc != ncclSuccess) {                                                         \
-      throw ::zrt::CommError(::zrt::str("NCCL call ", #call, " failed at ", __FILE__, ":",    \
-                                        __LINE__, ": ", ncclGetErrorString(zrt_nccl_rc),      \
+#define ZRT_NCCL_CHECK(call)                                                                     \
+  do {                                                                                           \
+    const ncclResult_t zrt_nccl_rc = (call);                                                     \
+    if (zrt_nccl_rc != ncclSuccess) {                                                            \
+      throw ::zrt::CommError(::zrt::str("NCCL call ", #call, " failed at ", __FILE__, ":",       \
+                                        __LINE__, ": ", ncclGetErrorString(zrt_nccl_rc),         \
                                         " (NCCL ", NCCL_MAJOR, ".", NCCL_MINOR, ".", NCCL_PATCH, \
-                                        ")"));                                                \
-    }                                                                                         \
+                                        ")"));                                                   \
+    }                                                                                            \
   } while (false)
 
-#define ZRT_CUDA_CHECK(call)                                                                   \
-  do {                                                                                         \
-    const cudaError_t zrt_cuda_rc = (call);                                                    \
-    if (zrt_cuda_rc != cudaSuccess) {                                                          \
-      throw ::zrt::CommError(::zrt::str("CUDA call ", #call, " failed at ", __FILE__, ":",     \
-                                        __LINE__, ": ", cudaGetErrorString(zrt_cuda_rc)));     \
-    }                                                                                          \
+#define ZRT_CUDA_CHECK(call)                                                               \
+  do {                                                                                     \
+    const cudaError_t zrt_cuda_rc = (call);                                                \
+    if (zrt_cuda_rc != cudaSuccess) {                                                      \
+      throw ::zrt::CommError(::zrt::str("CUDA call ", #call, " failed at ", __FILE__, ":", \
+                                        __LINE__, ": ", cudaGetErrorString(zrt_cuda_rc))); \
+    }                                                                                      \
   } while (false)
 
 namespace zrt::comm {
@@ -55,25 +55,37 @@ using SharedEvent = std::shared_ptr<std::remove_pointer_t<cudaEvent_t>>;
 
 ncclDataType_t nccl_type(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kFloat: return ncclFloat32;
-    case at::kDouble: return ncclFloat64;
-    case at::kBFloat16: return ncclBfloat16;
-    case at::kHalf: return ncclFloat16;
-    case at::kInt: return ncclInt32;
-    case at::kLong: return ncclInt64;
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kInt:
+      return ncclInt32;
+    case at::kLong:
+      return ncclInt64;
     case at::kByte:
-    case at::kBool: return ncclUint8;
-    default: ZRT_INTERNAL_ASSERT(false, "no NCCL type for ", dtype);
+    case at::kBool:
+      return ncclUint8;
+    default:
+      ZRT_INTERNAL_ASSERT(false, "no NCCL type for ", dtype);
   }
   return ncclUint8;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kMin:
+      return ncclMin;
   }
   return ncclSum;
 }
@@ -126,15 +138,14 @@ struct NcclState {
         ncclResult_t async_error = ncclSuccess;
         ncclCommGetAsyncError(comm, &async_error);
         if (q != cudaErrorNotReady || async_error != ncclSuccess || waited > timeout_seconds) {
-          fatal = str("[rank ", rank, "] communication ",
-                      waited > timeout_seconds ? "timeout" : "error", ": ", p.info.describe(),
-                      " on the nccl communicator ",
-                      waited > timeout_seconds ? str("did not complete after ", waited, " s (timeout ",
-                                                     timeout_seconds, " s)")
-                                               : str("failed: ", async_error != ncclSuccess
-                                                                     ? ncclGetErrorString(async_error)
-                                                                     : cudaGetErrorString(q)),
-                      "; aborting the NCCL communicator");
+          fatal = str(
+              "[rank ", rank, "] communication ", waited > timeout_seconds ? "timeout" : "error",
+              ": ", p.info.describe(), " on the nccl communicator ",
+              waited > timeout_seconds
+                  ? str("did not complete after ", waited, " s (timeout ", timeout_seconds, " s)")
+                  : str("failed: ", async_error != ncclSuccess ? ncclGetErrorString(async_error)
+                                                               : cudaGetErrorString(q)),
+              "; aborting the NCCL communicator");
           ZRT_LOG_ERROR(fatal);
           ncclCommAbort(comm);
           comm = nullptr;
@@ -302,8 +313,8 @@ class NcclComm final : public Comm {
     state_->throw_if_broken_locked();
     for (const at::Tensor& t : tensors) {
       ZRT_CHECK_AS(CommError, t.device().index() == state_->device, info.describe(),
-                   ": tensor is on ", t.device(), " but this rank's NCCL device is cuda:",
-                   state_->device);
+                   ": tensor is on ", t.device(),
+                   " but this rank's NCCL device is cuda:", state_->device);
 #if ZRT_TORCH_HAS_CUDA
       c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), *torch_stream_);
 #endif

@@ -39,7 +39,7 @@ struct OpQueue::Core {
   double timeout_seconds = 600;
 
   std::mutex mutex;
-  std::condition_variable cv;             // signalled on every status change
+  std::condition_variable cv;  // signalled on every status change
   std::deque<std::shared_ptr<OpState>> pending;
   std::shared_ptr<OpState> running;
   bool stop = false;

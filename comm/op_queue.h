@@ -6,12 +6,12 @@
 // DESIGN.md: see Note [Collective deadlines].
 #pragma once
 
-#include <ATen/ATen.h>
-
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <ATen/ATen.h>
 
 #include "comm/comm.h"
 

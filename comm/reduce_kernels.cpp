@@ -1,9 +1,9 @@
 #include "comm/reduce_kernels.h"
 
+#include <algorithm>
+
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
-
-#include <algorithm>
 
 #include "core/error.h"
 
@@ -57,15 +57,24 @@ void reduce_typed(void* out, const void* a, const void* b, int64_t n, ReduceOp o
 void reduce_into(void* out, const void* a, const void* b, int64_t n, at::ScalarType dtype,
                  ReduceOp op) {
   switch (dtype) {
-    case at::kFloat: return reduce_typed<float>(out, a, b, n, op);
-    case at::kDouble: return reduce_typed<double>(out, a, b, n, op);
-    case at::kBFloat16: return reduce_typed<c10::BFloat16>(out, a, b, n, op);
-    case at::kHalf: return reduce_typed<c10::Half>(out, a, b, n, op);
-    case at::kInt: return reduce_typed<int32_t>(out, a, b, n, op);
-    case at::kLong: return reduce_typed<int64_t>(out, a, b, n, op);
-    case at::kByte: return reduce_typed<uint8_t>(out, a, b, n, op);
-    case at::kBool: return reduce_typed<uint8_t>(out, a, b, n, op);  // max = or, min = and
-    default: ZRT_INTERNAL_ASSERT(false, "unsupported dtype ", dtype);
+    case at::kFloat:
+      return reduce_typed<float>(out, a, b, n, op);
+    case at::kDouble:
+      return reduce_typed<double>(out, a, b, n, op);
+    case at::kBFloat16:
+      return reduce_typed<c10::BFloat16>(out, a, b, n, op);
+    case at::kHalf:
+      return reduce_typed<c10::Half>(out, a, b, n, op);
+    case at::kInt:
+      return reduce_typed<int32_t>(out, a, b, n, op);
+    case at::kLong:
+      return reduce_typed<int64_t>(out, a, b, n, op);
+    case at::kByte:
+      return reduce_typed<uint8_t>(out, a, b, n, op);
+    case at::kBool:
+      return reduce_typed<uint8_t>(out, a, b, n, op);  // max = or, min = and
+    default:
+      ZRT_INTERNAL_ASSERT(false, "unsupported dtype ", dtype);
   }
 }
 
@@ -96,7 +105,8 @@ void divide_inplace(void* data, int64_t n, at::ScalarType dtype, int64_t divisor
       for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(p[i]) / divisor;
       return;
     }
-    default: ZRT_INTERNAL_ASSERT(false, "avg on non-floating dtype ", dtype);
+    default:
+      ZRT_INTERNAL_ASSERT(false, "avg on non-floating dtype ", dtype);
   }
 }
 

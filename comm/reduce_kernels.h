@@ -3,9 +3,9 @@
 // communicator's own thread, next to the training threads. Internal to comm/.
 #pragma once
 
-#include <c10/core/ScalarType.h>
-
 #include <cstdint>
+
+#include <c10/core/ScalarType.h>
 
 #include "comm/comm.h"
 

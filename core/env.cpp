@@ -45,7 +45,8 @@ std::optional<bool> get_bool(const char* name) {
   std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
   if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
   if (t == "0" || t == "false" || t == "no" || t == "off") return false;
-  throw ConfigError(str("environment variable ", name, "='", *s, "' is not a boolean (use 1 or 0)"));
+  throw ConfigError(
+      str("environment variable ", name, "='", *s, "' is not a boolean (use 1 or 0)"));
 }
 
 }  // namespace zrt::env

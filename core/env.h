@@ -24,11 +24,11 @@ inline constexpr const char* kTorchWorldSize = "WORLD_SIZE";
 inline constexpr const char* kTorchLocalRank = "LOCAL_RANK";
 
 // ZeroRT's own knobs.
-inline constexpr const char* kLogLevel = "ZRT_LOG_LEVEL";               // debug|info|warn|error|off
-inline constexpr const char* kCommTimeout = "ZRT_COMM_TIMEOUT";         // seconds, default 600
+inline constexpr const char* kLogLevel = "ZRT_LOG_LEVEL";        // debug|info|warn|error|off
+inline constexpr const char* kCommTimeout = "ZRT_COMM_TIMEOUT";  // seconds, default 600
 inline constexpr const char* kDebugCollectives = "ZRT_DEBUG_COLLECTIVES";  // 1: fingerprint check
-inline constexpr const char* kNumThreads = "ZRT_NUM_THREADS";           // CPU kernel threads
-inline constexpr const char* kCpuAdamIsa = "ZRT_CPU_ADAM_ISA";          // avx512|avx2|scalar
+inline constexpr const char* kNumThreads = "ZRT_NUM_THREADS";              // CPU kernel threads
+inline constexpr const char* kCpuAdamIsa = "ZRT_CPU_ADAM_ISA";             // avx512|avx2|scalar
 
 // The variable's value, or nullopt when unset or empty.
 std::optional<std::string> get_string(const char* name);

@@ -72,23 +72,24 @@ std::string str(const Args&... args) {
 }
 
 namespace detail {
-[[noreturn]] void throw_internal(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void throw_internal(const char* file, int line, const char* cond,
+                                 const std::string& msg);
 }  // namespace detail
 
 }  // namespace zrt
 
-#define ZRT_CHECK_AS(ErrorType, cond, ...)         \
-  do {                                             \
-    if (!(cond)) {                                 \
-      throw ErrorType(::zrt::str(__VA_ARGS__));    \
-    }                                              \
+#define ZRT_CHECK_AS(ErrorType, cond, ...)      \
+  do {                                          \
+    if (!(cond)) {                              \
+      throw ErrorType(::zrt::str(__VA_ARGS__)); \
+    }                                           \
   } while (false)
 
 #define ZRT_CHECK(cond, ...) ZRT_CHECK_AS(::zrt::Error, cond, __VA_ARGS__)
 
-#define ZRT_INTERNAL_ASSERT(cond, ...)                                                      \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
+#define ZRT_INTERNAL_ASSERT(cond, ...)                                                   \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
       ::zrt::detail::throw_internal(__FILE__, __LINE__, #cond, ::zrt::str(__VA_ARGS__)); \
-    }                                                                                       \
+    }                                                                                    \
   } while (false)

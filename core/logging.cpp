@@ -41,16 +41,22 @@ LogLevel parse_log_level(const std::string& text) {
   if (t == "warn" || t == "warning") return LogLevel::kWarn;
   if (t == "error") return LogLevel::kError;
   if (t == "off" || t == "none") return LogLevel::kOff;
-  throw ConfigError(str("invalid log level '", text, "': expected debug, info, warn, error or off"));
+  throw ConfigError(
+      str("invalid log level '", text, "': expected debug, info, warn, error or off"));
 }
 
 const char* log_level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "DEBUG";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kWarn: return "WARN";
-    case LogLevel::kError: return "ERROR";
-    case LogLevel::kOff: return "OFF";
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kWarn:
+      return "WARN";
+    case LogLevel::kError:
+      return "ERROR";
+    case LogLevel::kOff:
+      return "OFF";
   }
   return "?";
 }

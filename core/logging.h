@@ -34,11 +34,11 @@ void log_line(LogLevel level, bool all_ranks, const std::string& message);
 
 }  // namespace zrt
 
-#define ZRT_LOG_IMPL(level, all_ranks, ...)                    \
-  do {                                                         \
-    if (::zrt::log_enabled(level)) {                           \
+#define ZRT_LOG_IMPL(level, all_ranks, ...)                       \
+  do {                                                            \
+    if (::zrt::log_enabled(level)) {                              \
       ::zrt::log_line(level, all_ranks, ::zrt::str(__VA_ARGS__)); \
-    }                                                          \
+    }                                                             \
   } while (false)
 
 // Rank 0 only.

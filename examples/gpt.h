@@ -4,12 +4,12 @@
 // bf16 on the CPU (attention is written with matmul/softmax so every op has a bf16 kernel).
 #pragma once
 
-#include <torch/torch.h>
-
 #include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <torch/torch.h>
 
 #include "zero/shard_unit.h"
 
@@ -88,7 +88,8 @@ struct GptImpl : torch::nn::Module {
           register_module("h" + std::to_string(i), std::make_shared<zrt::ShardUnit<BlockImpl>>(c)));
     }
     ln_f = register_module("ln_f", Norm(c.width));
-    lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.width, c.vocab).bias(false)));
+    lm_head = register_module(
+        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.width, c.vocab).bias(false)));
     // GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2·layers).
     torch::NoGradGuard no_grad;
     for (auto& p : named_parameters()) {

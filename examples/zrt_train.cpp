@@ -7,16 +7,15 @@
 //
 // The corpus is generated in-process (a small grammar, so the loss visibly falls in a minute on
 // two CPU cores) unless --train_file gives a text file, read as bytes.
-#include <cxxopts.hpp>
-
-#include <torch/torch.h>
-
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <random>
 #include <sstream>
+
+#include <cxxopts.hpp>
+#include <torch/torch.h>
 
 #include "comm/init.h"
 #include "config/load.h"
@@ -33,11 +32,11 @@ namespace {
 
 // Sentences from a small grammar: learnable structure with some randomness.
 std::string generate_corpus(int64_t bytes, uint64_t seed) {
-  static const char* subjects[] = {"the cat", "a dog", "my friend", "the old man", "a bird",
-                                   "the teacher", "our team", "a child"};
+  static const char* subjects[] = {"the cat", "a dog",       "my friend", "the old man",
+                                   "a bird",  "the teacher", "our team",  "a child"};
   static const char* verbs[] = {"sees", "likes", "finds", "follows", "helps", "paints", "calls"};
   static const char* objects[] = {"the river", "a red ball", "the garden", "a small house",
-                                  "the moon", "an apple", "the market"};
+                                  "the moon",  "an apple",   "the market"};
   static const char* endings[] = {" today.", " again.", " in the morning.", ".", " with care."};
   std::mt19937_64 rng(seed);
   std::string text;
@@ -93,7 +92,9 @@ class RegressionDataset : public Dataset {
 };
 
 struct MlpBlockImpl : torch::nn::Module {
-  explicit MlpBlockImpl(int64_t width) { fc = register_module("fc", torch::nn::Linear(width, width)); }
+  explicit MlpBlockImpl(int64_t width) {
+    fc = register_module("fc", torch::nn::Linear(width, width));
+  }
   torch::Tensor forward(const torch::Tensor& x) { return x + torch::tanh(fc->forward(x)); }
   torch::nn::Linear fc{nullptr};
 };
@@ -118,16 +119,16 @@ struct MlpImpl : torch::nn::Module {
 
 int run(int argc, char** argv) {
   cxxopts::Options options("zrt-train", "Train a GPT byte-level LM or an MLP with ZeroRT.");
-  options.add_options("model")
-      ("model", "gpt or mlp", cxxopts::value<std::string>()->default_value("gpt"))
-      ("layers", "transformer blocks / MLP blocks", cxxopts::value<int64_t>()->default_value("2"))
-      ("heads", "attention heads", cxxopts::value<int64_t>()->default_value("4"))
-      ("width", "hidden width", cxxopts::value<int64_t>()->default_value("64"))
-      ("context", "tokens per example", cxxopts::value<int64_t>()->default_value("32"))
-      ("train_file", "text file to train on (bytes); default: a generated corpus",
-       cxxopts::value<std::string>())
-      ("corpus_bytes", "size of the generated corpus", cxxopts::value<int64_t>()->default_value("200000"))
-      ("h,help", "show this help");
+  options.add_options("model")("model", "gpt or mlp",
+                               cxxopts::value<std::string>()->default_value("gpt"))(
+      "layers", "transformer blocks / MLP blocks", cxxopts::value<int64_t>()->default_value("2"))(
+      "heads", "attention heads", cxxopts::value<int64_t>()->default_value("4"))(
+      "width", "hidden width", cxxopts::value<int64_t>()->default_value("64"))(
+      "context", "tokens per example", cxxopts::value<int64_t>()->default_value("32"))(
+      "train_file", "text file to train on (bytes); default: a generated corpus",
+      cxxopts::value<std::string>())("corpus_bytes", "size of the generated corpus",
+                                     cxxopts::value<int64_t>()->default_value("200000"))(
+      "h,help", "show this help");
   config::add_training_arguments(options);
   std::vector<std::string> args(argv + 1, argv + argc);
   std::vector<std::string> joined = config::join_bool_flag_values(args);
@@ -148,7 +149,8 @@ int run(int argc, char** argv) {
   config::TrainingArguments targs = config::parse_training_arguments(result);
   ZRT_CHECK_AS(UsageError, targs.deepspeed.has_value(),
                "--deepspeed CONFIG is required (see examples/configs/)");
-  auto comm = comm::init_from_env(comm_options_for_config(config::load_config_source(*targs.deepspeed)));
+  auto comm =
+      comm::init_from_env(comm_options_for_config(config::load_config_source(*targs.deepspeed)));
   torch::manual_seed(static_cast<uint64_t>(targs.seed));
   const std::string kind = result["model"].as<std::string>();
   const int64_t width = result["width"].as<int64_t>();

@@ -45,10 +45,10 @@ struct OptimizerSpec {
 // keys (the "defaults trap", spec §1.4); the config resolver fills the JSON defaults otherwise.
 struct LossScaleOptions {
   bool dynamic = true;
-  double static_scale = 1.0;                  // used when !dynamic (fp16.loss_scale > 0)
-  double initial_scale = 4294967296.0;        // 2^32
+  double static_scale = 1.0;            // used when !dynamic (fp16.loss_scale > 0)
+  double initial_scale = 4294967296.0;  // 2^32
   int64_t scale_window = 1000;
-  int64_t hysteresis = 1;                     // DeepSpeed's delayed_shift
+  int64_t hysteresis = 1;  // DeepSpeed's delayed_shift
   bool consecutive_hysteresis = false;
   double min_scale = 1.0;
   bool raise_error_at_min_scale = true;

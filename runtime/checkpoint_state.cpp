@@ -19,7 +19,8 @@ Value optimizer_state_to_value(const optim::OptimizerState& s) {
     Value entry = Value::dict();
     entry.set("step", ps.step);
     if (sgd) {
-      entry.set("momentum_buffer", ps.momentum_buffer.defined() ? Value(ps.momentum_buffer) : Value());
+      entry.set("momentum_buffer",
+                ps.momentum_buffer.defined() ? Value(ps.momentum_buffer) : Value());
     } else {
       entry.set("exp_avg", ps.exp_avg);
       entry.set("exp_avg_sq", ps.exp_avg_sq);
@@ -69,7 +70,8 @@ optim::OptimizerState optimizer_state_from_value(const ValueView& v) {
                                         : static_cast<int64_t>(e["step"].as_double()))
                                  : 0;
     if (sgd) {
-      if (e.contains("momentum_buffer") && e["momentum_buffer"].kind() == ckpt::ValueKind::kTensor) {
+      if (e.contains("momentum_buffer") &&
+          e["momentum_buffer"].kind() == ckpt::ValueKind::kTensor) {
         ps.momentum_buffer = e["momentum_buffer"].as_tensor();
       }
     } else {
@@ -96,7 +98,8 @@ optim::OptimizerState optimizer_state_from_value(const ValueView& v) {
       pg.adam.beta2 = betas.at(1).as_double();
       pg.adam.eps = g["eps"].as_double();
       pg.adam.weight_decay = g["weight_decay"].as_double();
-      pg.adam.bias_correction = g.contains("bias_correction") ? g["bias_correction"].as_bool() : true;
+      pg.adam.bias_correction =
+          g.contains("bias_correction") ? g["bias_correction"].as_bool() : true;
       pg.adam.adam_w_mode = g.contains("adam_w_mode") ? g["adam_w_mode"].as_bool() : true;
     }
     s.param_groups.push_back(std::move(pg));
@@ -127,7 +130,8 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
 }
 
 // Splits a group's concatenated flat values (at least Σ numel elements) into parameters.
-void split_flat(const at::Tensor& flat, const std::vector<std::pair<std::string, std::vector<int64_t>>>& group,
+void split_flat(const at::Tensor& flat,
+                const std::vector<std::pair<std::string, std::vector<int64_t>>>& group,
                 const std::string& context,
                 const std::function<at::Tensor&(const std::string&)>& slot) {
   int64_t offset = 0;
@@ -164,8 +168,8 @@ void split_stage3(const std::vector<at::Tensor>& flats, int world,
 }  // namespace
 
 FullState reassemble_full_state(int zero_stage, int world_size, const ParamShapes& shapes,
-                                const std::vector<Value>& optim_files, const Value& stage0_optimizer,
-                                const std::string& context) {
+                                const std::vector<Value>& optim_files,
+                                const Value& stage0_optimizer, const std::string& context) {
   FullState full;
   for (const auto& group : shapes) {
     std::vector<std::string> names;
@@ -190,14 +194,16 @@ FullState reassemble_full_state(int zero_stage, int world_size, const ParamShape
                  ": expected ", world_size, " optimizer-state files, got ", optim_files.size());
     for (int r = 0; r < world_size; ++r) {
       const ValueView root = ValueView(optim_files[r], context)["optimizer_state_dict"];
-      bases.push_back(optimizer_state_from_value(
-          zero_stage == 3 ? root["optimizer_state_dict"] : root["base_optimizer_state"]));
+      bases.push_back(optimizer_state_from_value(zero_stage == 3 ? root["optimizer_state_dict"]
+                                                                 : root["base_optimizer_state"]));
       std::vector<at::Tensor> flats;
-      for (const Value& t : root[zero_stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups"].items()) {
+      for (const Value& t :
+           root[zero_stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups"].items()) {
         flats.push_back(t.as_tensor());
       }
       fp32.push_back(std::move(flats));
-      if (r == 0) full.loss_scaler = root.contains("loss_scaler") ? root["loss_scaler"].value() : Value();
+      if (r == 0)
+        full.loss_scaler = root.contains("loss_scaler") ? root["loss_scaler"].value() : Value();
     }
   }
   const optim::OptimizerState& base0 = bases.front();
@@ -219,7 +225,8 @@ FullState reassemble_full_state(int zero_stage, int world_size, const ParamShape
         split_stage3(flats, world_size, group, context, slot);
       } else {
         std::vector<at::Tensor> flats;
-        for (int r = 0; r < static_cast<int>(fp32.size()); ++r) flats.push_back(piece(r).reshape({-1}));
+        for (int r = 0; r < static_cast<int>(fp32.size()); ++r)
+          flats.push_back(piece(r).reshape({-1}));
         split_flat(at::cat(flats), group, context, slot);
       }
     };
@@ -232,8 +239,8 @@ FullState reassemble_full_state(int zero_stage, int world_size, const ParamShape
       const at::Tensor& t = std::string(which) == "exp_avg"      ? ps.exp_avg
                             : std::string(which) == "exp_avg_sq" ? ps.exp_avg_sq
                                                                  : ps.momentum_buffer;
-      ZRT_CHECK_AS(CheckpointError, t.defined(), context, ": rank ", r, " group ", g,
-                   " has no ", which);
+      ZRT_CHECK_AS(CheckpointError, t.defined(), context, ": rank ", r, " group ", g, " has no ",
+                   which);
       // Stages 1/2 keep padding in the moments but not in the fp32 partitions: drop the padding
       // (at the end of the partition) so the pieces concatenate like the fp32 ones.
       const int64_t valid = zero_stage == 3 ? t.numel() : fp32[r].at(g).numel();

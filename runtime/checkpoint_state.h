@@ -5,11 +5,11 @@
 // Pure functions of values; the engine decides what to read and where the results go.
 #pragma once
 
-#include <ATen/ATen.h>
-
 #include <map>
 #include <string>
 #include <vector>
+
+#include <ATen/ATen.h>
 
 #include "checkpoint/value.h"
 #include "checkpoint/value_view.h"
@@ -24,10 +24,10 @@ optim::OptimizerState optimizer_state_from_value(const ckpt::ValueView& value);
 
 // One parameter's whole state, independent of partitioning.
 struct FullParamState {
-  at::Tensor fp32;        // the fp32 master weights, parameter shape
-  at::Tensor exp_avg;     // Adam moments (undefined for SGD or before the first step)
+  at::Tensor fp32;     // the fp32 master weights, parameter shape
+  at::Tensor exp_avg;  // Adam moments (undefined for SGD or before the first step)
   at::Tensor exp_avg_sq;
-  at::Tensor momentum;    // SGD momentum buffer
+  at::Tensor momentum;  // SGD momentum buffer
 };
 
 // Everything an optimizer needs, keyed by parameter name, with the saved groups.

@@ -15,18 +15,21 @@
 #include "runtime/flat_model_states.h"
 #include "runtime/monitor.h"
 #include "runtime/stage3_model_states.h"
-#include "zero/shard_unit.h"
 #include "sched/lr_scheduler.h"
 #include "zero/flat_layout.h"
+#include "zero/shard_unit.h"
 
 namespace zrt {
 namespace {
 
 at::ScalarType scalar_type_of(DType d) {
   switch (d) {
-    case DType::kFloat32: return at::kFloat;
-    case DType::kFloat16: return at::kHalf;
-    case DType::kBFloat16: return at::kBFloat16;
+    case DType::kFloat32:
+      return at::kFloat;
+    case DType::kFloat16:
+      return at::kHalf;
+    case DType::kBFloat16:
+      return at::kBFloat16;
   }
   return at::kFloat;
 }
@@ -146,7 +149,8 @@ void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
     const int id = static_cast<int>(units.size());
     units.push_back(unit);
     unit_prefixes.push_back(prefix);
-    for (const auto& p : item.value()->named_parameters()) unit_of.emplace_back(prefix + p.key(), id);
+    for (const auto& p : item.value()->named_parameters())
+      unit_of.emplace_back(prefix + p.key(), id);
   }
   // Tied parameters stay gathered (persistent): they may belong to several units.
   for (const auto& [alias, owner] : collected.aliases) {
@@ -170,8 +174,8 @@ void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
   s3.offload_optimizer = z.offload_optimizer_enabled();
   s3.offload_param = z.offload_param_enabled();
   s3.pin_memory = z.offload_optimizer.pin_memory || z.offload_param.pin_memory;
-  states_ = std::make_unique<runtime::Stage3ModelStates>(std::move(layout), std::move(units),
-                                                         comm_, s3);
+  states_ =
+      std::make_unique<runtime::Stage3ModelStates>(std::move(layout), std::move(units), comm_, s3);
 }
 
 Engine::~Engine() = default;
@@ -209,8 +213,8 @@ void Engine::build_optimizer(const EngineOptions& options) {
   std::optional<optim::OptimizerSpec> spec = config_.optimizer;
   if (!spec) spec = options.client_optimizer;
   if (!spec) {
-    ZRT_CHECK_AS(ConfigError, config_.zero.stage == 0 || config_.zero.stage == 3,
-                 "zero stage ", config_.zero.stage, " requires an optimizer");
+    ZRT_CHECK_AS(ConfigError, config_.zero.stage == 0 || config_.zero.stage == 3, "zero stage ",
+                 config_.zero.stage, " requires an optimizer");
     return;  // inference only: backward()/step() say so
   }
   std::vector<optim::ParamGroup> groups;
@@ -287,7 +291,8 @@ void Engine::end_parameter_access(std::optional<int> modifier_rank) {
   if (modifier_rank) {
     ZRT_CHECK(*modifier_rank >= 0 && *modifier_rank < comm_->size(), "modifier rank ",
               *modifier_rank, " is not a rank of a world of size ", comm_->size());
-    for (const auto& p : model_->named_parameters()) comm_->broadcast(p.value().detach(), *modifier_rank);
+    for (const auto& p : model_->named_parameters())
+      comm_->broadcast(p.value().detach(), *modifier_rank);
     if (s3 != nullptr) {
       // Write the (broadcast) full values back into this rank's partitions.
       zero::Stage3Layout& layout = s3->layout();
@@ -298,16 +303,18 @@ void Engine::end_parameter_access(std::optional<int> modifier_rank) {
         at::Tensor part = layout.partition_of(static_cast<int>(i));
         part.zero_();
         if (mine.size > 0) {
-          part.narrow(0, 0, mine.size).copy_(p.param.detach().reshape(-1).narrow(0, mine.offset, mine.size));
+          part.narrow(0, 0, mine.size)
+              .copy_(p.param.detach().reshape(-1).narrow(0, mine.offset, mine.size));
         }
       }
     }
     // Masters that are separate copies follow the new low-precision values.
     auto& targets = states_->targets();
     for (size_t g = 0; g < targets.size(); ++g) {
-      at::Tensor source = s3 != nullptr ? s3->layout().partition_flat(static_cast<int>(g))
-                                        : dynamic_cast<runtime::FlatModelStates&>(*states_)
-                                              .partition_of(static_cast<int>(g));
+      at::Tensor source =
+          s3 != nullptr
+              ? s3->layout().partition_flat(static_cast<int>(g))
+              : dynamic_cast<runtime::FlatModelStates&>(*states_).partition_of(static_cast<int>(g));
       if (!targets[g].master.is_same(source)) targets[g].master.copy_(source);
     }
   }

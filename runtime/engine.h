@@ -15,17 +15,17 @@
 // the same calls in the same order (they are collective where noted).
 #pragma once
 
-#include <torch/torch.h>
-
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "comm/comm.h"
+#include <torch/torch.h>
+
 #include "checkpoint/storage.h"
 #include "checkpoint/value.h"
 #include "checkpoint/value_view.h"
+#include "comm/comm.h"
 #include "comm/counting_comm.h"
 #include "config/resolved.h"
 #include "runtime/model_states.h"
@@ -56,12 +56,12 @@ ParamGroupRule no_weight_decay_for(std::vector<std::string> name_substrings);
 struct LoadCheckpointOptions {
   bool load_optimizer_states = true;
   bool load_lr_scheduler_states = true;
-  bool load_module_only = false;  // weights only; counters and optimizer state are not restored
+  bool load_module_only = false;   // weights only; counters and optimizer state are not restored
   bool load_module_strict = true;  // every parameter and buffer must be present
 };
 
 struct LoadedCheckpoint {
-  std::string path;           // the tag directory
+  std::string path;          // the tag directory
   ckpt::Value client_state;  // the other top-level keys of the model-states file (spec §4.5)
 };
 

@@ -94,7 +94,8 @@ Value Engine::model_states_value(bool with_module) {
     for (const auto& t : states_->targets()) flats.push_back(t.master);
     opt.set("fp32_groups_flat", std::move(flats));
     opt.set("loss_scaler", ckpt::from_json(loss_scaler_->state_dict()));
-    opt.set("dynamic_loss_scale", config_.effective_loss_scale().dynamic && model_dtype_ == at::kHalf);
+    opt.set("dynamic_loss_scale",
+            config_.effective_loss_scale().dynamic && model_dtype_ == at::kHalf);
     opt.set("clip_grad", config_.gradient_clipping);
     d.set("optimizer", std::move(opt));
   } else {
@@ -116,8 +117,10 @@ Value Engine::model_states_value(bool with_module) {
       at::Tensor full = p.value().detach().reshape({-1});
       if (stage == 3) {
         const ShardInfo mine = param_shard(full.numel(), comm_->rank(), comm_->size());
-        at::Tensor frag = at::zeros({param_partition_size(full.numel(), comm_->size())}, full.options());
-        if (mine.size > 0) frag.narrow(0, 0, mine.size).copy_(full.narrow(0, mine.offset, mine.size));
+        at::Tensor frag =
+            at::zeros({param_partition_size(full.numel(), comm_->size())}, full.options());
+        if (mine.size > 0)
+          frag.narrow(0, 0, mine.size).copy_(full.narrow(0, mine.offset, mine.size));
         fragments.set(p.key(), frag);
       } else {
         fragments.set(p.key(), p.value().detach());
@@ -151,7 +154,8 @@ Value Engine::optim_states_value() {
   Value osd = Value::dict();
   osd.set("zero_stage", stage);
   osd.set("loss_scaler", ckpt::from_json(loss_scaler_->state_dict()));
-  osd.set("dynamic_loss_scale", config_.effective_loss_scale().dynamic && model_dtype_ == at::kHalf);
+  osd.set("dynamic_loss_scale",
+          config_.effective_loss_scale().dynamic && model_dtype_ == at::kHalf);
   osd.set("overflow", false);
   osd.set("clip_grad", config_.gradient_clipping);
   const Value base = runtime::optimizer_state_to_value(optimizer_->state_dict());
@@ -212,13 +216,15 @@ std::string Engine::save_checkpoint(const std::string& save_dir,
   ckpt::validate_tag(name);
   const int stage = config_.zero.stage;
   const int rank = comm_->rank();
-  const bool writer = config_.checkpoint.use_node_local_storage ? comm_->local_rank() == 0 : rank == 0;
+  const bool writer =
+      config_.checkpoint.use_node_local_storage ? comm_->local_rank() == 0 : rank == 0;
   std::vector<ckpt::PendingFile> files;
   if (stage == 3 || writer) {
     Value ms = model_states_value(/*with_module=*/true);
     for (const auto& [key, value] : client_state.as_dict()) ms.set(key, value);
     files.push_back(ckpt::PendingFile::pt(
-        stage == 3 ? ckpt::zero3_model_states_name(rank) : ckpt::model_states_name(), std::move(ms)));
+        stage == 3 ? ckpt::zero3_model_states_name(rank) : ckpt::model_states_name(),
+        std::move(ms)));
   }
   if (stage >= 1 && optimizer_) {
     files.push_back(ckpt::PendingFile::pt(
@@ -240,8 +246,7 @@ std::string Engine::save_checkpoint(const std::string& save_dir,
                  {"optimizer", optimizer_ ? optimizer_->name() : "none"}};
   const ckpt::CommitResult result =
       ckpt::commit_checkpoint(*comm_, *storage_, spec, config_.checkpoint);
-  ZRT_LOG_INFO("saved checkpoint ", result.tag_dir, " (", result.manifest.files.size(),
-               " files)");
+  ZRT_LOG_INFO("saved checkpoint ", result.tag_dir, " (", result.manifest.files.size(), " files)");
   return result.tag_dir;
 }
 

@@ -1,10 +1,10 @@
 // Engine::load_checkpoint and save_16bit_model (see runtime/engine_checkpoint.cpp for the writer
 // and checkpoint/FORMAT.md for the keys).
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <mutex>
 #include <set>
 #include <unordered_map>
+
+#include <ATen/CPUGeneratorImpl.h>
 
 #include "checkpoint/consolidate.h"
 #include "checkpoint/layout.h"
@@ -31,9 +31,9 @@ using ckpt::ValueView;
 namespace {
 
 bool consumed_key(const std::string& key, bool scheduler_loaded) {
-  for (const char* k : {"module", "sparse_tensor_module_names", "skipped_steps", "global_steps",
-                        "dp_world_size", "mp_world_size", "data_sampler", "random_ltd",
-                        "optimizer"}) {
+  for (const char* k :
+       {"module", "sparse_tensor_module_names", "skipped_steps", "global_steps", "dp_world_size",
+        "mp_world_size", "data_sampler", "random_ltd", "optimizer"}) {
     if (key == k) return true;
   }
   return scheduler_loaded && key == "lr_scheduler";
@@ -59,7 +59,8 @@ at::Tensor Engine::my_partition(int group,
                                 at::ScalarType dtype) const {
   if (auto* s3 = dynamic_cast<runtime::Stage3ModelStates*>(states_.get())) {
     const zero::Stage3Layout& layout = s3->layout();
-    at::Tensor out = at::zeros({layout.group_partition_numel(group)}, at::TensorOptions().dtype(dtype));
+    at::Tensor out =
+        at::zeros({layout.group_partition_numel(group)}, at::TensorOptions().dtype(dtype));
     for (const zero::Stage3Param& p : layout.params()) {
       if (p.group != group) continue;
       const ShardInfo mine = param_shard(p.numel, layout.rank(), layout.world_size());
@@ -86,9 +87,10 @@ void Engine::refresh_masters_from_params() {
   auto* s3 = dynamic_cast<runtime::Stage3ModelStates*>(states_.get());
   auto& targets = states_->targets();
   for (size_t g = 0; g < targets.size(); ++g) {
-    at::Tensor source = s3 != nullptr ? s3->layout().partition_flat(static_cast<int>(g))
-                                      : dynamic_cast<runtime::FlatModelStates&>(*states_)
-                                            .partition_of(static_cast<int>(g));
+    at::Tensor source =
+        s3 != nullptr
+            ? s3->layout().partition_flat(static_cast<int>(g))
+            : dynamic_cast<runtime::FlatModelStates&>(*states_).partition_of(static_cast<int>(g));
     if (!targets[g].master.is_same(source)) targets[g].master.copy_(source);
   }
 }
@@ -100,9 +102,10 @@ static void params_from_masters(runtime::ModelStates& states) {
   auto* s3 = dynamic_cast<runtime::Stage3ModelStates*>(&states);
   auto& targets = states.targets();
   for (size_t g = 0; g < targets.size(); ++g) {
-    at::Tensor part = s3 != nullptr ? s3->layout().partition_flat(static_cast<int>(g))
-                                    : dynamic_cast<runtime::FlatModelStates&>(states)
-                                          .partition_of(static_cast<int>(g));
+    at::Tensor part =
+        s3 != nullptr
+            ? s3->layout().partition_flat(static_cast<int>(g))
+            : dynamic_cast<runtime::FlatModelStates&>(states).partition_of(static_cast<int>(g));
     if (!targets[g].master.is_same(part)) part.copy_(targets[g].master);
   }
   states.after_optimizer_step();
@@ -174,8 +177,8 @@ void Engine::load_module_weights(const std::string& dir, const std::string& tag,
   refresh_masters_from_params();
 }
 
-void Engine::load_partitioned_state(const std::string& dir, const std::string& tag,
-                                    int saved_stage, int saved_world, const Value& model_states) {
+void Engine::load_partitioned_state(const std::string& dir, const std::string& tag, int saved_stage,
+                                    int saved_world, const Value& model_states) {
   at::NoGradGuard no_grad;
   const ckpt::Manifest manifest = ckpt::read_manifest(ckpt::parent_dir(dir), tag, storage_.get());
   const int rank = comm_->rank();
@@ -219,7 +222,8 @@ void Engine::load_partitioned_state(const std::string& dir, const std::string& t
         files.push_back(ckpt::load_pt(ckpt::join_path(dir, find_optim_file(manifest, r, bf16))));
       }
     }
-    const Value stage0 = saved_stage == 0 ? ValueView(model_states, dir)["optimizer"].value() : Value();
+    const Value stage0 =
+        saved_stage == 0 ? ValueView(model_states, dir)["optimizer"].value() : Value();
     runtime::FullState full =
         runtime::reassemble_full_state(saved_stage, saved_world, shapes, files, stage0, dir);
     const auto mine = param_shapes();
@@ -232,15 +236,15 @@ void Engine::load_partitioned_state(const std::string& dir, const std::string& t
         auto it = full.params.find(name);
         ZRT_CHECK_AS(CheckpointError, it != full.params.end() && it->second.fp32.defined(), dir,
                      ": parameter '", name, "' of group ", g, " is missing from the checkpoint");
-        ZRT_CHECK_AS(CheckpointError, it->second.fp32.numel() == numel, dir, ": parameter '",
-                     name, "' has ", it->second.fp32.numel(), " elements in the checkpoint but ",
-                     numel, " in the model");
+        ZRT_CHECK_AS(CheckpointError, it->second.fp32.numel() == numel, dir, ": parameter '", name,
+                     "' has ", it->second.fp32.numel(), " elements in the checkpoint but ", numel,
+                     " in the model");
       }
     }
     auto part_of = [&](size_t g, at::Tensor runtime::FullParamState::*member) {
-      return my_partition(static_cast<int>(g),
-                          [&](const std::string& n) { return full.params.at(n).*member; },
-                          at::kFloat);
+      return my_partition(
+          static_cast<int>(g), [&](const std::string& n) { return full.params.at(n).*member; },
+          at::kFloat);
     };
     optim::OptimizerState state;
     state.optimizer = full.optimizer;
@@ -271,7 +275,8 @@ void Engine::load_partitioned_state(const std::string& dir, const std::string& t
   // Buffers (and frozen parameters) come from the model states.
   const ValueView module = ValueView(model_states, dir)["module"];
   for (const auto& b : model_->named_buffers()) {
-    if (module.contains(b.key())) b.value().copy_(module[b.key()].as_tensor().view(b.value().sizes()));
+    if (module.contains(b.key()))
+      b.value().copy_(module[b.key()].as_tensor().view(b.value().sizes()));
   }
   for (const auto& p : model_->named_parameters()) {
     if (p.value().requires_grad() || !module.contains(p.key())) continue;
@@ -285,8 +290,9 @@ void Engine::load_partitioned_state(const std::string& dir, const std::string& t
 std::optional<LoadedCheckpoint> Engine::load_checkpoint(const std::string& load_dir,
                                                         const std::optional<std::string>& tag_arg,
                                                         const LoadCheckpointOptions& options) {
-  ZRT_CHECK(!backward_pending_,
-            "load_checkpoint() between backward() and step(): load before training or after step()");
+  ZRT_CHECK(
+      !backward_pending_,
+      "load_checkpoint() between backward() and step(): load before training or after step()");
   std::optional<std::string> tag = tag_arg;
   if (!tag) tag = ckpt::read_latest(load_dir, storage_.get());
   if (!tag) {
@@ -302,9 +308,8 @@ std::optional<LoadedCheckpoint> Engine::load_checkpoint(const std::string& load_
   const int saved_world = manifest.world_size;
   const int rank = comm_->rank();
   const bool same = saved_stage == config_.zero.stage && saved_world == comm_->size();
-  const std::string model_file = saved_stage == 3
-                                     ? ckpt::zero3_model_states_name(same ? rank : 0)
-                                     : ckpt::model_states_name();
+  const std::string model_file =
+      saved_stage == 3 ? ckpt::zero3_model_states_name(same ? rank : 0) : ckpt::model_states_name();
   const Value ms = ckpt::load_pt(ckpt::join_path(dir, model_file));
   const ValueView msv(ms, model_file);
   if (options.load_module_only || !options.load_optimizer_states || optimizer_ == nullptr) {
@@ -361,7 +366,8 @@ bool Engine::save_16bit_model(const std::string& dir, const std::string& name) {
       for (const auto& p : model_->named_parameters()) {
         tensors.emplace_back(p.key(), p.value().detach().clone());
       }
-      for (const auto& b : model_->named_buffers()) tensors.emplace_back(b.key(), b.value().clone());
+      for (const auto& b : model_->named_buffers())
+        tensors.emplace_back(b.key(), b.value().clone());
       storage_->make_dirs(dir);
       const std::string path = ckpt::join_path(dir, name);
       const bool st = name.size() > 12 && name.substr(name.size() - 12) == ".safetensors";

@@ -77,8 +77,8 @@ double Engine::global_norm_of_scaled_grads() {
   double local = 0.0;
   for (const runtime::OptimTarget& t : states_->targets()) {
     if (t.grad.numel() == 0) continue;
-    const double n = at::linalg_vector_norm(t.grad, 2, c10::nullopt, false, at::kFloat)
-                         .item<double>();
+    const double n =
+        at::linalg_vector_norm(t.grad, 2, c10::nullopt, false, at::kFloat).item<double>();
     local += n * n;
   }
   double total = local;
@@ -166,9 +166,9 @@ void Engine::finish_boundary_step(bool skipped) {
       monitor_ = std::make_unique<CsvMonitor>(config_.csv_monitor.output_path,
                                               config_.csv_monitor.job_name);
     }
-    std::vector<MonitorEvent> events = {{"Train/Samples/train_loss", step_loss, global_samples_},
-                                        {"Train/Samples/lr", get_lr().empty() ? 0 : get_lr()[0],
-                                         global_samples_}};
+    std::vector<MonitorEvent> events = {
+        {"Train/Samples/train_loss", step_loss, global_samples_},
+        {"Train/Samples/lr", get_lr().empty() ? 0 : get_lr()[0], global_samples_}};
     if (model_dtype_ == at::kHalf) {
       events.push_back({"Train/Samples/loss_scale", loss_scaler_->cur_scale(), global_samples_});
     }
@@ -176,16 +176,17 @@ void Engine::finish_boundary_step(bool skipped) {
       events.push_back({"Train/Samples/elapsed_time_ms_forward", timers_.fwd, global_samples_});
       events.push_back({"Train/Samples/elapsed_time_ms_backward",
                         timers_.bwd_inner + timers_.bwd_allreduce, global_samples_});
-      events.push_back({"Train/Samples/elapsed_time_ms_backward_inner", timers_.bwd_inner,
+      events.push_back(
+          {"Train/Samples/elapsed_time_ms_backward_inner", timers_.bwd_inner, global_samples_});
+      events.push_back({"Train/Samples/elapsed_time_ms_backward_allreduce", timers_.bwd_allreduce,
                         global_samples_});
-      events.push_back({"Train/Samples/elapsed_time_ms_backward_allreduce",
-                        timers_.bwd_allreduce, global_samples_});
       events.push_back({"Train/Samples/elapsed_time_ms_step", timers_.step, global_samples_});
     }
     monitor_->write_events(events);
   }
   if (config_.wall_clock_breakdown) {
-    ZRT_LOG_INFO("time (ms) | fwd: ", timers_.fwd, " | bwd: ", timers_.bwd_inner + timers_.bwd_allreduce,
+    ZRT_LOG_INFO("time (ms) | fwd: ", timers_.fwd,
+                 " | bwd: ", timers_.bwd_inner + timers_.bwd_allreduce,
                  " | bwd_inner: ", timers_.bwd_inner, " | bwd_allreduce: ", timers_.bwd_allreduce,
                  " | step: ", timers_.step);
   }

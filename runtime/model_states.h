@@ -4,10 +4,10 @@
 // Internal to runtime/.
 #pragma once
 
-#include <ATen/ATen.h>
-
 #include <cstdint>
 #include <vector>
+
+#include <ATen/ATen.h>
 
 namespace zrt::runtime {
 

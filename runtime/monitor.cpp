@@ -8,8 +8,8 @@
 namespace zrt {
 
 CsvMonitor::CsvMonitor(std::string output_path, std::string job_name) {
-  std::filesystem::path base = output_path.empty() ? std::filesystem::path(".")
-                                                   : std::filesystem::path(output_path);
+  std::filesystem::path base =
+      output_path.empty() ? std::filesystem::path(".") : std::filesystem::path(output_path);
   dir_ = (base / job_name).string();
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);

@@ -9,7 +9,11 @@ namespace zrt {
 
 DistributedSampler::DistributedSampler(int64_t size, int world_size, int rank, bool shuffle,
                                        uint64_t seed, bool drop_last)
-    : size_(size), world_size_(world_size), rank_(rank), shuffle_(shuffle), seed_(seed),
+    : size_(size),
+      world_size_(world_size),
+      rank_(rank),
+      shuffle_(shuffle),
+      seed_(seed),
       drop_last_(drop_last) {
   ZRT_CHECK(size >= 0 && world_size >= 1 && rank >= 0 && rank < world_size,
             "DistributedSampler: bad size ", size, ", world size ", world_size, " or rank ", rank);
@@ -32,7 +36,8 @@ std::vector<int64_t> DistributedSampler::indices() const {
   }
   const int64_t total = num_samples_ * world_size_;
   if (!drop_last_) {
-    for (int64_t i = 0; static_cast<int64_t>(all.size()) < total; ++i) all.push_back(all[i % size_]);
+    for (int64_t i = 0; static_cast<int64_t>(all.size()) < total; ++i)
+      all.push_back(all[i % size_]);
   } else {
     all.resize(static_cast<size_t>(total));
   }

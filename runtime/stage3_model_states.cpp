@@ -6,11 +6,10 @@ namespace zrt::runtime {
 
 Stage3ModelStates::Stage3ModelStates(std::unique_ptr<zero::Stage3Layout> layout,
                                      std::vector<zero::ShardUnitBase*> units,
-                                     std::shared_ptr<comm::Comm> comm,
-                                     Stage3StatesOptions options)
+                                     std::shared_ptr<comm::Comm> comm, Stage3StatesOptions options)
     : layout_(std::move(layout)), units_(std::move(units)), options_(options) {
-  coordinator_ = std::make_unique<zero::ParamCoordinator>(*layout_, std::move(comm),
-                                                          options_.coordinator);
+  coordinator_ =
+      std::make_unique<zero::ParamCoordinator>(*layout_, std::move(comm), options_.coordinator);
   for (size_t u = 0; u < units_.size(); ++u) {
     units_[u]->attach(coordinator_.get(), static_cast<int>(u));
   }
@@ -64,7 +63,8 @@ ModelStateBytes Stage3ModelStates::memory() const {
   ModelStateBytes m;
   for (int g = 0; g < layout_->num_groups(); ++g) {
     m.params += layout_->partition_flat(g).nbytes();
-    if (!targets_[g].master.is_same(layout_->partition_flat(g))) m.master += targets_[g].master.nbytes();
+    if (!targets_[g].master.is_same(layout_->partition_flat(g)))
+      m.master += targets_[g].master.nbytes();
   }
   m.grads = coordinator_->grad_bytes();
   m.gathered = coordinator_->stats().gathered_bytes;

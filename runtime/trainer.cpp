@@ -1,7 +1,5 @@
 #include "runtime/trainer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,14 +8,15 @@
 #include <fstream>
 
 #include "checkpoint/layout.h"
-#include "config/hf_plan.h"
 #include "checkpoint/manifest.h"
 #include "comm/init.h"
+#include "config/hf_plan.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/svg_plot.h"
 #include "runtime/initialize.h"
 #include "runtime/sampler.h"
+#include <unistd.h>
 
 namespace zrt {
 namespace fs = std::filesystem;
@@ -64,8 +63,12 @@ std::string format_entry(const LogEntry& e) {
 Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, config::TrainingArguments args,
                  std::shared_ptr<Dataset> train_dataset, std::shared_ptr<Dataset> eval_dataset,
                  LossFn loss_fn, TrainerOptions options)
-    : model_(std::move(model)), args_(std::move(args)), train_(std::move(train_dataset)),
-      eval_(std::move(eval_dataset)), loss_fn_(std::move(loss_fn)), options_(std::move(options)) {
+    : model_(std::move(model)),
+      args_(std::move(args)),
+      train_(std::move(train_dataset)),
+      eval_(std::move(eval_dataset)),
+      loss_fn_(std::move(loss_fn)),
+      options_(std::move(options)) {
   ZRT_CHECK(model_ != nullptr, "Trainer: the model is null");
   ZRT_CHECK(loss_fn_ != nullptr, "Trainer: no loss function");
   comm_ = options_.comm ? options_.comm : comm::init_from_env();
@@ -82,7 +85,8 @@ int64_t Trainer::batches_per_epoch() const {
 
 int64_t Trainer::num_training_steps() const {
   if (args_.max_steps > 0) return args_.max_steps;
-  const int64_t per_epoch = std::max<int64_t>(1, batches_per_epoch() / args_.gradient_accumulation_steps);
+  const int64_t per_epoch =
+      std::max<int64_t>(1, batches_per_epoch() / args_.gradient_accumulation_steps);
   return static_cast<int64_t>(std::ceil(args_.num_train_epochs * per_epoch));
 }
 
@@ -121,7 +125,8 @@ std::vector<std::string> Trainer::checkpoints() const {
     const int64_t step = step_of(entry.path().filename().string());
     if (step < 0 || !entry.is_directory()) continue;
     const auto tag = ckpt::read_latest(entry.path().string());
-    if (!tag || ckpt::check_tag(entry.path().string(), *tag, ckpt::VerifyLevel::kSizes).size() != 0) {
+    if (!tag ||
+        ckpt::check_tag(entry.path().string(), *tag, ckpt::VerifyLevel::kSizes).size() != 0) {
       continue;  // incomplete (a crash during save)
     }
     found.emplace_back(step, entry.path().string());
@@ -138,8 +143,8 @@ std::optional<std::string> Trainer::resume_path() const {
   if (r == "last" || r == "true" || r == "True") {
     const auto all = checkpoints();
     if (all.empty()) {
-      throw CheckpointError(str("resume_from_checkpoint=", r, ": no valid checkpoint found in ",
-                                args_.output_dir));
+      throw CheckpointError(
+          str("resume_from_checkpoint=", r, ": no valid checkpoint found in ", args_.output_dir));
     }
     return all.back();
   }
@@ -149,7 +154,8 @@ std::optional<std::string> Trainer::resume_path() const {
 
 void Trainer::save(int64_t epoch, int64_t batches_in_epoch) {
   const int64_t step = engine_->global_steps();
-  const std::string dir = (fs::path(args_.output_dir) / ("checkpoint-" + std::to_string(step))).string();
+  const std::string dir =
+      (fs::path(args_.output_dir) / ("checkpoint-" + std::to_string(step))).string();
   ckpt::Value position = ckpt::Value::dict();
   position.set("epoch", epoch);
   position.set("batches_in_epoch", batches_in_epoch);
@@ -166,8 +172,10 @@ void Trainer::save(int64_t epoch, int64_t batches_in_epoch) {
       if (e.eval_loss) j["eval_loss"] = *e.eval_loss;
       history.push_back(j);
     }
-    const Json state = {{"global_step", step}, {"epoch", epoch},
-                        {"max_steps", num_training_steps()}, {"log_history", history}};
+    const Json state = {{"global_step", step},
+                        {"epoch", epoch},
+                        {"max_steps", num_training_steps()},
+                        {"log_history", history}};
     const std::string path = (fs::path(dir) / "trainer_state.json").string();
     {
       std::ofstream out(path + ".tmp");
@@ -188,8 +196,8 @@ void Trainer::rotate_checkpoints() {
     for (int64_t i = 0; i < excess && i + 1 < static_cast<int64_t>(all.size()); ++i) {
       std::error_code ec;
       fs::remove_all(all[i], ec);
-      ZRT_LOG_INFO("deleted older checkpoint ", all[i], " (save_total_limit=",
-                   *args_.save_total_limit, ")");
+      ZRT_LOG_INFO("deleted older checkpoint ", all[i],
+                   " (save_total_limit=", *args_.save_total_limit, ")");
     }
   }
   comm_->barrier();
@@ -266,7 +274,8 @@ std::vector<at::Tensor> Trainer::predict(
     s.insert(s.end(), shape.begin(), shape.end());
     return s;
   }());
-  for (int64_t i = 0; i < data.size(); ++i) out.push_back(all[i % comm_->size()][i / comm_->size()].clone());
+  for (int64_t i = 0; i < data.size(); ++i)
+    out.push_back(all[i % comm_->size()][i / comm_->size()].clone());
   return out;
 }
 
@@ -293,8 +302,8 @@ void Trainer::write_curves() const {
   fs::create_directories(args_.output_dir, ec);
   write_svg_line_chart((fs::path(args_.output_dir) / "training_loss.svg").string(), "Loss",
                        "optimizer step", {loss, eval}, "loss");
-  write_svg_line_chart((fs::path(args_.output_dir) / "learning_rate.svg").string(),
-                       "Learning rate", "optimizer step", {lr}, "lr");
+  write_svg_line_chart((fs::path(args_.output_dir) / "learning_rate.svg").string(), "Learning rate",
+                       "optimizer step", {lr}, "lr");
 }
 
 TrainOutput Trainer::train() {
@@ -325,7 +334,8 @@ TrainOutput Trainer::train() {
       skip = pos->at("batches_in_epoch").as_int();
       if (pos->at("world_size").as_int() != comm_->size()) {
         ZRT_LOG_WARN("resuming at world size ", comm_->size(), " from a checkpoint written at ",
-                     pos->at("world_size").as_int(), ": the data order of the current epoch "
+                     pos->at("world_size").as_int(),
+                     ": the data order of the current epoch "
                      "changes");
       }
       if (skip >= nb) {
@@ -368,7 +378,8 @@ TrainOutput Trainer::train() {
       ++steps_since_log;
       const double epoch_f = epoch + static_cast<double>(b + 1) / nb;
       if (log_every > 0 && step % log_every == 0) {
-        at::Tensor mean = at::full({1}, loss_since_log / std::max<int64_t>(1, steps_since_log), at::kDouble);
+        at::Tensor mean =
+            at::full({1}, loss_since_log / std::max<int64_t>(1, steps_since_log), at::kDouble);
         comm_->all_reduce(mean, comm::ReduceOp::kAvg);
         LogEntry e;
         e.step = step;
@@ -395,7 +406,8 @@ TrainOutput Trainer::train() {
       }
       if (save_every > 0 && step % save_every == 0) save(epoch, b + 1);
       if (bar) {
-        const double done = static_cast<double>(step - start_step) / std::max<int64_t>(1, total - start_step);
+        const double done =
+            static_cast<double>(step - start_step) / std::max<int64_t>(1, total - start_step);
         const double eta = done > 0 ? (now_s() - start) * (1 - done) / done : 0;
         const int width = 30;
         std::string fill(static_cast<size_t>(done * width), '#');
@@ -415,7 +427,8 @@ TrainOutput Trainer::train() {
   out.train_runtime_s = now_s() - start;
   const int64_t steps_run = out.global_step - start_step;
   out.training_loss = steps_run > 0 ? loss_total / steps_run : 0;
-  out.samples_per_second = steps_run * engine_->train_batch_size() / std::max(1e-9, out.train_runtime_s);
+  out.samples_per_second =
+      steps_run * engine_->train_batch_size() / std::max(1e-9, out.train_runtime_s);
   out.log_history = log_history_;
   write_curves();
   return out;

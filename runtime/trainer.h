@@ -8,14 +8,14 @@
 // loss and learning rate at the end.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <torch/torch.h>
 
 #include "comm/comm.h"
 #include "config/hf_trainer.h"

@@ -15,9 +15,9 @@
 #include "config/hf_plan.h"
 #include "config/resolved.h"
 #include "config/training_args.h"
-#include "sched/schedule_preview.h"
 #include "core/error.h"
 #include "core/tool_main.h"
+#include "sched/schedule_preview.h"
 
 namespace {
 
@@ -175,7 +175,8 @@ int run_schedule(const Args& args) {
   if (!spec) throw zrt::ConfigError("the config defines no learning-rate schedule");
   const zrt::optim::OptimizerSpec* optimizer = nullptr;
   if (rc.optimizer) optimizer = &*rc.optimizer;
-  if (!optimizer && config.plan && config.plan->hf_optimizer) optimizer = &*config.plan->hf_optimizer;
+  if (!optimizer && config.plan && config.plan->hf_optimizer)
+    optimizer = &*config.plan->hf_optimizer;
   if (!optimizer) throw zrt::ConfigError("the config defines no optimizer, so there is no base lr");
   const bool sgd = optimizer->kind == zrt::optim::OptimizerKind::kSgd;
   const double base_lr = sgd ? optimizer->sgd.lr : optimizer->adam.lr;

@@ -2,17 +2,14 @@
 // what it finds at run time, and whether each optional part is usable.
 //
 //   build/bin/zrt-report [--json]
-#include <sys/statvfs.h>
-#include <unistd.h>
-
-#include <torch/torch.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <torch/torch.h>
 
 #include "comm/init.h"
 #include "comm/mpi_comm.h"
@@ -24,6 +21,8 @@
 #include "kernels/adam_cuda.h"
 #include "kernels/cpu_adam.h"
 #include "zrt/build_config.h"
+#include <sys/statvfs.h>
+#include <unistd.h>
 
 namespace {
 
@@ -49,7 +48,8 @@ int run(int argc, char** argv) {
       std::printf("usage: zrt-report [--json]\n");
       return 0;
     } else {
-      throw zrt::UsageError(zrt::str("unknown argument '", argv[i], "' (usage: zrt-report [--json])"));
+      throw zrt::UsageError(
+          zrt::str("unknown argument '", argv[i], "' (usage: zrt-report [--json])"));
     }
   }
   const int gpus = zrt::kernels::cuda_device_count();
@@ -60,13 +60,16 @@ int run(int argc, char** argv) {
        {{"version", ZRT_TORCH_VERSION},
         {"cxx11_abi", static_cast<bool>(_GLIBCXX_USE_CXX11_ABI)},
         {"cuda", static_cast<bool>(ZRT_TORCH_HAS_CUDA)}}},
-      {"mpi", {{"compiled", static_cast<bool>(ZRT_WITH_MPI)}, {"library", zrt::comm::mpi_library_version()}}},
+      {"mpi",
+       {{"compiled", static_cast<bool>(ZRT_WITH_MPI)},
+        {"library", zrt::comm::mpi_library_version()}}},
       {"cuda",
        {{"compiled", static_cast<bool>(ZRT_WITH_CUDA)},
         {"adam_kernel_built", zrt::kernels::cuda_kernels_built()},
         {"devices_visible", gpus},
         {"CUDA_VISIBLE_DEVICES", env_or("CUDA_VISIBLE_DEVICES", "(unset)")}}},
-      {"nccl", {{"compiled", static_cast<bool>(ZRT_WITH_NCCL)}, {"version", zrt::comm::nccl_version()}}},
+      {"nccl",
+       {{"compiled", static_cast<bool>(ZRT_WITH_NCCL)}, {"version", zrt::comm::nccl_version()}}},
       {"cpu_adam", {{"simd_path", zrt::kernels::cpu_adam_isa_name()}}},
       {"threads",
        {{"hardware", std::thread::hardware_concurrency()},
@@ -93,7 +96,8 @@ int run(int argc, char** argv) {
   std::printf("MPI backend ............... %s: %s\n", yes_no(ZRT_WITH_MPI).c_str(),
               zrt::comm::mpi_library_version().c_str());
   std::printf("CUDA kernels .............. compiled %s, built %s, %d device(s) visible\n",
-              yes_no(ZRT_WITH_CUDA).c_str(), yes_no(zrt::kernels::cuda_kernels_built()).c_str(), gpus);
+              yes_no(ZRT_WITH_CUDA).c_str(), yes_no(zrt::kernels::cuda_kernels_built()).c_str(),
+              gpus);
   std::printf("NCCL backend .............. %s: %s\n", yes_no(ZRT_WITH_NCCL).c_str(),
               zrt::comm::nccl_version().c_str());
   std::printf("CPU Adam SIMD path ........ %s\n", zrt::kernels::cpu_adam_isa_name());

@@ -55,8 +55,8 @@ FlatGroup::FlatGroup(std::vector<NamedParam> params, int world_size) {
   for (NamedParam& np : params) {
     ZRT_CHECK(np.param.scalar_type() == dtype_ && np.param.device() == device_,
               "all trainable parameters of a group must share dtype and device: '", np.name,
-              "' is ", np.param.scalar_type(), " on ", np.param.device(), ", the group is ",
-              dtype_, " on ", device_);
+              "' is ", np.param.scalar_type(), " on ", np.param.device(), ", the group is ", dtype_,
+              " on ", device_);
     FlatParam fp;
     fp.name = std::move(np.name);
     fp.param = np.param;

@@ -6,12 +6,12 @@
 // This file owns the layout only; gradients live in zero/grad_reducer.h.
 #pragma once
 
-#include <ATen/ATen.h>
-
 #include <functional>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <ATen/ATen.h>
 
 #include "core/shard.h"
 

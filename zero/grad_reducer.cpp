@@ -1,10 +1,10 @@
 #include "zero/grad_reducer.h"
 
+#include <algorithm>
+
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
-
-#include <algorithm>
 
 #include "core/error.h"
 
@@ -36,9 +36,9 @@ struct GradReducer::Bucket {
   bool launched = false;
   at::Tensor pool_buffer;  // kBucketed: the pool buffer this bucket holds
   at::Tensor buffer;       // kBucketed: its first end − begin elements
-  at::Tensor send;    // handed to the collective
-  at::Tensor out;     // reduce_scatter_v output
-  at::Tensor dest;    // where the reduced values land
+  at::Tensor send;         // handed to the collective
+  at::Tensor out;          // reduce_scatter_v output
+  at::Tensor dest;         // where the reduced values land
   std::shared_ptr<comm::Work> work;
 };
 
@@ -75,7 +75,7 @@ GradReducer::GradReducer(std::vector<FlatGroup>& groups, std::shared_ptr<comm::C
     mode_ = Mode::kBucketed;
   } else {
     mode_ = groups_.empty() || groups_.front().dtype() == options_.accum_dtype ? Mode::kViews
-                                                                                : Mode::kAccumulate;
+                                                                               : Mode::kAccumulate;
   }
   const int rank = comm_->rank();
   param_slots_.resize(groups_.size());
@@ -243,8 +243,7 @@ at::Tensor GradReducer::acquire_buffer(int64_t elements) {
   for (const auto& b : buckets_) largest = std::max(largest, b->end - b->begin);
   ++stats_.max_pool_buffers;
   const FlatGroup& g0 = groups_.front();
-  return at::empty({largest},
-                   at::TensorOptions().dtype(options_.comm_dtype).device(g0.device()));
+  return at::empty({largest}, at::TensorOptions().dtype(options_.comm_dtype).device(g0.device()));
 }
 
 void GradReducer::launch(Bucket& b) {
@@ -279,9 +278,8 @@ void GradReducer::launch(Bucket& b) {
     const int me = comm_->rank();
     const FlatPartition& part = group.partition();
     const ShardInfo piece = intersect(part.partition(me), ShardInfo{b.begin, len});
-    b.dest = partitions_[b.group].narrow(0, piece.size > 0 ? piece.offset - part.partition(me).offset
-                                                           : 0,
-                                         piece.size);
+    b.dest = partitions_[b.group].narrow(
+        0, piece.size > 0 ? piece.offset - part.partition(me).offset : 0, piece.size);
     if (mode_ == Mode::kBucketed) {
       // In place: this rank's piece of the pool buffer (no allocation per bucket and step).
       b.out = piece.size > 0 ? b.send.narrow(0, piece.offset - b.begin, piece.size)

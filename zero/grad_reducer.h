@@ -12,11 +12,11 @@
 // the whole padded group).
 #pragma once
 
-#include <ATen/ATen.h>
-
 #include <deque>
 #include <memory>
 #include <vector>
+
+#include <ATen/ATen.h>
 
 #include "comm/comm.h"
 #include "zero/flat_layout.h"
@@ -30,8 +30,8 @@ struct ReducerOptions {
   bool overlap = false;                 // overlap_comm: launch asynchronously from the hooks
   at::ScalarType comm_dtype = at::kFloat;
   at::ScalarType accum_dtype = at::kFloat;
-  bool prescale = false;                // prescale_gradients: divide by W before reducing
-  double predivide_factor = 1.0;        // gradient_predivide_factor
+  bool prescale = false;          // prescale_gradients: divide by W before reducing
+  double predivide_factor = 1.0;  // gradient_predivide_factor
 };
 
 struct ReducerStats {

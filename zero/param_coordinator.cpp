@@ -1,10 +1,10 @@
 #include "zero/param_coordinator.h"
 
+#include <algorithm>
+
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
-
-#include <algorithm>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -77,8 +77,9 @@ ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::C
   pending_grads_.assign(units, 0);
   position_of_.assign(units, -1);
   for (int g = 0; g < layout_.num_groups(); ++g) {
-    grad_flats_.push_back(at::zeros({layout_.group_partition_numel(g)},
-                                    layout_.partition_flat(g).options().dtype(options_.accum_dtype)));
+    grad_flats_.push_back(
+        at::zeros({layout_.group_partition_numel(g)},
+                  layout_.partition_flat(g).options().dtype(options_.accum_dtype)));
   }
   const auto& params = layout_.params();
   for (size_t i = 0; i < params.size(); ++i) {
@@ -86,8 +87,8 @@ ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::C
     HookHandle h;
     h.accumulator = torch::autograd::impl::grad_accumulator(params[i].param);
     ZRT_INTERNAL_ASSERT(h.accumulator != nullptr, "no grad accumulator for ", params[i].name);
-    h.key = h.accumulator->add_post_hook(
-        std::make_unique<GradReadyHook>(this, static_cast<int>(i)));
+    h.key =
+        h.accumulator->add_post_hook(std::make_unique<GradReadyHook>(this, static_cast<int>(i)));
     hooks_.push_back(std::move(h));
   }
 }
@@ -114,8 +115,7 @@ void ParamCoordinator::start_gather(int unit, bool prefetch) {
   auto g = std::make_unique<InFlightGather>();
   g->unit = unit;
   const auto& params = layout_.params();
-  const std::vector<int>& members =
-      unit >= 0 ? layout_.units()[unit].params : std::vector<int>{};
+  const std::vector<int>& members = unit >= 0 ? layout_.units()[unit].params : std::vector<int>{};
   auto consider = [&](int i) {
     const Stage3Param& p = params[i];
     const bool wanted = unit >= 0 ? !p.persistent : (p.persistent && p.group >= 0);
@@ -166,9 +166,9 @@ void ParamCoordinator::finish_gather(InFlightGather& g) {
     if (!was_allocated && g.unit >= 0) stats_.gathered_bytes += bytes_of(p);
     // An alias that does not share the parameter's version counter: refilling a gathered
     // parameter must not look like an in-place change to the views autograd saved in forward.
-    at::Tensor flat = at::from_blob(p.param.data_ptr(), {p.numel},
-                                    at::TensorOptions().dtype(p.param.scalar_type())
-                                        .device(p.param.device()));
+    at::Tensor flat =
+        at::from_blob(p.param.data_ptr(), {p.numel},
+                      at::TensorOptions().dtype(p.param.scalar_type()).device(p.param.device()));
     for (int r = 0; r < w; ++r) {
       const int64_t n = std::min(p.pn, p.numel - r * p.pn);
       if (n <= 0) break;
@@ -324,8 +324,9 @@ void ParamCoordinator::launch_reduce(int unit) {
   if (!r) {  // no gradient arrived this micro-step: contribute zeros
     r = std::make_unique<PendingReduce>();
     r->unit = unit;
-    r->send = at::zeros({u.reduce_partition * comm_->size()},
-                        layout_.params()[u.trainable.front()].param.options().dtype(options_.comm_dtype));
+    r->send =
+        at::zeros({u.reduce_partition * comm_->size()},
+                  layout_.params()[u.trainable.front()].param.options().dtype(options_.comm_dtype));
   }
   if (comm_->size() > 1) r->send.div_(comm_->size());
   r->out = at::empty({u.reduce_partition}, r->send.options());

@@ -10,12 +10,12 @@
 // reported by the communicator (size error or timeout).
 #pragma once
 
-#include <ATen/ATen.h>
-
 #include <deque>
 #include <memory>
 #include <optional>
 #include <vector>
+
+#include <ATen/ATen.h>
 
 #include "comm/comm.h"
 #include "zero/shard_unit.h"
@@ -24,7 +24,7 @@
 namespace zrt::zero {
 
 struct CoordinatorOptions {
-  int64_t prefetch_bucket_size = 50000000;  // elements prefetched ahead at most (0: off)
+  int64_t prefetch_bucket_size = 50000000;   // elements prefetched ahead at most (0: off)
   int64_t max_live_parameters = 1000000000;  // gathered elements beyond which prefetch stops
   int64_t max_reuse_distance = 1000000000;   // keep a unit gathered if reused within this
   at::ScalarType comm_dtype = at::kFloat;    // gradient reduce-scatter dtype

@@ -17,12 +17,12 @@
 // engine (or below stage 3) it is exactly M. Parameters outside every unit stay gathered.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <torch/torch.h>
 
 namespace zrt {
 namespace zero {

@@ -55,8 +55,8 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
     p.unit = it == unit_by_name.end() || it->second < 0 ? num_units : it->second;
     // Small parameters stay gathered while the total stays within the model threshold (as
     // DeepSpeed marks ds_persist at engine init); frozen ones and those outside units always.
-    const bool small = p.numel <= persistence_threshold &&
-                       persisted + p.numel <= model_persistence_threshold;
+    const bool small =
+        p.numel <= persistence_threshold && persisted + p.numel <= model_persistence_threshold;
     p.persistent = group < 0 || p.unit == num_units || small;
     if (p.persistent && group >= 0 && p.unit != num_units && small) persisted += p.numel;
     if (p.persistent) persistent_numel_ += p.numel;
@@ -106,7 +106,8 @@ void Stage3Layout::partition() {
       const ShardInfo mine = param_shard(p.numel, rank_, world_size_);
       at::Tensor part = partition_of(static_cast<int>(i));
       part.zero_();
-      if (mine.size > 0) part.narrow(0, 0, mine.size).copy_(p.param.reshape(-1).narrow(0, mine.offset, mine.size));
+      if (mine.size > 0)
+        part.narrow(0, 0, mine.size).copy_(p.param.reshape(-1).narrow(0, mine.offset, mine.size));
     }
     if (!p.persistent) release_storage(p.param);
   }

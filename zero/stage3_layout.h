@@ -10,10 +10,10 @@
 // is re-gathered for backward (see Note [Releasing parameter storage] in stage3_layout.cpp).
 #pragma once
 
-#include <ATen/ATen.h>
-
 #include <string>
 #include <vector>
+
+#include <ATen/ATen.h>
 
 #include "zero/flat_layout.h"
 
@@ -32,11 +32,11 @@ struct Stage3Param {
 };
 
 struct Stage3Unit {
-  std::vector<int> params;           // indices into Stage3Layout::params, gathered together
-  std::vector<int> trainable;        // indices whose gradients this unit reduce-scatters
-  int64_t gather_numel = 0;          // Σ numel of the gathered (non-persistent) params
-  int64_t gather_partition = 0;      // Σ pn of the gathered params (all_gather chunk per rank)
-  int64_t reduce_partition = 0;      // Σ pn of the trainable params (reduce_scatter chunk)
+  std::vector<int> params;       // indices into Stage3Layout::params, gathered together
+  std::vector<int> trainable;    // indices whose gradients this unit reduce-scatters
+  int64_t gather_numel = 0;      // Σ numel of the gathered (non-persistent) params
+  int64_t gather_partition = 0;  // Σ pn of the gathered params (all_gather chunk per rank)
+  int64_t reduce_partition = 0;  // Σ pn of the trainable params (reduce_scatter chunk)
 };
 
 class Stage3Layout {

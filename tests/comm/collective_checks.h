@@ -3,11 +3,10 @@
 // integers so that every dtype (bf16 and fp16 included) represents inputs and results exactly.
 #pragma once
 
-#include <gtest/gtest.h>
+#include <vector>
 
 #include <ATen/ATen.h>
-
-#include <vector>
+#include <gtest/gtest.h>
 
 #include "comm/comm.h"
 
@@ -38,8 +37,7 @@ inline void expect_equal(const at::Tensor& got, const at::Tensor& want, const st
   }
 }
 
-inline void check_all_reduce(comm::Comm& comm, at::ScalarType dtype, int64_t n,
-                             comm::ReduceOp op) {
+inline void check_all_reduce(comm::Comm& comm, at::ScalarType dtype, int64_t n, comm::ReduceOp op) {
   const int r = comm.rank();
   const int w = comm.size();
   const std::string what = "all_reduce(" + std::string(comm::reduce_op_name(op)) + ") " +
@@ -137,8 +135,9 @@ inline void check_reduce_scatter_v(comm::Comm& comm, at::ScalarType dtype,
   at::Tensor out = in_place ? in.narrow(0, offset, counts[r]) : at::full({counts[r]}, 99, dtype);
   comm.reduce_scatter_v(out, in, counts);
   at::Tensor want = pattern(total, 5, w * (w + 1) / 2.0, dtype).narrow(0, offset, counts[r]);
-  expect_equal(out, want, "reduce_scatter_v " + std::string(c10::toString(dtype)) +
-                              (in_place ? " in place" : ""));
+  expect_equal(
+      out, want,
+      "reduce_scatter_v " + std::string(c10::toString(dtype)) + (in_place ? " in place" : ""));
 }
 
 // Rank k's piece is k·8 + (j mod 8). With in_place, the input is the output's own view.
@@ -161,8 +160,8 @@ inline void check_all_gather_v(comm::Comm& comm, at::ScalarType dtype,
   comm.all_gather_v(out, in, counts);
   at::Tensor want = at::empty({total}, dtype);
   for (int k = 0; k < w; ++k) want.narrow(0, offsets[k], counts[k]).copy_(piece(k));
-  expect_equal(out, want, "all_gather_v " + std::string(c10::toString(dtype)) +
-                              (in_place ? " in place" : ""));
+  expect_equal(out, want,
+               "all_gather_v " + std::string(c10::toString(dtype)) + (in_place ? " in place" : ""));
 }
 
 inline void check_broadcast(comm::Comm& comm, at::ScalarType dtype, int64_t n, int root) {
@@ -211,8 +210,8 @@ inline std::vector<int64_t> awkward_sizes(int world) {
 inline void check_everything(comm::Comm& comm) {
   for (at::ScalarType dtype : all_dtypes()) {
     for (int64_t n : awkward_sizes(comm.size())) {
-      for (comm::ReduceOp op : {comm::ReduceOp::kSum, comm::ReduceOp::kMax,
-                                comm::ReduceOp::kMin, comm::ReduceOp::kAvg}) {
+      for (comm::ReduceOp op : {comm::ReduceOp::kSum, comm::ReduceOp::kMax, comm::ReduceOp::kMin,
+                                comm::ReduceOp::kAvg}) {
         if (op == comm::ReduceOp::kAvg && !at::isFloatingType(dtype)) continue;
         check_all_reduce(comm, dtype, n, op);
       }

@@ -1,12 +1,13 @@
 // Fault tests: runs comm_fault_prog under mpirun with a short communication timeout and checks
 // that a rank that throws, exits, skips a collective or stalls ends the whole job non-zero within
 // the deadline, with an error naming the collective where one is expected.
-#include <gtest/gtest.h>
-
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <string>
+
+#include <gtest/gtest.h>
+
 #include <sys/wait.h>
 
 namespace {
@@ -18,10 +19,11 @@ struct JobResult {
 };
 
 JobResult run_job(const std::string& scenario, int comm_timeout) {
-  const std::string cmd = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
-                          "ZRT_COMM_TIMEOUT=" + std::to_string(comm_timeout) + " " ZRT_MPIEXEC
-                          " -np 2 --oversubscribe --bind-to none --timeout 60 " ZRT_FAULT_PROG " " +
-                          scenario + " 2>&1";
+  const std::string cmd =
+      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+      "ZRT_COMM_TIMEOUT=" + std::to_string(comm_timeout) +
+      " " ZRT_MPIEXEC " -np 2 --oversubscribe --bind-to none --timeout 60 " ZRT_FAULT_PROG " " +
+      scenario + " 2>&1";
   const auto start = std::chrono::steady_clock::now();
   JobResult r;
   FILE* pipe = popen(cmd.c_str(), "r");

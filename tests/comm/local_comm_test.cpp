@@ -1,15 +1,16 @@
 // The in-process backend: every collective against closed-form results at world sizes 1–4,
 // mismatch detection, timeouts and failure propagation, the counting decorator, init_from_env.
-#include <gtest/gtest.h>
+#include "comm/local_comm.h"
 
 #include <chrono>
 #include <cstdlib>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 #include "comm/counting_comm.h"
 #include "comm/desync_check.h"
 #include "comm/init.h"
-#include "comm/local_comm.h"
 #include "comm/op_queue.h"
 #include "core/error.h"
 #include "tests/comm/collective_checks.h"

@@ -2,13 +2,14 @@
 // op × dtype × awkward size with both algorithms (native MPI collectives and the point-to-point
 // ring), chunking of counts above the MPI int limit, large tensors, async overlap, agreement with
 // the in-process backend, and the counting decorator.
-#include <gtest/gtest.h>
+#include "comm/mpi_comm.h"
 
 #include <cstdlib>
 
+#include <gtest/gtest.h>
+
 #include "comm/counting_comm.h"
 #include "comm/local_comm.h"
-#include "comm/mpi_comm.h"
 #include "tests/comm/collective_checks.h"
 #include "tests/support/mpi_world.h"
 

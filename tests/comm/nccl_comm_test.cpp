@@ -1,11 +1,11 @@
 // The NCCL backend on CUDA tensors (registered under mpirun at world sizes 1 and 2). Skips with a
 // reason where NCCL is not compiled in, LibTorch has no CUDA, or no GPU is visible — the usual
 // case on the CPU development machines; the GPU validation run executes it.
-#include <gtest/gtest.h>
+#include "comm/nccl_comm.h"
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "comm/nccl_comm.h"
 #include "tests/comm/collective_checks.h"
 #include "tests/support/mpi_world.h"
 #include "zrt/build_config.h"
@@ -34,7 +34,8 @@ TEST(NcclComm, CollectivesOnCudaTensors) {
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf, at::kLong}) {
     at::Tensor t = test::pattern(4099, 7, r + 1, dtype).cuda();
     comm->all_reduce(t);
-    test::expect_equal(t.cpu(), test::pattern(4099, 7, w * (w + 1) / 2.0, dtype), "nccl all_reduce");
+    test::expect_equal(t.cpu(), test::pattern(4099, 7, w * (w + 1) / 2.0, dtype),
+                       "nccl all_reduce");
     at::Tensor in = at::full({3 * w}, r + 1.0, dtype).cuda();
     at::Tensor out = at::empty({3}, in.options());
     comm->reduce_scatter(out, in);
@@ -42,7 +43,8 @@ TEST(NcclComm, CollectivesOnCudaTensors) {
     at::Tensor gathered = at::empty({2 * w}, in.options());
     comm->all_gather(gathered, at::full({2}, r, dtype).cuda());
     for (int k = 0; k < w; ++k) {
-      test::expect_equal(gathered.cpu().narrow(0, 2 * k, 2), at::full({2}, k, dtype), "nccl all_gather");
+      test::expect_equal(gathered.cpu().narrow(0, 2 * k, 2), at::full({2}, k, dtype),
+                         "nccl all_gather");
     }
     std::vector<int64_t> counts(w);
     int64_t total = 0;

@@ -131,12 +131,13 @@ namespace zrt::config {
 namespace {
 
 TEST(Tool, SchedulePrintsCsvAndPlots) {
-  const std::string svg =
-      (std::filesystem::temp_directory_path() / ("zrt_sched_" + std::to_string(::getpid()) + ".svg"))
-          .string();
+  const std::string svg = (std::filesystem::temp_directory_path() /
+                           ("zrt_sched_" + std::to_string(::getpid()) + ".svg"))
+                              .string();
   const ToolResult r = run_tool("schedule --deepspeed " + example("zero2") +
                                 " --num_training_steps 6 --learning_rate 1 --warmup_steps 4 "
-                                "--plot '" + svg + "'");
+                                "--plot '" +
+                                svg + "'");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // WarmupLR (log) filled by the HF layer: min 0, max 1, N = 4.
   EXPECT_EQ(r.out, "step,lr\n0,0\n1,0\n2,0.5\n3,0.7924812503605781\n4,1\n5,1\n");

@@ -1,9 +1,9 @@
 // Unit tests for core/: error macros and exit codes, logging, partition arithmetic, env readers.
-#include <gtest/gtest.h>
-
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "core/env.h"
 #include "core/error.h"
@@ -61,7 +61,12 @@ TEST(ToolMain, MapsExceptionsToExitCodes) {
   EXPECT_EQ(run_tool("t", []() -> int { throw CheckpointError("bad file"); }), 3);
   EXPECT_EQ(run_tool("t", []() -> int { throw CommError("timeout"); }), 4);
   EXPECT_EQ(run_tool("t", []() -> int { throw std::logic_error("oops"); }), 70);
-  EXPECT_EQ(run_tool("t", []() -> int { ZRT_INTERNAL_ASSERT(false); return 0; }), 70);
+  EXPECT_EQ(run_tool("t",
+                     []() -> int {
+                       ZRT_INTERNAL_ASSERT(false);
+                       return 0;
+                     }),
+            70);
 }
 
 class LogCapture {

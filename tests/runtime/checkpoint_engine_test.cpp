@@ -3,16 +3,14 @@
 // (continues like the uninterrupted run up to summation order), refusal of incomplete tags,
 // module-only loads, save_16bit_model, and Python reading every file (torch.load weights_only,
 // DeepSpeed's zero_to_fp32 algorithm giving the trained weights).
-#include <gtest/gtest.h>
-
-#include <torch/torch.h>
-
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include "checkpoint/consolidate.h"
 #include "checkpoint/layout.h"
@@ -61,8 +59,11 @@ Json config(int stage, bool bf16, int world) {
       {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}, {"weight_decay", 0.01}}}}},
       {"scheduler",
        {{"type", "WarmupDecayLR"},
-        {"params", {{"warmup_min_lr", 0.001}, {"warmup_max_lr", 0.01}, {"warmup_num_steps", 3},
-                    {"total_num_steps", 20}}}}},
+        {"params",
+         {{"warmup_min_lr", 0.001},
+          {"warmup_max_lr", 0.01},
+          {"warmup_num_steps", 3},
+          {"total_num_steps", 20}}}}},
       {"zero_optimization",
        {{"stage", stage},
         {"reduce_bucket_size", 40},
@@ -96,7 +97,8 @@ std::unique_ptr<Engine> make(std::shared_ptr<test::TinyStackImpl> model, const J
 std::map<std::string, at::Tensor> weights(Engine& engine, torch::nn::Module& model) {
   GatheredParameters access(engine);
   std::map<std::string, at::Tensor> out;
-  for (const auto& p : model.named_parameters()) out[p.key()] = p.value().detach().to(at::kFloat).clone();
+  for (const auto& p : model.named_parameters())
+    out[p.key()] = p.value().detach().to(at::kFloat).clone();
   return out;
 }
 
@@ -143,8 +145,8 @@ TEST(EngineCheckpoint, ExactResumeIsBitIdentical) {
         EXPECT_TRUE(at::equal(ps.exp_avg_sq, sc.state.at(i).exp_avg_sq)) << what;
       }
       for (size_t g = 0; g < a->model_states().targets().size(); ++g) {
-        EXPECT_TRUE(at::equal(a->model_states().targets()[g].master,
-                              c->model_states().targets()[g].master))
+        EXPECT_TRUE(
+            at::equal(a->model_states().targets()[g].master, c->model_states().targets()[g].master))
             << what << " fp32 master " << g;
       }
       auto wa = weights(*a, *model_a);

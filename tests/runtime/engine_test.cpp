@@ -4,7 +4,6 @@
 // formulas; bytes on the wire follow 2Ψ(N−1)/N; fp16 overflow skips the step identically on all
 // ranks; misuse gives clear errors.
 #include <gtest/gtest.h>
-
 #include <torch/torch.h>
 
 #include "core/error.h"
@@ -30,8 +29,8 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  return str("stage ", c.stage, c.bf16 ? " bf16" : " fp32", " gas ", c.gas,
-             c.clip ? " clip" : "", c.offload ? " offload" : "");
+  return str("stage ", c.stage, c.bf16 ? " bf16" : " fp32", " gas ", c.gas, c.clip ? " clip" : "",
+             c.offload ? " offload" : "");
 }
 
 Json config_for(const Case& c) {
@@ -40,7 +39,8 @@ Json config_for(const Case& c) {
       {"gradient_accumulation_steps", c.gas},
       {"optimizer",
        {{"type", "AdamW"},
-        {"params", {{"lr", 0.01}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.01}}}}},
+        {"params",
+         {{"lr", 0.01}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.01}}}}},
       {"zero_optimization",
        {{"stage", c.stage}, {"reduce_bucket_size", 20}, {"allgather_bucket_size", 30}}},
   };
@@ -65,10 +65,10 @@ Json config_for(const Case& c) {
 }
 
 // Single-process reference: one update per step (torch::optim::AdamW — the same decoupled-decay
-// math — in fp32, torch::optim::SGD with momentum in bf16) on the mean loss over every rank's micro-batches of the step, with
-// clipping by the global norm first. For bf16 it is mixed-precision training done by hand: fp32
-// master weights copied into a bf16 model each step, forward and backward in bf16, gradients
-// averaged in fp32, the update on the fp32 masters.
+// math — in fp32, torch::optim::SGD with momentum in bf16) on the mean loss over every rank's
+// micro-batches of the step, with clipping by the global norm first. For bf16 it is mixed-precision
+// training done by hand: fp32 master weights copied into a bf16 model each step, forward and
+// backward in bf16, gradients averaged in fp32, the update on the fp32 masters.
 struct Reference {
   std::vector<double> losses;
   test::TinyStack model{false};  // fp32 (the masters, for bf16)
@@ -154,8 +154,8 @@ TEST(EngineParity, StagesMatchSingleProcessTraining) {
               for (int s = 0; s < gas; ++s) {
                 auto [x, y] = test::tiny_batch(test::world().rank(), step * gas + s);
                 // LibTorch has no bf16 mse_loss on CPU: the loss is computed in fp32.
-                auto loss = torch::mse_loss(
-                    model->forward(engine->to_model_dtype(x)).to(at::kFloat), y);
+                auto loss =
+                    torch::mse_loss(model->forward(engine->to_model_dtype(x)).to(at::kFloat), y);
                 engine->backward(loss);
                 engine->step();
                 mean += loss.item<double>() / gas;
@@ -219,13 +219,13 @@ TEST(EngineMemory, ModelStateBytesFollowTheFormulas) {
       engine->step();
       const auto bytes = engine->model_state_bytes();
       const double psi = 35 + 7 + 21 + 3;
-      const double padded = static_cast<double>((static_cast<int64_t>(psi) + 2 * n - 1) /
-                                                (2 * n) * (2 * n));
+      const double padded =
+          static_cast<double>((static_cast<int64_t>(psi) + 2 * n - 1) / (2 * n) * (2 * n));
       const double p = padded / n;  // partition size
       double expect_params, expect_grads, expect_master, expect_optim;
       if (bf16) {
         expect_params = 2 * padded;
-        expect_grads = stage == 2 ? 2 * p + 2 * padded  // partition + one bucket buffer
+        expect_grads = stage == 2   ? 2 * p + 2 * padded  // partition + one bucket buffer
                        : stage == 1 ? 2 * padded
                                     : 4 * padded;  // fp32 accumulation without ZeRO
         expect_master = 4 * (stage == 0 ? padded : p);
@@ -257,8 +257,7 @@ TEST(EngineVolume, WireBytesPerStepAreTwoPsi) {
     auto engine = initialize(model, config_for(c), io);
     engine->reset_comm_stats();
     auto [x, y] = test::tiny_batch(test::world().rank(), 0);
-    engine->backward(
-        torch::mse_loss(model->forward(engine->to_model_dtype(x)).to(at::kFloat), y));
+    engine->backward(torch::mse_loss(model->forward(engine->to_model_dtype(x)).to(at::kFloat), y));
     engine->step();
     const int64_t padded = (66 + 2 * n - 1) / (2 * n) * (2 * n);
     const double psi_bytes = 2.0 * padded;  // bf16 gradients and parameters
@@ -283,8 +282,11 @@ TEST(EngineFp16, InjectedOverflowSkipsTheStepOnEveryRank) {
     Json cfg = config_for({stage, false, 1, false, false});
     cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 8}, {"hysteresis", 1}};
     cfg["scheduler"] = {{"type", "WarmupLR"},
-                        {"params", {{"warmup_min_lr", 0.001}, {"warmup_max_lr", 0.01},
-                                    {"warmup_num_steps", 10}, {"warmup_type", "linear"}}}};
+                        {"params",
+                         {{"warmup_min_lr", 0.001},
+                          {"warmup_max_lr", 0.01},
+                          {"warmup_num_steps", 10},
+                          {"warmup_type", "linear"}}}};
     InitializeOptions io;
     io.comm = world_ptr();
     auto engine = initialize(model, cfg, io);

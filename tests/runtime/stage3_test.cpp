@@ -2,7 +2,6 @@
 // rest are 16Ψ/N, gathered bytes stay within the prefetch window, the first step moves 3Ψ(N−1)/N
 // elements, whole-model access writes back, and misuse gives clear errors.
 #include <gtest/gtest.h>
-
 #include <torch/torch.h>
 
 #include "core/error.h"
@@ -135,8 +134,7 @@ TEST(Stage3Access, GatheredParametersWriteBackFromTheModifier) {
   }
   {
     GatheredParameters access(*engine);
-    EXPECT_TRUE(torch::equal(model->blocks[1]->fc->weight,
-                             torch::full({7, 7}, 0.25f)));
+    EXPECT_TRUE(torch::equal(model->blocks[1]->fc->weight, torch::full({7, 7}, 0.25f)));
   }
   // Training continues from the written-back values (the fp32 masters followed).
   auto [x, y] = test::tiny_batch(test::world().rank(), 0);

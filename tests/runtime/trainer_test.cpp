@@ -1,18 +1,18 @@
 // The Trainer under mpirun: DistributedSampler semantics, logging, evaluation, checkpoint
 // rotation (save_total_limit), the csv monitor files, prediction order, and resume from "last".
-#include <gtest/gtest.h>
-
-#include <torch/torch.h>
+#include "runtime/trainer.h"
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
 #include "config/training_args.h"
 #include "core/error.h"
 #include "runtime/sampler.h"
-#include "runtime/trainer.h"
 #include "tests/support/mpi_world.h"
 #include "tests/support/tiny_model.h"
 
@@ -59,7 +59,8 @@ std::string write_config(const std::string& dir) {
       "train_batch_size": "auto", "gradient_clipping": "auto",
       "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
       "zero_optimization": {"stage": 2},
-      "csv_monitor": {"enabled": true, "output_path": ")" + dir + R"(/csv", "job_name": "job"}})";
+      "csv_monitor": {"enabled": true, "output_path": ")" +
+                               dir + R"(/csv", "job_name": "job"}})";
   }
   test::world().barrier();
   return path;

@@ -1,10 +1,10 @@
 // main() for GoogleTest binaries run under mpirun. Every rank runs every test; rank 0 prints the
 // usual gtest output, other ranks print only their failures (prefixed "[rank N]"). The process
 // exit code is non-zero on every rank if a test failed on any rank.
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <memory>
+
+#include <gtest/gtest.h>
 
 #include "comm/init.h"
 #include "core/error.h"

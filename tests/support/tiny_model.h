@@ -2,10 +2,10 @@
 // shapes (no RNG), so every rank — thread or process — builds the identical model.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <string>
 #include <vector>
+
+#include <torch/torch.h>
 
 #include "zero/flat_layout.h"
 #include "zero/shard_unit.h"
@@ -52,7 +52,9 @@ struct TinyBlockImpl : torch::nn::Module {
     fc = register_module("fc", torch::nn::Linear(width, width));
     norm_scale = register_parameter("norm_scale", torch::ones({width}));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return x + torch::tanh(fc->forward(x)) * norm_scale; }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return x + torch::tanh(fc->forward(x)) * norm_scale;
+  }
   torch::nn::Linear fc{nullptr};
   torch::Tensor norm_scale;
 };
@@ -63,8 +65,10 @@ struct TinyBlockImpl : torch::nn::Module {
 struct TinyStackImpl : torch::nn::Module {
   explicit TinyStackImpl(bool units_everywhere = false) {
     if (units_everywhere) {
-      in_unit = register_module("input", std::make_shared<zrt::ShardUnit<torch::nn::LinearImpl>>(5, 7));
-      out_unit = register_module("output", std::make_shared<zrt::ShardUnit<torch::nn::LinearImpl>>(7, 3));
+      in_unit =
+          register_module("input", std::make_shared<zrt::ShardUnit<torch::nn::LinearImpl>>(5, 7));
+      out_unit =
+          register_module("output", std::make_shared<zrt::ShardUnit<torch::nn::LinearImpl>>(7, 3));
     } else {
       in = register_module("input", torch::nn::Linear(5, 7));
       out = register_module("output", torch::nn::Linear(7, 3));
@@ -77,7 +81,11 @@ struct TinyStackImpl : torch::nn::Module {
     int salt = 1;
     for (auto& p : named_parameters()) {
       const int64_t n = p.value().numel();
-      p.value().copy_(torch::arange(n, torch::kFloat).mul(0.29f * salt).sin().mul(0.4f).view(p.value().sizes()));
+      p.value().copy_(torch::arange(n, torch::kFloat)
+                          .mul(0.29f * salt)
+                          .sin()
+                          .mul(0.4f)
+                          .view(p.value().sizes()));
       ++salt;
     }
   }

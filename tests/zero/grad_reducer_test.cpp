@@ -1,14 +1,14 @@
 // GradReducer against a single-process reference: for every stage's policy, world size, bucket
 // size, overlap setting and accumulation dtype, each rank's reduced gradient partition equals the
 // matching slice of the gradient averaged over all ranks' micro-batches.
-#include <gtest/gtest.h>
+#include "zero/grad_reducer.h"
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "comm/counting_comm.h"
 #include "comm/local_comm.h"
 #include "tests/support/tiny_model.h"
-#include "zero/grad_reducer.h"
 
 namespace zrt::zero {
 namespace {
@@ -77,9 +77,9 @@ TEST_P(GradReducerTest, PartitionsMatchAveragedReference) {
       const FlatPartition& part = groups[0].partition();
       at::Tensor padded = torch::zeros({part.padded_numel});
       padded.narrow(0, 0, ref.numel()).copy_(ref);
-      at::Tensor want = c.stage == 0 ? padded
-                                     : padded.narrow(0, part.partition(comm.rank()).offset,
-                                                     part.partition_size);
+      at::Tensor want =
+          c.stage == 0 ? padded
+                       : padded.narrow(0, part.partition(comm.rank()).offset, part.partition_size);
       at::Tensor got = reducer.grad_partition(0);
       ASSERT_EQ(got.numel(), want.numel());
       EXPECT_TRUE(torch::allclose(got, want, 1e-6, 1e-7))
