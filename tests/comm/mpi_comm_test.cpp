@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include "comm/counting_comm.h"
+#include "comm/desync_check.h"
 #include "comm/local_comm.h"
+#include "core/error.h"
 #include "tests/comm/collective_checks.h"
 #include "tests/support/mpi_world.h"
 
@@ -123,6 +125,37 @@ TEST(MpiComm, CountingDecoratorMatchesFormula) {
   const double psi_bytes = 2.0 * full.numel();
   EXPECT_DOUBLE_EQ(s.total_wire_bytes(), 2.0 * (n - 1) / n * psi_bytes);
   EXPECT_TRUE(at::equal(full, at::full_like(full, n)));
+}
+
+// ZRT_DEBUG_COLLECTIVES over real MPI ranks: a shape or dtype that differs on one rank is an
+// error on every rank naming both calls (instead of mixed data or a hang), and the communicator
+// stays usable afterwards.
+TEST(MpiComm, DesyncCheckNamesTheDifferingCalls) {
+  const int n = test::world().size();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks";
+  DesyncCheckComm comm(mpi_comm_with("auto", nullptr));
+  const bool odd = comm.rank() == n - 1;
+  at::Tensor t = at::ones({odd ? 5 : 4});
+  try {
+    comm.all_reduce(t);
+    ADD_FAILURE() << "a shape mismatch was not detected";
+  } catch (const CommError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("desynchronisation detected"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank " + std::to_string(n - 1) + " called"), std::string::npos) << m;
+    EXPECT_NE(m.find("numel=5"), std::string::npos) << m;
+  }
+  at::Tensor d = at::ones({4}, odd ? at::kDouble : at::kFloat);
+  try {
+    comm.all_reduce(d);
+    ADD_FAILURE() << "a dtype mismatch was not detected";
+  } catch (const CommError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("Double"), std::string::npos) << m;
+  }
+  at::Tensor ok = at::ones({4});
+  comm.all_reduce(ok);
+  EXPECT_TRUE(at::equal(ok, at::full({4}, static_cast<float>(n))));
 }
 
 }  // namespace
