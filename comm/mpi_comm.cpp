@@ -279,7 +279,7 @@ class MpiComm final : public Comm {
     const int64_t max_piece = *std::max_element(counts.begin(), counts.end());
     if (max_piece == 0) return;
     if (size_ == 1) {
-      std::memmove(dst, src, c * es);
+      if (c > 0) std::memmove(dst, src, c * es);
     } else if (use_ring(max_piece, info.numel * es, kRingMinBytesReduceScatter)) {
       ring_reduce_scatter(src, dst, counts, es, info);
     } else {
@@ -316,9 +316,9 @@ class MpiComm final : public Comm {
     if (max_piece == 0) return;
     uint8_t* mine = dst + offsets[rank_] * es;
     if (size_ == 1) {
-      if (mine != src) std::memmove(mine, src, counts[rank_] * es);
+      if (mine != src && counts[rank_] > 0) std::memmove(mine, src, counts[rank_] * es);
     } else if (use_ring(max_piece, out.numel() * es, kRingMinBytesAllGather)) {
-      if (mine != src) std::memmove(mine, src, counts[rank_] * es);
+      if (mine != src && counts[rank_] > 0) std::memmove(mine, src, counts[rank_] * es);
       ring_all_gather(dst, counts, offsets, es);
     } else {
       const MPI_Datatype dt = mpi_type(info.dtype);
