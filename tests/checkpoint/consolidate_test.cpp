@@ -291,7 +291,7 @@ TEST(Consolidate, PythonReimplementationAgrees) {
 INSTANTIATE_TEST_SUITE_P(Worlds, ConsolidateTest, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
-const auto error_of = &zrt::testing::error_of<CheckpointError>;
+const auto error_of = &zrt::test::error_of<CheckpointError>;
 
 TEST(Consolidate, Errors) {
   Model model;

@@ -18,7 +18,7 @@ Value round_trip(const Value& v, const ReadOptions& options = {}) {
   return read_pt_bytes(pt_bytes(v), "mem.pt", options);
 }
 
-const auto error_of = &zrt::testing::error_of<CheckpointError>;
+const auto error_of = &zrt::test::error_of<CheckpointError>;
 
 TEST(Pickle, ScalarsRoundTrip) {
   const int64_t ints[] = {0,

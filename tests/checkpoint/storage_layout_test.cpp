@@ -18,7 +18,7 @@ namespace {
 
 using test::TempDir;
 
-const auto error_of = &zrt::testing::error_of<CheckpointError>;
+const auto error_of = &zrt::test::error_of<CheckpointError>;
 
 uint32_t bitwise_crc(const std::string& s) {
   uint32_t c = 0xFFFFFFFFu;

@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "tests/support/run_command.h"
+
 namespace zrt::ckpt::test {
 
 class TempDir {
@@ -44,15 +46,10 @@ inline PythonResult run_python(const std::string& script, const std::string& arg
   TempDir dir;
   const std::string file = dir / "script.py";
   std::ofstream(file) << script;
-  const std::string cmd = std::string(kPython) + " " + file + " " + args + " 2>&1";
+  const auto c = zrt::test::run_command(std::string(kPython) + " " + file + " " + args);
   PythonResult r;
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.exit_code = c.exit_code;
+  r.output = c.output;
   return r;
 }
 

@@ -12,7 +12,7 @@
 namespace zrt::ckpt {
 namespace {
 
-const auto error_of = &zrt::testing::error_of<CheckpointError>;
+const auto error_of = &zrt::test::error_of<CheckpointError>;
 
 TEST(Value, ScalarsAndKinds) {
   EXPECT_TRUE(Value().is_none());

@@ -1,14 +1,12 @@
 // Fault tests: runs comm_fault_prog under mpirun with a short communication timeout and checks
 // that a rank that throws, exits, skips a collective or stalls ends the whole job non-zero within
 // the deadline, with an error naming the collective where one is expected.
-#include <array>
 #include <chrono>
-#include <cstdio>
 #include <string>
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
+#include "tests/support/run_command.h"
 
 namespace {
 
@@ -23,15 +21,12 @@ JobResult run_job(const std::string& scenario, int comm_timeout) {
       std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
       "ZRT_COMM_TIMEOUT=" + std::to_string(comm_timeout) +
       " " ZRT_MPIEXEC " -np 2 --oversubscribe --bind-to none --timeout 60 " ZRT_FAULT_PROG " " +
-      scenario + " 2>&1";
+      scenario;
   const auto start = std::chrono::steady_clock::now();
+  const auto c = zrt::test::run_command(cmd);
   JobResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), pipe) != nullptr) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.output = c.output;
+  r.exit_code = c.exit_code >= 0 ? c.exit_code : 128 + c.signal;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }

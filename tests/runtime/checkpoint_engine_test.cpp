@@ -24,6 +24,7 @@
 #include "runtime/initialize.h"
 #include "sched/lr_scheduler.h"
 #include "tests/support/mpi_world.h"
+#include "tests/support/run_command.h"
 #include "tests/support/tiny_model.h"
 
 namespace zrt {
@@ -282,14 +283,10 @@ TEST(EngineCheckpoint, PythonReadsEveryFileAndConsolidates) {
                     dir + "/expected_fp32.pt");
       const std::string cmd = std::string("/usr/bin/python3 ") + ZRT_SOURCE_DIR +
                               "/tests/runtime/zero_to_fp32_check.py " + dir + " " + dir +
-                              "/expected_fp32.pt 2>&1";
-      FILE* pipe = popen(cmd.c_str(), "r");
-      std::string out;
-      char buf[512];
-      while (fgets(buf, sizeof(buf), pipe) != nullptr) out += buf;
-      const int status = pclose(pipe);
-      EXPECT_EQ(status, 0) << "stage " << stage << ":\n" << out;
-      EXPECT_NE(out.find("OK"), std::string::npos) << out;
+                              "/expected_fp32.pt";
+      const auto r = zrt::test::run_command(cmd);
+      EXPECT_EQ(r.exit_code, 0) << "stage " << stage << ":\n" << r.output;
+      EXPECT_NE(r.output.find("OK"), std::string::npos) << r.output;
     }
     w.barrier();
     if (w.rank() == 0) std::filesystem::remove_all(dir);

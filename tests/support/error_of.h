@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-namespace zrt::testing {
+namespace zrt::test {
 
 template <class E>
 std::string error_of(const std::function<void()>& fn) {
@@ -18,4 +18,4 @@ std::string error_of(const std::function<void()>& fn) {
   return "<no exception of the expected type>";
 }
 
-}  // namespace zrt::testing
+}  // namespace zrt::test

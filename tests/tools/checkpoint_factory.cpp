@@ -12,7 +12,6 @@
 #include "runtime/gathered_parameters.h"
 #include "runtime/initialize.h"
 #include "tests/support/tiny_model.h"
-#include <sys/wait.h>
 
 namespace zrt::test {
 namespace {
@@ -67,24 +66,6 @@ std::string shell_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
-}
-
-ToolResult run_command(const std::string& command) {
-  ToolResult r;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) throw std::runtime_error("popen failed: " + command);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
-  const int status = ::pclose(pipe);
-  if (WIFEXITED(status)) {
-    r.exit_code = WEXITSTATUS(status);
-    // The shell reports a child killed by a signal as 128 + signal.
-    if (r.exit_code > 128 && r.exit_code < 128 + 65) r.signal = r.exit_code - 128;
-  } else if (WIFSIGNALED(status)) {
-    r.signal = WTERMSIG(status);
-  }
-  return r;
 }
 
 ScratchDir::ScratchDir() {

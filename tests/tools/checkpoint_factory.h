@@ -9,6 +9,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "tests/support/run_command.h"
+
 namespace zrt::test {
 
 struct CheckpointSpec {
@@ -26,14 +28,7 @@ struct MadeCheckpoint {
 // Trains and saves into `save_dir` (created if needed). Throws on failure.
 MadeCheckpoint make_engine_checkpoint(const std::string& save_dir, const CheckpointSpec& spec);
 
-struct ToolResult {
-  int exit_code = -1;  // -1 when the process did not exit normally
-  int signal = 0;      // the signal that ended it, if any
-  std::string output;  // stdout and stderr together
-};
-
-// Runs `command` through the shell (stderr merged into stdout).
-ToolResult run_command(const std::string& command);
+using ToolResult = zrt::test::CommandResult;
 // Single-quotes `s` for the shell.
 std::string shell_quote(const std::string& s);
 
