@@ -1,5 +1,6 @@
 #include "runtime/fault_injection.h"
 
+#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <sstream>
@@ -97,7 +98,12 @@ std::optional<FaultPlan> fault_plan_from_env() {
     const auto eq = field.find('=');
     ZRT_CHECK_AS(ConfigError, eq != std::string::npos, "ZRT_FAULT_INJECT: bad field '", field, "'");
     const std::string key = field.substr(0, eq);
-    const int64_t value = std::stoll(field.substr(eq + 1));
+    const std::string text_value = field.substr(eq + 1);
+    int64_t value = 0;
+    const auto [end, ec] =
+        std::from_chars(text_value.data(), text_value.data() + text_value.size(), value);
+    ZRT_CHECK_AS(ConfigError, ec == std::errc() && end == text_value.data() + text_value.size(),
+                 "ZRT_FAULT_INJECT: field '", field, "' needs an integer value");
     if (key == "rank") {
       plan.rank = static_cast<int>(value);
     } else if (key == "op" || key == "step") {
