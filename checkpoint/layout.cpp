@@ -47,6 +47,10 @@ std::string model_states_name(int mp_rank) {
   return "mp_rank_" + two_digits(mp_rank) + "_model_states.pt";
 }
 
+std::string rng_state_name(int dp_rank) {
+  return "zrt_rng_state_" + std::to_string(dp_rank) + ".pt";
+}
+
 std::string zero3_model_states_name(int dp_rank, int mp_rank) {
   return "zero_pp_rank_" + std::to_string(dp_rank) + "_mp_rank_" + two_digits(mp_rank) +
          "_model_states.pt";

@@ -19,6 +19,8 @@ std::string model_states_name(int mp_rank = 0);
 std::string zero3_model_states_name(int dp_rank, int mp_rank = 0);
 // "[bf16_]zero_pp_rank_{dp}_mp_rank_00_optim_states.pt" (ZeRO / bf16 optimizer, one per DP rank).
 std::string optim_states_name(int dp_rank, bool bf16, int mp_rank = 0);
+// "zrt_rng_state_{dp}.pt" (ZeroRT: the CPU generator state of one DP rank).
+std::string rng_state_name(int dp_rank);
 // "global_step{N}".
 std::string default_tag(int64_t global_steps);
 // The optim-states names of all `world_size` DP ranks, in rank order.

@@ -33,8 +33,6 @@ namespace {
 // DeepSpeed's loaders compare ds_version; a local version label keeps them working.
 std::string ds_version() { return std::string("0.16.5+zrt.") + ZRT_VERSION; }
 
-std::string rng_file_name(int rank) { return "zrt_rng_state_" + std::to_string(rank) + ".pt"; }
-
 }  // namespace
 
 // ---- what is written ------------------------------------------------------------------------
@@ -232,7 +230,7 @@ std::string Engine::save_checkpoint(const std::string& save_dir,
   }
   Value rng = Value::dict();
   rng.set("cpu_rng_state", at::detail::getDefaultCPUGenerator().get_state());
-  files.push_back(ckpt::PendingFile::pt(rng_file_name(rank), std::move(rng)));
+  files.push_back(ckpt::PendingFile::pt(ckpt::rng_state_name(rank), std::move(rng)));
 
   ckpt::CommitSpec spec;
   spec.save_dir = save_dir;

@@ -329,7 +329,7 @@ std::optional<LoadedCheckpoint> Engine::load_checkpoint(const std::string& load_
       apply_schedule();
       scheduler_loaded = true;
     }
-    const std::string rng_name = "zrt_rng_state_" + std::to_string(rank) + ".pt";
+    const std::string rng_name = ckpt::rng_state_name(rank);
     if (saved_world == comm_->size() && manifest.find(rng_name) != nullptr) {
       const Value rng = ckpt::load_pt(ckpt::join_path(dir, rng_name));
       at::Generator gen = at::detail::getDefaultCPUGenerator();

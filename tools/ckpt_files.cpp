@@ -151,7 +151,7 @@ std::vector<TagFile> list_tag_files(const std::string& tag_dir) {
       }
     } else if (!f.bf16 && starts_with(name, "zrt_rng_state_") && ends_with(name, ".pt")) {
       const std::optional<int> r = leading_int(name.substr(14));
-      if (r && name == "zrt_rng_state_" + std::to_string(*r) + ".pt") {
+      if (r && name == ckpt::rng_state_name(*r)) {
         f.kind = FileKind::kRngState;
         f.rank = *r;
       }

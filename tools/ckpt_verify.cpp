@@ -215,7 +215,7 @@ class Verifier {
     }
     if (kind == FileKind::kOptimStates) return ckpt::optim_states_name(rank, bf16_);
     if (kind == FileKind::kZero3ModelStates) return ckpt::zero3_model_states_name(rank);
-    return "zrt_rng_state_" + std::to_string(rank) + ".pt";
+    return ckpt::rng_state_name(rank);
   }
 
   // One file of `kind` per rank 0..world-1, nothing beyond.
