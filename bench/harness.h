@@ -4,18 +4,17 @@
 #pragma once
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
+
 namespace zrt::bench {
 
-inline double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using zrt::now_seconds;
 
 inline double median(std::vector<double> v) {
   if (v.empty()) return 0;

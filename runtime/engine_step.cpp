@@ -1,9 +1,9 @@
 // The per-micro-step data path of the engine: backward with loss scaling and gradient
 // reduction, and the boundary step (overflow check, norm, clipping, optimizer, gather, LR
 // schedule, counters). DESIGN.md "One training step".
-#include <chrono>
 #include <cmath>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "optim/clip.h"
@@ -15,11 +15,6 @@
 #include "sched/lr_scheduler.h"
 
 namespace zrt {
-namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 bool Engine::is_gradient_accumulation_boundary() const {
   if (boundary_override_) return *boundary_override_;
@@ -46,7 +41,7 @@ at::Tensor Engine::backward(const at::Tensor& loss) {
   last_loss_ = scaled.item<double>();
   loss_sum_ += *last_loss_;
   ++loss_count_;
-  const double t0 = now_s();
+  const double t0 = now_seconds();
   if (step_start_ < 0) step_start_ = t0;
   const int64_t gas = config_.batch.gradient_accumulation_steps;
   if (gas > 1) scaled = scaled / static_cast<double>(gas);
@@ -55,10 +50,10 @@ at::Tensor Engine::backward(const at::Tensor& loss) {
   runtime::maybe_kill_at_step(comm_->rank(), global_steps_ + 1);
   states_->begin_backward(is_gradient_accumulation_boundary());
   scaled.backward();
-  const double t1 = now_s();
+  const double t1 = now_seconds();
   states_->end_backward();
   timers_.bwd_inner += (t1 - t0) * 1e3;
-  timers_.bwd_allreduce += (now_s() - t1) * 1e3;
+  timers_.bwd_allreduce += (now_seconds() - t1) * 1e3;
   backward_pending_ = true;
   return loss.detach();
 }
@@ -104,7 +99,7 @@ void Engine::step() {
     ++micro_steps_;
     return;
   }
-  const double step_t0 = now_s();
+  const double step_t0 = now_seconds();
   // See Note [Loss scale of the step] below.
   const double scale = backward_scale_;
   if (model_dtype_ == at::kHalf) {
@@ -139,7 +134,7 @@ void Engine::step() {
     scheduler_->step();
     apply_schedule();
   }
-  timers_.step += (now_s() - step_t0) * 1e3;
+  timers_.step += (now_seconds() - step_t0) * 1e3;
   finish_boundary_step(/*skipped=*/false);
 }
 
@@ -154,7 +149,7 @@ void Engine::finish_boundary_step(bool skipped) {
   ++global_steps_;
   global_samples_ += config_.batch.train_batch_size;
   ++micro_steps_;
-  const double now = now_s();
+  const double now = now_seconds();
   step_ms_ = step_start_ >= 0 ? (now - step_start_) * 1e3 : 0;
   samples_per_second_ = step_ms_ > 0 ? config_.batch.train_batch_size / (step_ms_ / 1e3) : 0;
   step_start_ = -1;

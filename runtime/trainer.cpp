@@ -1,7 +1,6 @@
 #include "runtime/trainer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +10,7 @@
 #include "checkpoint/manifest.h"
 #include "comm/init.h"
 #include "config/hf_plan.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/svg_plot.h"
@@ -22,10 +22,6 @@ namespace zrt {
 namespace fs = std::filesystem;
 
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // HF: a value below 1 is a ratio of the total steps.
 int64_t every(double steps, int64_t total) {
@@ -346,7 +342,7 @@ TrainOutput Trainer::train() {
     ZRT_LOG_INFO("resumed from ", loaded->path, " at global step ", engine_->global_steps());
   }
   const bool bar = options_.progress_bar && rank == 0 && isatty(STDOUT_FILENO);
-  const double start = now_s();
+  const double start = now_seconds();
   const int64_t start_step = engine_->global_steps();
   double loss_since_log = 0;
   int64_t steps_since_log = 0;
@@ -360,9 +356,9 @@ TrainOutput Trainer::train() {
       const size_t lo = static_cast<size_t>(b * micro);
       std::vector<int64_t> batch(idx.begin() + lo, idx.begin() + std::min(idx.size(), lo + micro));
       auto [x, y] = collate(*train_, batch);
-      const double t0 = now_s();
+      const double t0 = now_seconds();
       at::Tensor loss = loss_fn_(*model_, engine_->to_model_dtype(x), y);
-      engine_->record_forward_ms((now_s() - t0) * 1e3);
+      engine_->record_forward_ms((now_seconds() - t0) * 1e3);
       const int64_t before = engine_->global_steps();
       engine_->backward(loss);
       engine_->step();
@@ -408,7 +404,7 @@ TrainOutput Trainer::train() {
       if (bar) {
         const double done =
             static_cast<double>(step - start_step) / std::max<int64_t>(1, total - start_step);
-        const double eta = done > 0 ? (now_s() - start) * (1 - done) / done : 0;
+        const double eta = done > 0 ? (now_seconds() - start) * (1 - done) / done : 0;
         const int width = 30;
         std::string fill(static_cast<size_t>(done * width), '#');
         fill.resize(width, '.');
@@ -424,7 +420,7 @@ TrainOutput Trainer::train() {
   if (bar) std::printf("\n");
   TrainOutput out;
   out.global_step = engine_->global_steps();
-  out.train_runtime_s = now_s() - start;
+  out.train_runtime_s = now_seconds() - start;
   const int64_t steps_run = out.global_step - start_step;
   out.training_loss = steps_run > 0 ? loss_total / steps_run : 0;
   out.samples_per_second =
