@@ -1,21 +1,12 @@
 # Finds ZeroRT's dependencies and resolves the AUTO options into ZRT_<X>_ENABLED (0 or 1).
 # LibTorch and nlohmann_json are required; MPI, CUDA and NCCL are optional.
 
-# --- LibTorch ----------------------------------------------------------------------------------
-find_package(Torch REQUIRED)
+# --- LibTorch (cmake/ZrtTorch.cmake: the venv's wheel by default, -DZRT_TORCH=system for 1.13) ---
+include(ZrtTorch)
 # TORCH_CXX_FLAGS carries the C++ ABI define (-D_GLIBCXX_USE_CXX11_ABI=0|1). Every target must use
 # it, including the ones that do not include LibTorch, because std::string crosses their APIs.
 separate_arguments(ZRT_TORCH_CXX_FLAGS UNIX_COMMAND "${TORCH_CXX_FLAGS}")
 add_compile_options(${ZRT_TORCH_CXX_FLAGS})
-if(NOT Torch_VERSION)
-  set(Torch_VERSION "unknown")
-endif()
-# Whether this LibTorch was built with CUDA (Debian's is CPU only; pip wheels usually are not).
-if(TORCH_CUDA_LIBRARIES OR CAFFE2_USE_CUDA)
-  set(ZRT_TORCH_CUDA_ENABLED 1)
-else()
-  set(ZRT_TORCH_CUDA_ENABLED 0)
-endif()
 
 # --- JSON, CLI --------------------------------------------------------------------------------
 find_package(nlohmann_json 3.9 REQUIRED)
@@ -58,6 +49,19 @@ if(NOT ZRT_WITH_CUDA STREQUAL "OFF")
   endif()
   if(NOT ZRT_CUDA_ENABLED AND ZRT_WITH_CUDA STREQUAL "ON")
     message(FATAL_ERROR "ZRT_WITH_CUDA=ON but no usable nvcc/CUDA toolkit was found (set CUDA_HOME)")
+  endif()
+endif()
+
+# Whether CUDA tensors and c10::cuda streams are usable from ZeroRT's code: a CUDA LibTorch, and
+# for the wheel also the toolkit's headers (Note [Wheel LibTorch without TorchConfig]).
+set(ZRT_TORCH_CUDA_ENABLED ${ZRT_TORCH_CUDA_BUILD})
+if(ZRT_TORCH STREQUAL "venv" AND ZRT_TORCH_CUDA_BUILD)
+  if(ZRT_CUDA_ENABLED)
+    set(_lib "${TORCH_INSTALL_PREFIX}/lib")
+    set_property(TARGET torch APPEND PROPERTY INTERFACE_LINK_LIBRARIES
+                 "${_lib}/libtorch_cuda.so" "${_lib}/libc10_cuda.so" CUDA::cudart)
+  else()
+    set(ZRT_TORCH_CUDA_ENABLED 0)
   endif()
 endif()
 

@@ -55,6 +55,9 @@ function(zrt_add_tool exe)
   set_property(GLOBAL APPEND PROPERTY ZRT_TOOLS ${exe})
 endfunction()
 
+# The environment of every test: the test data and the project's Python (tests/support/python.h).
+set(ZRT_TEST_ENV "ZRT_TEST_DATA=${ZRT_SOURCE_ROOT}/tests/data" "ZRT_PYTHON=${ZRT_PYTHON}")
+
 # Registers a GoogleTest binary. Without WORLD_SIZES it is one CTest test (label "unit"). With
 # WORLD_SIZES it is one CTest test per size, run as `mpirun -np N --oversubscribe --timeout T`
 # (label "mpi"); those need MPI and are skipped at configure time without it.
@@ -78,7 +81,7 @@ function(zrt_add_test name)
     zrt_use_torch(${name} PRIVATE)
   endif()
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-  set(_env "ZRT_TEST_DATA=${ZRT_SOURCE_ROOT}/tests/data" ${T_ENV})
+  set(_env ${ZRT_TEST_ENV} ${T_ENV})
   if(NOT T_WORLD_SIZES)
     add_test(NAME ${name} COMMAND ${name})
     set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "unit;${T_LABELS}"
@@ -112,8 +115,11 @@ function(zrt_print_summary)
   _zrt_onoff(ZRT_CCACHE ccache)
   message(STATUS "")
   message(STATUS "ZeroRT ${PROJECT_VERSION} (${ZRT_GIT_HASH}) configuration summary")
-  _zrt_onoff(ZRT_TORCH_CUDA_ENABLED torch_cuda)
-  message(STATUS "  LibTorch      : ${Torch_VERSION} (${TORCH_INSTALL_PREFIX}), CUDA: ${torch_cuda}")
+  _zrt_onoff(ZRT_TORCH_CUDA_BUILD torch_cuda)
+  _zrt_onoff(ZRT_TORCH_CUDA_ENABLED torch_cuda_used)
+  message(STATUS "  LibTorch      : ${Torch_VERSION} from ${ZRT_TORCH_SOURCE} (${TORCH_INSTALL_PREFIX})")
+  message(STATUS "  LibTorch CUDA : built with CUDA: ${torch_cuda} ${ZRT_TORCH_CUDA_VERSION}; used by ZeroRT: ${torch_cuda_used}")
+  message(STATUS "  Python (venv) : ${ZRT_PYTHON}")
   message(STATUS "  C++ flags     : ${TORCH_CXX_FLAGS}")
   message(STATUS "  MPI           : ${mpi} (MPI ${MPI_C_VERSION}, ${MPIEXEC_EXECUTABLE})")
   message(STATUS "  CUDA          : ${cuda} ${CUDAToolkit_VERSION} (archs ${CMAKE_CUDA_ARCHITECTURES})")

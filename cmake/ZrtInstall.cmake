@@ -22,6 +22,19 @@ get_property(_tools GLOBAL PROPERTY ZRT_TOOLS)
 install(TARGETS ${_tools} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 install(EXPORT ZeroRTTargets NAMESPACE ZeroRT:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ZeroRT)
+if(ZRT_TORCH STREQUAL "venv")
+  foreach(_prop INCLUDES:INTERFACE_INCLUDE_DIRECTORIES DEFINES:INTERFACE_COMPILE_DEFINITIONS
+                LIBS:INTERFACE_LINK_LIBRARIES LINK_OPTIONS:INTERFACE_LINK_OPTIONS
+                FEATURES:INTERFACE_COMPILE_FEATURES)
+    string(REPLACE ":" ";" _pair "${_prop}")
+    list(GET _pair 0 _var)
+    list(GET _pair 1 _name)
+    get_target_property(ZRT_TORCH_EXPORT_${_var} torch ${_name})
+    if(NOT ZRT_TORCH_EXPORT_${_var})
+      set(ZRT_TORCH_EXPORT_${_var} "")
+    endif()
+  endforeach()
+endif()
 configure_package_config_file(${ZRT_SOURCE_ROOT}/cmake/ZeroRTConfig.cmake.in
   ${CMAKE_BINARY_DIR}/ZeroRTConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ZeroRT)
 write_basic_package_version_file(${CMAKE_BINARY_DIR}/ZeroRTConfigVersion.cmake

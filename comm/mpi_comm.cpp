@@ -428,8 +428,9 @@ std::string mpi_library_version() {
   char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
   int len = 0;
   MPI_Get_library_version(text, &len);
+  // Open MPI counts the terminating NUL in len: keep what precedes the first NUL or line break.
   std::string s(text, static_cast<size_t>(len));
-  const auto nl = s.find_first_of("\r\n");
+  const auto nl = s.find_first_of(std::string("\r\n\0", 3));
   if (nl != std::string::npos) s.resize(nl);
   while (!s.empty() && (s.back() == ',' || s.back() == ' ')) s.pop_back();
   return s;

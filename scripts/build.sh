@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds ZeroRT into ${ZRT_BUILD_DIR:-build}. Extra arguments go to cmake.
+# ZRT_BUILD_TARGETS="zrt-train zrt-launch" builds only those targets (default: everything).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${ZRT_BUILD_DIR:-$ROOT/build}"
@@ -10,4 +11,6 @@ if [[ ! -f "$BUILD/CMakeCache.txt" ]]; then
 elif [[ $# -gt 0 ]]; then
   cmake -S "$ROOT" -B "$BUILD" "$@"
 fi
-cmake --build "$BUILD" --parallel "$(nproc)"
+TARGETS=()
+for t in ${ZRT_BUILD_TARGETS:-}; do TARGETS+=(--target "$t"); done
+cmake --build "$BUILD" --parallel "$(nproc)" "${TARGETS[@]}"

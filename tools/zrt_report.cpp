@@ -39,6 +39,34 @@ int64_t shm_megabytes() {
   return static_cast<int64_t>(s.f_blocks) * static_cast<int64_t>(s.f_frsize) / (1 << 20);
 }
 
+// The versions of the peers in the project's Python venv (scripts/install_deps.sh), read from the
+// packages' metadata (nothing is imported); an empty object when there is no such Python.
+zrt::Json venv_versions(std::string* python) {
+  *python = env_or("ZRT_PYTHON", ZRT_PYTHON_DEFAULT);
+  if (::access(python->c_str(), X_OK) != 0) return zrt::Json::object();
+  const std::string cmd =
+      "'" + *python +
+      "' -c 'import importlib.metadata as m, json\n"
+      "v = {}\n"
+      "for p in (\"torch\", \"deepspeed\", \"transformers\", \"accelerate\", \"safetensors\", "
+      "\"tensorboard\", \"numpy\"):\n"
+      "    try: v[p] = m.version(p)\n"
+      "    except m.PackageNotFoundError: v[p] = None\n"
+      "print(json.dumps(v))' 2>/dev/null";
+  std::string out;
+  if (FILE* pipe = ::popen(cmd.c_str(), "r")) {
+    char buf[1024];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+    if (::pclose(pipe) != 0) out.clear();
+  }
+  try {
+    return out.empty() ? zrt::Json::object() : zrt::Json::parse(out);
+  } catch (const std::exception&) {
+    return zrt::Json::object();
+  }
+}
+
 int run(int argc, char** argv) {
   bool json = false;
   for (int i = 1; i < argc; ++i) {
@@ -54,10 +82,14 @@ int run(int argc, char** argv) {
   }
   const int gpus = zrt::kernels::cuda_device_count();
   const zrt::comm::LaunchInfo launch = zrt::comm::detect_launch();
+  std::string python;
+  const zrt::Json peers = venv_versions(&python);
   zrt::Json r = {
       {"zerort", {{"version", ZRT_VERSION}, {"git_hash", ZRT_GIT_HASH}}},
       {"libtorch",
        {{"version", ZRT_TORCH_VERSION},
+        {"source", ZRT_TORCH_SOURCE},
+        {"path", ZRT_TORCH_PREFIX},
         {"cxx11_abi", static_cast<bool>(_GLIBCXX_USE_CXX11_ABI)},
         {"cuda", static_cast<bool>(ZRT_TORCH_HAS_CUDA)}}},
       {"mpi",
@@ -78,6 +110,7 @@ int run(int argc, char** argv) {
         {"ZRT_NUM_THREADS", env_or("ZRT_NUM_THREADS", "(unset)")}}},
       {"launch", launch.describe()},
       {"dev_shm_mib", shm_megabytes()},
+      {"venv", {{"python", python}, {"found", !peers.empty()}, {"packages", peers}}},
       {"usable",
        {{"cpu_training_mpi", static_cast<bool>(ZRT_WITH_MPI)},
         {"cpu_training_single_process", true},
@@ -91,8 +124,22 @@ int run(int argc, char** argv) {
   std::printf("ZeroRT environment report\n");
   std::printf("-------------------------------------------------------------------\n");
   std::printf("zerort version ............ %s (git %s)\n", ZRT_VERSION, ZRT_GIT_HASH);
-  std::printf("libtorch version .......... %s (C++11 ABI %s, CUDA %s)\n", ZRT_TORCH_VERSION,
-              yes_no(_GLIBCXX_USE_CXX11_ABI).c_str(), yes_no(ZRT_TORCH_HAS_CUDA).c_str());
+  std::printf("libtorch version .......... %s from %s (C++11 ABI %s, CUDA used %s)\n",
+              ZRT_TORCH_VERSION, ZRT_TORCH_SOURCE, yes_no(_GLIBCXX_USE_CXX11_ABI).c_str(),
+              yes_no(ZRT_TORCH_HAS_CUDA).c_str());
+  std::printf("libtorch path ............. %s\n", ZRT_TORCH_PREFIX);
+  if (peers.empty()) {
+    std::printf("python venv ............... not found (%s; scripts/install_deps.sh makes it)\n",
+                python.c_str());
+  } else {
+    std::string list;
+    for (const auto& [name, version] : peers.items()) {
+      list += (list.empty() ? "" : ", ") + name + " " +
+              (version.is_string() ? version.get<std::string>() : std::string("missing"));
+    }
+    std::printf("python venv ............... %s\n", python.c_str());
+    std::printf("  packages ................ %s\n", list.c_str());
+  }
   std::printf("MPI backend ............... %s: %s\n", yes_no(ZRT_WITH_MPI).c_str(),
               zrt::comm::mpi_library_version().c_str());
   std::printf("CUDA kernels .............. compiled %s, built %s, %d device(s) visible\n",

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "core/error.h"
+#include "zero/accumulator_hook.h"
 
 namespace zrt::zero {
 
@@ -62,10 +63,7 @@ class ReadyHook final : public torch::autograd::FunctionPostHook {
 
 }  // namespace
 
-struct GradReducer::HookHandle {
-  std::shared_ptr<torch::autograd::Node> accumulator;  // keeps the node (and hook) alive
-  uintptr_t key = 0;
-};
+struct GradReducer::HookHandle : AccumulatorHook {};
 
 GradReducer::GradReducer(std::vector<FlatGroup>& groups, std::shared_ptr<comm::Comm> comm,
                          ReducerOptions options)
@@ -104,19 +102,16 @@ GradReducer::GradReducer(std::vector<FlatGroup>& groups, std::shared_ptr<comm::C
       if (mode_ == Mode::kViews) {
         fp.param.mutable_grad() = flat_grads_[g].narrow(0, fp.offset, fp.numel).view(fp.shape);
       }
-      HookHandle h;
-      h.accumulator = torch::autograd::impl::grad_accumulator(fp.param);
-      ZRT_INTERNAL_ASSERT(h.accumulator != nullptr, "no grad accumulator for ", fp.name);
-      h.key = h.accumulator->add_post_hook(
-          std::make_unique<ReadyHook>(this, static_cast<int>(g), static_cast<int>(p)));
-      hooks_.push_back(std::move(h));
+      hooks_.push_back({add_accumulator_hook(
+          fp.param, std::make_unique<ReadyHook>(this, static_cast<int>(g), static_cast<int>(p)),
+          fp.name)});
     }
   }
   stats_.bucket_count = static_cast<int64_t>(buckets_.size());
 }
 
 GradReducer::~GradReducer() {
-  for (HookHandle& h : hooks_) h.accumulator->del_post_hook(h.key);
+  for (HookHandle& h : hooks_) h.remove();
   try {
     while (!in_flight_.empty()) finish_oldest();
   } catch (...) {

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "core/error.h"
+#include "zero/accumulator_hook.h"
 #include "core/logging.h"
 
 namespace zrt::zero {
@@ -62,10 +63,7 @@ int64_t bytes_of(const Stage3Param& p) {
 
 }  // namespace
 
-struct ParamCoordinator::HookHandle {
-  std::shared_ptr<torch::autograd::Node> accumulator;
-  uintptr_t key = 0;
-};
+struct ParamCoordinator::HookHandle : AccumulatorHook {};
 
 ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::Comm> comm,
                                    CoordinatorOptions options)
@@ -84,17 +82,14 @@ ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::C
   const auto& params = layout_.params();
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].group < 0) continue;
-    HookHandle h;
-    h.accumulator = torch::autograd::impl::grad_accumulator(params[i].param);
-    ZRT_INTERNAL_ASSERT(h.accumulator != nullptr, "no grad accumulator for ", params[i].name);
-    h.key =
-        h.accumulator->add_post_hook(std::make_unique<GradReadyHook>(this, static_cast<int>(i)));
-    hooks_.push_back(std::move(h));
+    hooks_.push_back({add_accumulator_hook(
+        params[i].param, std::make_unique<GradReadyHook>(this, static_cast<int>(i)),
+        params[i].name)});
   }
 }
 
 ParamCoordinator::~ParamCoordinator() {
-  for (HookHandle& h : hooks_) h.accumulator->del_post_hook(h.key);
+  for (HookHandle& h : hooks_) h.remove();
   try {
     while (!gathers_.empty()) {
       gathers_.front()->work->wait();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <torch/torch.h>
@@ -35,11 +36,21 @@ inline std::vector<at::Tensor> clone_all(const std::vector<at::Tensor>& ts) {
   return out;
 }
 
-// torch::optim keys its state by the TensorImpl address printed through an ostream.
+// torch::optim keys its state by the TensorImpl: its address printed through an ostream in
+// LibTorch 1.x, the address itself (void*) in 2.x.
+template <typename StateMap>
+const torch::optim::OptimizerParamState& torch_state_of(const StateMap& state, const at::Tensor& p) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    return *state.at(c10::str(p.unsafeGetTensorImpl()));
+  } else {
+    return *state.at(static_cast<Key>(p.unsafeGetTensorImpl()));
+  }
+}
+
 template <typename StateT>
 const StateT& torch_state(const torch::optim::Optimizer& opt, const at::Tensor& p) {
-  const std::string key = c10::str(p.unsafeGetTensorImpl());
-  return static_cast<const StateT&>(*opt.state().at(key));
+  return static_cast<const StateT&>(torch_state_of(opt.state(), p));
 }
 
 // A deep copy of an optimizer state (state_dict() aliases the live tensors).

@@ -24,6 +24,7 @@
 #include "runtime/initialize.h"
 #include "sched/lr_scheduler.h"
 #include "tests/support/mpi_world.h"
+#include "tests/support/python.h"
 #include "tests/support/run_command.h"
 #include "tests/support/tiny_model.h"
 
@@ -253,14 +254,12 @@ TEST(EngineCheckpoint, ModuleOnlyLoadAndSixteenBitModel) {
   if (w.rank() == 0) std::filesystem::remove_all(dir);
 }
 
-// Python (Debian's python3-torch) reads every file with weights_only=True, and DeepSpeed's
+// Python (the venv's torch) reads every file with weights_only=True, and DeepSpeed's
 // zero_to_fp32 algorithm, written independently in tests/runtime/zero_to_fp32_check.py, gives
 // back the engine's fp32 weights.
 TEST(EngineCheckpoint, PythonReadsEveryFileAndConsolidates) {
   comm::Comm& w = test::world();
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch (apt-get install python3-torch)";
-  }
+  ZRT_REQUIRE_PYTHON("torch");
   for (int stage : {1, 2, 3}) {
     const std::string dir = shared_dir(w, "python");
     auto model = std::make_shared<test::TinyStackImpl>(true);
@@ -281,7 +280,7 @@ TEST(EngineCheckpoint, PythonReadsEveryFileAndConsolidates) {
     if (w.rank() == 0) {
       ckpt::save_pt(ckpt::ordered_dict_of(ckpt::NamedTensors(masters.begin(), masters.end())),
                     dir + "/expected_fp32.pt");
-      const std::string cmd = std::string("/usr/bin/python3 ") + ZRT_SOURCE_DIR +
+      const std::string cmd = zrt::test::python_path() + " " + ZRT_SOURCE_DIR +
                               "/tests/runtime/zero_to_fp32_check.py " + dir + " " + dir +
                               "/expected_fp32.pt";
       const auto r = zrt::test::run_command(cmd);

@@ -1,5 +1,5 @@
 // run_command: runs a shell command line and returns its exit status and output, for tests that
-// drive the zrt-* tools, mpirun jobs or /usr/bin/python3 as a user would.
+// drive the zrt-* tools, mpirun jobs or the project's Python as a user would.
 #pragma once
 
 #include <cstdio>

@@ -10,6 +10,7 @@
 #include "checkpoint/pt_file.h"
 #include "checkpoint/safetensors.h"
 #include "core/json.h"
+#include "tests/support/python.h"
 #include "tests/tools/checkpoint_factory.h"
 
 namespace zrt::test {
@@ -200,14 +201,12 @@ for f in glob.glob(os.path.join(d, "*_model_states.pt")):
 )PY";
 
 TEST(ZrtCkpt, DeepSpeedWrittenCheckpoint) {
-  if (run_command("/usr/bin/python3 -c 'import torch'").exit_code != 0) {
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
-  }
+  ZRT_REQUIRE_PYTHON("torch");
   for (int stage : {2, 3}) {
     ScratchDir dir;
     const MadeCheckpoint made = make_engine_checkpoint(dir / "s", {stage, 2, false, 2});
     { std::ofstream(dir / "make.py") << kMakeDeepSpeedLike; }
-    ToolResult r = run_command("/usr/bin/python3 " + shell_quote(dir / "make.py") + " " +
+    ToolResult r = run_command(zrt::test::python_path() + " " + shell_quote(dir / "make.py") + " " +
                                shell_quote(dir / "s"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     r = ckpt_tool("inspect " + shell_quote(dir / "s"));
@@ -228,15 +227,14 @@ TEST(ZrtCkpt, DeepSpeedWrittenCheckpoint) {
 }
 
 TEST(ZrtCkpt, PythonLoadsToFp32Output) {
-  if (run_command("/usr/bin/python3 -c 'import torch'").exit_code != 0) {
-    GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
-  }
+  ZRT_REQUIRE_PYTHON("torch");
   ScratchDir dir;
   const MadeCheckpoint made = make_engine_checkpoint(dir / "s", {3, 3, false, 2});
   ASSERT_EQ(
       ckpt_tool("to-fp32 " + shell_quote(dir / "s") + " " + shell_quote(dir.path())).exit_code, 0);
   const ToolResult r = run_command(
-      "/usr/bin/python3 -c \"import torch,sys; sd = torch.load(sys.argv[1], weights_only=True); "
+      zrt::test::python_path() +
+      " -c \"import torch,sys; sd = torch.load(sys.argv[1], weights_only=True); "
       "print(sorted((k, tuple(v.shape), str(v.dtype)) for k, v in sd.items()))\" " +
       shell_quote(dir / "pytorch_model.bin"));
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -1,0 +1,133 @@
+"""Smoke test of the real DeepSpeed on this CPU machine (label `peer`).
+
+Runs deepspeed.initialize on a small MLP at ZeRO stages 0-3 over 2 processes (DeepSpeed's CPU
+accelerator, the gloo backend, DeepSpeed's own CPU Adam op, JIT-built on first use), trains a
+few steps at each stage and checks that the loss falls and that both ranks agree on it. The
+parent process starts the ranks with the env:// rendezvous and kills them all if one fails or
+the deadline passes, so a hang never outlives the test.
+
+    python tests/peers/ds_smoke.py [--stages 0 1 2 3] [--steps 8] [--timeout 600]
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_main(args):
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import torch
+    import deepspeed
+
+    torch.manual_seed(0)
+    deepspeed.init_distributed(dist_backend="gloo")
+    rank = torch.distributed.get_rank()
+    world = torch.distributed.get_world_size()
+    results = {}
+    for stage in args.stages:
+        torch.manual_seed(1234)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(),
+                                    torch.nn.Linear(64, 64), torch.nn.GELU(),
+                                    torch.nn.Linear(64, 1))
+        config = {
+            "train_micro_batch_size_per_gpu": 8,
+            "gradient_accumulation_steps": 1,
+            "gradient_clipping": 1.0,
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}},
+            "scheduler": {"type": "WarmupLR",
+                          "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-2,
+                                     "warmup_num_steps": 2}},
+            "zero_optimization": {"stage": stage},
+            "steps_per_print": 1000,
+        }
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                               config=config)
+        gen = torch.Generator().manual_seed(7)
+        x_all = torch.randn(world * 8, 32, generator=gen)
+        y_all = x_all[:, :4].sum(dim=1, keepdim=True)
+        x, y = x_all[rank * 8:(rank + 1) * 8], y_all[rank * 8:(rank + 1) * 8]
+        losses = []
+        for _ in range(args.steps):
+            loss = torch.nn.functional.mse_loss(engine(x), y)
+            engine.backward(loss)
+            engine.step()
+            mean = loss.detach().clone()
+            torch.distributed.all_reduce(mean)
+            losses.append(mean.item() / world)
+        results[stage] = {"losses": losses, "optimizer": type(engine.optimizer).__name__,
+                          "basic_optimizer": type(engine.basic_optimizer).__name__}
+        engine.destroy()
+    if rank == 0:
+        with open(args.result, "w") as f:
+            json.dump(results, f)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--stages", type=int, nargs="+", default=[0, 1, 2, 3])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--world", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rank_main:
+        rank_main(args)
+        return 0
+
+    with tempfile.TemporaryDirectory(prefix="zrt_ds_smoke_") as tmp:
+        result = os.path.join(tmp, "result.json")
+        port = free_port()
+        procs = []
+        for rank in range(args.world):
+            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank),
+                       WORLD_SIZE=str(args.world), LOCAL_WORLD_SIZE=str(args.world),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DS_ACCELERATOR="cpu",
+                       OMP_NUM_THREADS="1")
+            cmd = [sys.executable, os.path.abspath(__file__), "--rank-main", "--result", result,
+                   "--steps", str(args.steps), "--stages"] + [str(s) for s in args.stages]
+            procs.append(subprocess.Popen(cmd, env=env))
+        deadline = time.monotonic() + args.timeout
+        failed = None
+        while any(p.poll() is None for p in procs):
+            bad = [p for p in procs if p.poll() not in (None, 0)]
+            if bad or time.monotonic() > deadline:
+                failed = (f"rank exited with {bad[0].returncode}" if bad
+                          else f"deadline of {args.timeout} s passed")
+                break
+            time.sleep(0.2)
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        if failed is None and any(p.returncode != 0 for p in procs):
+            failed = "exit codes " + str([p.returncode for p in procs])
+        if failed:
+            print(f"ds_smoke: FAILED: {failed}", file=sys.stderr)
+            return 1
+        with open(result) as f:
+            results = json.load(f)
+
+    ok = True
+    for stage, r in sorted(results.items()):
+        losses = r["losses"]
+        falls = losses[-1] < 0.5 * losses[0]
+        ok &= falls
+        print(f"ds_smoke: stage {stage}: optimizer {r['basic_optimizer']} ({r['optimizer']}), "
+              f"loss {losses[0]:.4f} -> {losses[-1]:.4f} {'ok' if falls else 'DID NOT FALL'}")
+    print("ds_smoke: " + ("OK" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
