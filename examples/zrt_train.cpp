@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -203,11 +204,14 @@ int run(int argc, char** argv) {
   }
   Trainer trainer(model, targs, train, eval, loss_fn, topts);
   const TrainOutput out = trainer.train();
-  const double eval_loss = trainer.evaluate();
+  // Evaluate only when asked (HF's do_eval), as the Trainer does during training.
+  const std::optional<double> eval_loss =
+      targs.do_eval ? std::optional<double>(trainer.evaluate()) : std::nullopt;
   if (comm->rank() == 0) {
-    std::printf("train: %lld steps in %.1f s (%.1f samples/s), mean loss %.4f; eval loss %.4f\n",
+    std::printf("train: %lld steps in %.1f s (%.1f samples/s), mean loss %.4f%s\n",
                 static_cast<long long>(out.global_step), out.train_runtime_s,
-                out.samples_per_second, out.training_loss, eval_loss);
+                out.samples_per_second, out.training_loss,
+                eval_loss ? str("; eval loss ", *eval_loss).c_str() : "");
   }
   return 0;
 }

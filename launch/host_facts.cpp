@@ -43,6 +43,7 @@ std::vector<int> affinity_cpus() {
 HostFacts HostFacts::current() {
   HostFacts facts;
   facts.is_root = geteuid() == 0;
+  facts.stdout_is_terminal = isatty(STDOUT_FILENO) != 0;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string entry = *e;
     const std::size_t eq = entry.find('=');

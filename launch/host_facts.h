@@ -18,6 +18,10 @@ struct HostFacts {
   std::string hostname;
   std::string cwd;
   EnvMap env;
+  // Whether zrt-launch's stdout is a terminal. Open MPI gives each rank a pseudo-terminal for its
+  // output whatever mpirun's stdout is, so the ranks cannot tell a log file from a terminal:
+  // build_plan tells them (ZRT_PROGRESS=lines) when it is not one.
+  bool stdout_is_terminal = true;
 
   static HostFacts current();
 };

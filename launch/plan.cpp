@@ -138,6 +138,10 @@ LaunchPlan build_plan(const World& world, const LaunchOptions& options, const Ho
     set_var(&plan.env, name, value);
   }
   if (!options.master_addr.empty()) set_var(&plan.env, "MASTER_ADDR", options.master_addr);
+  if (!facts.stdout_is_terminal && facts.env.count("ZRT_PROGRESS") == 0 &&
+      find_var(plan.env, "ZRT_PROGRESS") == nullptr) {
+    set_var(&plan.env, "ZRT_PROGRESS", "lines");  // Note in HostFacts::stdout_is_terminal
+  }
   if (facts.env.count("OMP_NUM_THREADS") == 0 && find_var(plan.env, "OMP_NUM_THREADS") == nullptr) {
     const int threads = std::max(1, facts.cores / per_node);
     set_var(&plan.env, "OMP_NUM_THREADS", std::to_string(threads));

@@ -18,6 +18,7 @@
 #include "sched/lr_scheduler.h"
 #include "zero/flat_layout.h"
 #include "zero/shard_unit.h"
+#include "zrt/build_config.h"
 
 namespace zrt {
 namespace {
@@ -54,7 +55,35 @@ int64_t architecture_fingerprint(torch::nn::Module& model) {
   return static_cast<int64_t>(h);
 }
 
+// fp16 on CPU parameters needs fp16 CPU kernels: refuse the job up front (a ConfigError, exit 2)
+// instead of failing inside the first forward.
+void check_dtype_supported(at::ScalarType dtype, torch::nn::Module& model) {
+  if (dtype != at::kHalf || cpu_half_matmul_supported()) return;
+  for (const auto& p : model.parameters()) {
+    ZRT_CHECK_AS(ConfigError, !p.device().is_cpu(),
+                 "fp16 (\"fp16\": {\"enabled\": true} / --fp16) on the CPU needs fp16 CPU "
+                 "kernels, which this LibTorch (", ZRT_TORCH_VERSION,
+                 ") does not have: use bf16 (\"bf16\": {\"enabled\": true} / --bf16), "
+                 "or build ZeroRT against LibTorch 2.x");
+  }
+}
+
 }  // namespace
+
+// Probed once with a 1x1 product, so it follows the LibTorch actually loaded (1.13 has no Half
+// addmm kernel on the CPU).
+bool cpu_half_matmul_supported() {
+  static const bool ok = [] {
+    try {
+      const at::Tensor a = at::ones({1, 1}, at::kHalf);
+      at::addmm(a, a, a);
+      return true;
+    } catch (const c10::Error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
 
 ParamGroupRule no_weight_decay_for(std::vector<std::string> name_substrings) {
   ParamGroupRule rule;
@@ -86,6 +115,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig 
   ZRT_CHECK_AS(ConfigError, config_.zero.stage >= 0 && config_.zero.stage <= 3,
                "zero_optimization.stage must be 0, 1, 2 or 3, got ", config_.zero.stage);
   model_dtype_ = scalar_type_of(config_.model_dtype);
+  check_dtype_supported(model_dtype_, *model_);
   model_->to(model_dtype_);
   check_and_broadcast_model();
 

@@ -65,6 +65,10 @@ struct LoadedCheckpoint {
   ckpt::Value client_state;  // the other top-level keys of the model-states file (spec §4.5)
 };
 
+// Whether this LibTorch multiplies fp16 matrices on the CPU (2.x does, 1.13 does not). Without
+// it the engine refuses fp16 on CPU parameters with a ConfigError that names bf16 instead.
+bool cpu_half_matmul_supported();
+
 struct EngineOptions {
   std::vector<ParamGroupRule> param_groups;
   // Used when the config has no "optimizer" (the HF Trainer creates one; spec §3.5).

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <filesystem>
 #include <fstream>
 
@@ -55,6 +57,15 @@ std::string format_entry(const LogEntry& e) {
 }
 
 }  // namespace
+
+bool progress_bar_wanted() {
+  const char* mode = std::getenv("ZRT_PROGRESS");
+  if (mode != nullptr && std::string(mode) == "bar") return true;
+  if (mode != nullptr && std::string(mode) == "lines") return false;
+  ZRT_CHECK_AS(ConfigError, mode == nullptr || *mode == '\0',
+               "ZRT_PROGRESS must be 'bar' or 'lines', got '", mode, "'");
+  return isatty(STDOUT_FILENO) != 0;
+}
 
 Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, config::TrainingArguments args,
                  std::shared_ptr<Dataset> train_dataset, std::shared_ptr<Dataset> eval_dataset,
@@ -210,7 +221,16 @@ double Trainer::evaluate() {
   const int64_t micro = args_.per_device_eval_batch_size;
   double sum = 0;
   double count = 0;
+  const size_t batches = (idx.size() + micro - 1) / micro;
+  const double start = now_seconds();
+  double last_report = start;
   for (size_t b = 0; b < idx.size(); b += micro) {
+    // Progress on rank 0 every 10 s, so a long evaluation is never silent.
+    if (comm_->rank() == 0 && now_seconds() - last_report >= 10.0) {
+      last_report = now_seconds();
+      std::printf("eval: batch %zu/%zu (%.0f s)\n", b / micro, batches, last_report - start);
+      std::fflush(stdout);
+    }
     std::vector<int64_t> batch(idx.begin() + b, idx.begin() + std::min(idx.size(), b + micro));
     auto [x, y] = collate(*eval_, batch);
     const double loss = loss_fn_(*model_, engine_->to_model_dtype(x), y).item<double>();
@@ -341,7 +361,7 @@ TrainOutput Trainer::train() {
     }
     ZRT_LOG_INFO("resumed from ", loaded->path, " at global step ", engine_->global_steps());
   }
-  const bool bar = options_.progress_bar && rank == 0 && isatty(STDOUT_FILENO);
+  const bool bar = options_.progress_bar && rank == 0 && progress_bar_wanted();
   const double start = now_seconds();
   const int64_t start_step = engine_->global_steps();
   double loss_since_log = 0;

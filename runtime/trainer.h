@@ -41,7 +41,7 @@ struct TrainerOptions {
   std::shared_ptr<comm::Comm> comm;  // default: comm::init_from_env()
   config::ModelDims model_dims;      // for hidden-size "auto" keys
   std::vector<ParamGroupRule> param_groups;
-  bool progress_bar = true;  // a live bar on rank 0 when stdout is a terminal
+  bool progress_bar = true;  // a live bar on rank 0 when progress_bar_wanted()
 };
 
 struct LogEntry {
@@ -60,6 +60,11 @@ struct TrainOutput {
   double samples_per_second = 0;
   std::vector<LogEntry> log_history;
 };
+
+// Whether progress is drawn as a live bar (carriage-return frames) rather than left to the
+// periodic log lines: ZRT_PROGRESS=bar or =lines decides (zrt-launch sets lines when its own
+// stdout is not a terminal), else whether stdout is a terminal.
+bool progress_bar_wanted();
 
 class Trainer {
  public:

@@ -2,7 +2,8 @@
 # End to end through the user-facing binaries: for ZeRO stages 1, 2 and 3, zrt-launch runs
 # zrt-train on 2 ranks for 2K steps, and again for K steps plus a second job resuming from the
 # checkpoint for K more. The checkpoint files of step 2K must be byte-identical: same weights,
-# optimizer moments, loss scaler, LR schedule, counters, RNG and data position.
+# optimizer moments, loss scaler, LR schedule, counters, RNG and data position. Also: a log file
+# gets no progress-bar frames, and evaluation runs only with --do_eval.
 set -euo pipefail
 BIN="$1"      # build/bin
 SRC="$2"      # source root
@@ -33,4 +34,11 @@ for stage in 1 2 3; do
   [[ $n -ge 3 ]] || { echo "stage $stage: only $n files compared"; exit 1; }
   echo "stage $stage: $n checkpoint files byte-identical after resume"
 done
+# Output written to a file: plain lines, no progress-bar frames; no evaluation without --do_eval,
+# and one with it.
+log="$WORK/full1.log"
+if grep -q $'\r' "$log"; then echo "carriage-return frames in a log file"; exit 1; fi
+if grep -q "eval loss" "$log"; then echo "evaluated without --do_eval"; cat "$log"; exit 1; fi
+run "$WORK/eval" "$SRC/examples/configs/zero2.json" 2 --do_eval
+grep -q "eval loss" "$WORK/eval.log" || { echo "no evaluation with --do_eval"; cat "$WORK/eval.log"; exit 1; }
 echo "train_resume_test: OK"

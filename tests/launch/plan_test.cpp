@@ -72,6 +72,20 @@ TEST_F(PlanTest, LocalJobExactCommand) {
       has_note(p, "OMP_NUM_THREADS not set: using 4 per rank (8 cores / 2 ranks per node)"));
 }
 
+// Open MPI gives ranks a pseudo-terminal even when zrt-launch writes to a log file: the plan tells
+// them (ZRT_PROGRESS=lines) so that no carriage-return frames land in the file; a user's own
+// ZRT_PROGRESS wins.
+TEST_F(PlanTest, ProgressLinesWhenStdoutIsNotATerminal) {
+  options.np = 2;
+  EXPECT_EQ(env_value(plan(), "ZRT_PROGRESS"), "<unset>");
+  facts.stdout_is_terminal = false;
+  LaunchPlan p = plan();
+  EXPECT_EQ(env_value(p, "ZRT_PROGRESS"), "lines");
+  EXPECT_TRUE(forwards(p.argv, "ZRT_PROGRESS"));
+  facts.env["ZRT_PROGRESS"] = "bar";
+  EXPECT_EQ(env_value(plan(), "ZRT_PROGRESS"), "<unset>");
+}
+
 TEST_F(PlanTest, RootAllowVariablesAreSetAndForwarded) {
   options.np = 2;
   facts.is_root = true;

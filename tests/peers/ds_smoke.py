@@ -50,6 +50,10 @@ def rank_main(args):
             "zero_optimization": {"stage": stage},
             "steps_per_print": 1000,
         }
+        if args.dtype != "fp32":
+            config[args.dtype] = {"enabled": True}
+        if args.offload and stage > 0:
+            config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
         engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                                config=config)
         gen = torch.Generator().manual_seed(7)
@@ -58,7 +62,7 @@ def rank_main(args):
         x, y = x_all[rank * 8:(rank + 1) * 8], y_all[rank * 8:(rank + 1) * 8]
         losses = []
         for _ in range(args.steps):
-            loss = torch.nn.functional.mse_loss(engine(x), y)
+            loss = torch.nn.functional.mse_loss(engine(x.to(engine.get_data_types()[0])).float(), y)
             engine.backward(loss)
             engine.step()
             mean = loss.detach().clone()
@@ -66,6 +70,11 @@ def rank_main(args):
             losses.append(mean.item() / world)
         results[stage] = {"losses": losses, "optimizer": type(engine.optimizer).__name__,
                           "basic_optimizer": type(engine.basic_optimizer).__name__}
+        if args.checkpoint:
+            save_dir = os.path.join(os.path.dirname(args.result), f"ckpt_stage{stage}")
+            engine.save_checkpoint(save_dir)
+            engine.load_checkpoint(save_dir)
+            results[stage]["checkpoint"] = sorted(os.listdir(os.path.join(save_dir, "global_step%d" % args.steps)))
         engine.destroy()
     if rank == 0:
         with open(args.result, "w") as f:
@@ -77,6 +86,9 @@ def main():
     parser.add_argument("--stages", type=int, nargs="+", default=[0, 1, 2, 3])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--world", type=int, default=2)
+    parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
+    parser.add_argument("--offload", action="store_true", help="offload_optimizer to cpu (stages 1-3)")
+    parser.add_argument("--checkpoint", action="store_true", help="save_checkpoint + load_checkpoint")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -95,7 +107,9 @@ def main():
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DS_ACCELERATOR="cpu",
                        OMP_NUM_THREADS="1")
             cmd = [sys.executable, os.path.abspath(__file__), "--rank-main", "--result", result,
-                   "--steps", str(args.steps), "--stages"] + [str(s) for s in args.stages]
+                   "--steps", str(args.steps), "--dtype", args.dtype, "--stages"]
+            cmd += [str(s) for s in args.stages]
+            cmd += ["--offload"] * args.offload + ["--checkpoint"] * args.checkpoint
             procs.append(subprocess.Popen(cmd, env=env))
         deadline = time.monotonic() + args.timeout
         failed = None
@@ -123,8 +137,10 @@ def main():
         losses = r["losses"]
         falls = losses[-1] < 0.5 * losses[0]
         ok &= falls
-        print(f"ds_smoke: stage {stage}: optimizer {r['basic_optimizer']} ({r['optimizer']}), "
-              f"loss {losses[0]:.4f} -> {losses[-1]:.4f} {'ok' if falls else 'DID NOT FALL'}")
+        print(f"ds_smoke: stage {stage} {args.dtype}{' offload' if args.offload else ''}: optimizer "
+              f"{r['basic_optimizer']} ({r['optimizer']}), loss {losses[0]:.4f} -> "
+              f"{losses[-1]:.4f} {'ok' if falls else 'DID NOT FALL'}"
+              + (f", checkpoint files {r['checkpoint']}" if "checkpoint" in r else ""))
     print("ds_smoke: " + ("OK" if ok else "FAILED"))
     return 0 if ok else 1
 
