@@ -92,9 +92,11 @@ endif()
 # --- ccache -----------------------------------------------------------------------------------
 find_program(ZRT_CCACHE ccache)
 if(ZRT_CCACHE)
-  # Precompiled headers are only cacheable with these sloppiness settings.
+  # Precompiled headers are only cacheable with these sloppiness settings. CCACHE_BASEDIR makes the
+  # paths inside the source tree relative, so that every clone (CI's is a fresh one in another
+  # folder) shares one cache; the venv's LibTorch is found by its real path, the same for all.
   set(_launcher env CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
-      ${ZRT_CCACHE})
+      CCACHE_BASEDIR=${CMAKE_SOURCE_DIR} CCACHE_NOHASHDIR=1 ${ZRT_CCACHE})
   set(CMAKE_CXX_COMPILER_LAUNCHER ${_launcher})
   set(CMAKE_C_COMPILER_LAUNCHER ${_launcher})
 endif()

@@ -208,10 +208,18 @@ int run(int argc, char** argv) {
   const std::optional<double> eval_loss =
       targs.do_eval ? std::optional<double>(trainer.evaluate()) : std::nullopt;
   if (comm->rank() == 0) {
-    std::printf("train: %lld steps in %.1f s (%.1f samples/s), mean loss %.4f%s\n",
-                static_cast<long long>(out.global_step), out.train_runtime_s,
-                out.samples_per_second, out.training_loss,
-                eval_loss ? str("; eval loss ", *eval_loss).c_str() : "");
+    const std::string eval = eval_loss ? str("; eval loss ", *eval_loss) : "";
+    if (out.steps_this_run == 0) {
+      std::printf("train: nothing to train, already at step %lld of %lld%s\n",
+                  static_cast<long long>(out.global_step),
+                  static_cast<long long>(out.global_step), eval.c_str());
+    } else {
+      std::printf("train: %lld steps (%lld to %lld) in %.1f s (%.1f samples/s), mean loss %.4f%s\n",
+                  static_cast<long long>(out.steps_this_run),
+                  static_cast<long long>(out.global_step - out.steps_this_run + 1),
+                  static_cast<long long>(out.global_step), out.train_runtime_s,
+                  out.samples_per_second, out.training_loss, eval.c_str());
+    }
   }
   return 0;
 }

@@ -442,6 +442,7 @@ TrainOutput Trainer::train() {
   out.global_step = engine_->global_steps();
   out.train_runtime_s = now_seconds() - start;
   const int64_t steps_run = out.global_step - start_step;
+  out.steps_this_run = steps_run;
   out.training_loss = steps_run > 0 ? loss_total / steps_run : 0;
   out.samples_per_second =
       steps_run * engine_->train_batch_size() / std::max(1e-9, out.train_runtime_s);

@@ -55,7 +55,8 @@ struct LogEntry {
 
 struct TrainOutput {
   int64_t global_step = 0;
-  double training_loss = 0;  // mean over every optimizer step of this run
+  int64_t steps_this_run = 0;  // optimizer steps taken by this train() (after a resume: the new ones)
+  double training_loss = 0;    // mean over the optimizer steps of this run (0 when there were none)
   double train_runtime_s = 0;
   double samples_per_second = 0;
   std::vector<LogEntry> log_history;

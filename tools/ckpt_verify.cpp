@@ -70,7 +70,14 @@ class Verifier {
   }
 
  private:
-  void problem(std::string s) { report_.problems.push_back(std::move(s)); }
+  // One problem per file: a damaged file fails the manifest's CRC-32 and then its own zip CRC,
+  // and saying both is saying the same thing twice. Messages about a file start "<path>: ".
+  void problem(std::string s) {
+    const std::string file = s.rfind(report_.location.tag_dir, 0) == 0 ? s.substr(0, s.find(": "))
+                                                                        : std::string();
+    if (!file.empty() && !files_with_problems_.insert(file).second) return;
+    report_.problems.push_back(std::move(s));
+  }
   std::string path(const std::string& name) const {
     return ckpt::join_path(report_.location.tag_dir, name);
   }
@@ -493,6 +500,7 @@ class Verifier {
   VerifyOptions options_;
   VerifyReport report_;
   std::vector<TagFile> files_;
+  std::set<std::string> files_with_problems_;  // see problem()
   std::optional<ckpt::Manifest> manifest_;
   std::optional<Value> model_;
   std::map<int, std::vector<Value>> zero3_models_, optims_;

@@ -157,7 +157,8 @@ int run_verify(const Args& args) {
       "ok: %s: ZeRO stage %d, world size %lld, %zu files (%s)%s\n", loc.tag_dir.c_str(),
       r.zero_stage, static_cast<long long>(r.world_size), r.files,
       zrt::tools::format_bytes(r.bytes).c_str(),
-      r.parameters > 0 ? zrt::str(", ", r.parameters, " parameters consolidate").c_str() : "");
+      r.parameters > 0 ? zrt::str(", ", r.parameters, " parameters reassemble from the partitions").c_str()
+                     : "");
   return 0;
 }
 

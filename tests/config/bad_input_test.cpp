@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "config/diagnostics.h"
 #include "config/ds_config.h"
 #include "config/hf_plan.h"
 #include "config/load.h"
@@ -187,6 +188,25 @@ TEST(BadInput, HfLayerOnMalformedSections) {
               hf.trainer_config_process(args, 1);
             }),
             "checkpoint: expected an object, got 3");
+}
+
+}  // namespace
+}  // namespace zrt::config
+
+namespace zrt::config {
+namespace {
+
+// Suggestions are for misspellings only: close matches get one, unrelated keys none.
+TEST(DidYouMean, SuggestsOnlyCloseMatches) {
+  const std::vector<std::string_view> top = {"aio", "fp16", "bf16", "optimizer", "scheduler",
+                                             "zero_optimization", "train_batch_size"};
+  EXPECT_EQ(did_you_mean("foo", top), std::nullopt);
+  EXPECT_EQ(did_you_mean("xyz", top), std::nullopt);
+  EXPECT_EQ(did_you_mean("ai", top).value_or(""), "aio");
+  EXPECT_EQ(did_you_mean("fp17", top).value_or(""), "fp16");
+  EXPECT_EQ(did_you_mean("optimzer", top).value_or(""), "optimizer");
+  EXPECT_EQ(did_you_mean("zero_optimisation", top).value_or(""), "zero_optimization");
+  EXPECT_EQ(did_you_mean("train_batchsize", top).value_or(""), "train_batch_size");
 }
 
 }  // namespace

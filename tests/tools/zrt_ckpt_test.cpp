@@ -133,6 +133,32 @@ TEST(ZrtCkpt, StageZeroIsInspectedAndVerifiedButNotConsolidated) {
   EXPECT_FALSE(fs::exists(dir / "out.bin"));
 }
 
+// A damaged file fails both the manifest's CRC-32 and its own zip CRC: verify names it once; and
+// the ok line of a healthy checkpoint is a whole sentence.
+TEST(ZrtCkpt, VerifyNamesEachDamagedFileOnce) {
+  ScratchDir dir;
+  make_engine_checkpoint(dir / "s", {2, 2, false, 2});
+  ToolResult r = ckpt_tool("verify " + shell_quote(dir / "s"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("parameters reassemble from the partitions\n"), std::string::npos)
+      << r.output;
+  const std::string file = dir / "s/global_step2/zero_pp_rank_0_mp_rank_00_optim_states.pt";
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0xff);
+    f.seekp(100);
+    f.write(&c, 1);
+  }
+  r = ckpt_tool("verify " + shell_quote(dir / "s"));
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("failed verification (1 problem)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("zero_pp_rank_0_mp_rank_00_optim_states.pt: CRC-32"), std::string::npos)
+      << r.output;
+}
+
 TEST(ZrtCkpt, UsageErrors) {
   EXPECT_EQ(ckpt_tool("").exit_code, 1);
   EXPECT_EQ(ckpt_tool("frobnicate x").exit_code, 1);
