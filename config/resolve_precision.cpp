@@ -33,7 +33,9 @@ void resolve_fp16(const Json& root, Diagnostics& diag, ResolvedConfig& out) {
   }
   if (fp16.dynamic_args_given) {
     int64_t power = 16;
-    if (auto v = r.get_int("initial_scale_power", 0, 1023)) power = *v;
+    // 2^127 is the largest power of two a float holds: a larger initial scale makes every scaled
+    // loss infinite, so the job would only skip steps while the scale halves back down.
+    if (auto v = r.get_int("initial_scale_power", 0, 127)) power = *v;
     ls.initial_scale = std::ldexp(1.0, static_cast<int>(power));
     ls.scale_window = 1000;
     if (auto v = r.get_int("loss_scale_window", 1)) ls.scale_window = *v;

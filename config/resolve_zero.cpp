@@ -33,6 +33,11 @@ void read_count(SectionReader& r, std::string_view key, int64_t& target) {
   if (auto v = r.get_int(key, 0)) target = *v;
 }
 
+// A bucket size: 0 would make every bucket empty (DeepSpeed would loop or divide by zero).
+void read_bucket_size(SectionReader& r, std::string_view key, int64_t& target) {
+  if (auto v = r.get_int(key, 1)) target = *v;
+}
+
 void read_flag(SectionReader& r, std::string_view key, bool& target) {
   if (key.empty()) return;
   if (auto v = r.get_bool(key)) target = *v;
@@ -134,7 +139,7 @@ void resolve_legacy_bool(const Json& root, bool enabled, Diagnostics& diag, zero
                 z.stage, "} instead"));
   if (enabled) {
     SectionReader top(root, "", AutoPolicy::kError, diag);
-    read_count(top, "allgather_size", z.allgather_bucket_size);
+    read_bucket_size(top, "allgather_size", z.allgather_bucket_size);
   }
 }
 
@@ -205,10 +210,10 @@ void resolve_zero_section(const Json& root, Diagnostics& diag, ResolvedConfig& o
   }
   read_flag(r, "contiguous_gradients", z.contiguous_gradients);
   read_flag(r, "reduce_scatter", z.reduce_scatter);
-  read_count(r, "reduce_bucket_size", z.reduce_bucket_size);
+  read_bucket_size(r, "reduce_bucket_size", z.reduce_bucket_size);
   read_flag(r, "use_multi_rank_bucket_allreduce", z.use_multi_rank_bucket_allreduce);
   read_flag(r, "allgather_partitions", z.allgather_partitions);
-  read_count(r, "allgather_bucket_size", z.allgather_bucket_size);
+  read_bucket_size(r, "allgather_bucket_size", z.allgather_bucket_size);
   if (auto overlap = r.get_bool("overlap_comm")) z.overlap_comm = *overlap;
   read_flag(r, "load_from_fp32_weights", z.load_from_fp32_weights);
   if (const Json* p = r.get_object("offload_param")) read_offload_param(*p, diag, z.offload_param);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <utility>
 
 #include <cxxopts.hpp>
 
@@ -216,6 +217,18 @@ TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
   a.warmup_steps = i64("warmup_steps");
   a.logging_steps = f64("logging_steps");
   a.save_steps = f64("save_steps");
+  // transformers' TrainingArguments refuses these (checked against transformers 5.24: a
+  // save_steps of 0 it accepts, and then never saves by steps, as ZeroRT does).
+  if (a.logging_steps == 0) {
+    throw UsageError("--logging_steps 0: logging strategy \"steps\" requires non-zero "
+                     "--logging_steps");
+  }
+  for (const auto& [name, v] : {std::pair<const char*, double>{"logging_steps", a.logging_steps},
+                                {"save_steps", a.save_steps}}) {
+    if (v > 1 && v != std::floor(v)) {
+      throw UsageError(str("--", name, " must be an integer if bigger than 1: ", v));
+    }
+  }
   if (result.count("eval_steps")) a.eval_steps = f64("eval_steps");
   if (result.count("save_total_limit")) a.save_total_limit = i64("save_total_limit");
   a.save_on_each_node = boolean("save_on_each_node");

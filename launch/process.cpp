@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "core/error.h"
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,9 +30,11 @@ namespace zrt::launch {
 namespace {
 
 std::atomic<pid_t> g_child{0};
+std::atomic<bool> g_interrupted{false};  // a SIGINT arrived (Ctrl-C or kill -INT)
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
 void forward_signal(int sig, siginfo_t* info, void*) {
+  if (sig == SIGINT) g_interrupted.store(true);
   const pid_t child = g_child.load();
   if (child > 0 && (info == nullptr || info->si_code != SI_KERNEL)) kill(child, sig);
 }
@@ -91,6 +95,32 @@ std::vector<std::string> child_environment(const EnvVars& env) {
   return out;
 }
 
+// Note [Waiting for the ranks]
+// On Ctrl-C mpirun can exit before its ranks have (they are still unwinding, or killed a moment
+// later). The launcher is a child subreaper (PR_SET_CHILD_SUBREAPER), so processes orphaned by
+// mpirun become its children, and after mpirun ends it reaps them, up to kReapDeadline, before
+// it returns: when zrt-launch exits, the job is over.
+constexpr double kReapDeadlineS = 30.0;
+
+void reap_orphans() {
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    int status = 0;
+    const pid_t p = waitpid(-1, &status, WNOHANG);
+    if (p < 0 && errno == EINTR) continue;
+    if (p < 0) return;  // ECHILD: nothing left
+    if (p == 0) {
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > kReapDeadlineS) {
+        std::fprintf(stderr, "zrt-launch: processes of the job still run after %.0f s\n", waited);
+        return;
+      }
+      usleep(20000);
+    }
+  }
+}
+
 }  // namespace
 
 std::optional<std::string> find_executable(const std::string& name, const std::string& path) {
@@ -131,6 +161,8 @@ int run_and_wait(const std::vector<std::string>& argv, const EnvVars& env) {
   int fork_errno = 0;
   {
     SignalForwarding forwarding;  // blocks the signals until the child's pid is known
+    prctl(PR_SET_CHILD_SUBREAPER, 1);  // Note [Waiting for the ranks]
+    g_interrupted.store(false);
     pid = fork();
     if (pid == 0) {
       forwarding.restore_in_child();
@@ -157,6 +189,9 @@ int run_and_wait(const std::vector<std::string>& argv, const EnvVars& env) {
     ZRT_CHECK(pid > 0, "cannot start '", argv[0], "': fork failed: ", std::strerror(fork_errno));
     ZRT_CHECK(n != static_cast<ssize_t>(sizeof(exec_errno)), "cannot start '", argv[0],
               "': ", std::strerror(exec_errno));
+    reap_orphans();
+    // Interrupted: the shell's code for SIGINT, whatever mpirun made of it (it exits 1).
+    if (g_interrupted.load()) return 128 + SIGINT;
     return exit_code_from_status(status);
   }
 }

@@ -19,7 +19,9 @@ int exit_code_from_status(int status);
 
 // Runs argv[0] (a path) with argv and the current environment plus `env` (which wins), forwards
 // SIGINT, SIGTERM and SIGHUP sent to this process (Note [Forwarding signals]), waits for it and
-// returns exit_code_from_status. Throws Error when the program cannot be started.
+// for the processes it leaves behind (Note [Waiting for the ranks]) and returns
+// exit_code_from_status, or 130 when a SIGINT arrived. Throws Error when the program cannot be
+// started.
 int run_and_wait(const std::vector<std::string>& argv, const EnvVars& env);
 
 }  // namespace zrt::launch

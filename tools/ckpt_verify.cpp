@@ -70,14 +70,7 @@ class Verifier {
   }
 
  private:
-  // One problem per file: a damaged file fails the manifest's CRC-32 and then its own zip CRC,
-  // and saying both is saying the same thing twice. Messages about a file start "<path>: ".
-  void problem(std::string s) {
-    const std::string file = s.rfind(report_.location.tag_dir, 0) == 0 ? s.substr(0, s.find(": "))
-                                                                        : std::string();
-    if (!file.empty() && !files_with_problems_.insert(file).second) return;
-    report_.problems.push_back(std::move(s));
-  }
+  void problem(std::string s) { report_.problems.push_back(std::move(s)); }
   std::string path(const std::string& name) const {
     return ckpt::join_path(report_.location.tag_dir, name);
   }
@@ -99,7 +92,14 @@ class Verifier {
       }
       return;
     }
-    for (std::string& p : ckpt::check_tag(loc.save_dir, loc.tag)) problem(std::move(p));
+    for (std::string& p : ckpt::check_tag(loc.save_dir, loc.tag)) {
+      // "<path>: CRC-32 ..., the manifest says ..." (or the size): the bytes are damaged, and
+      // parsing the file below would only say so a second time.
+      if (p.find("the manifest says") != std::string::npos) {
+        damaged_files_.insert(p.substr(0, p.find(": ")));
+      }
+      problem(std::move(p));
+    }
     for (const TagFile& f : files_) {
       if (f.kind != FileKind::kManifest && f.kind != FileKind::kTemp &&
           manifest_->find(f.name) == nullptr) {
@@ -137,7 +137,7 @@ class Verifier {
         if (f.kind == FileKind::kZero3ModelStates) zero3_models_[f.rank].push_back(std::move(v));
         if (f.kind == FileKind::kOptimStates) optims_[f.rank].push_back(std::move(v));
       } catch (const CheckpointError& e) {
-        problem(e.what());
+        if (damaged_files_.count(f.path) == 0) problem(e.what());
         unreadable_ = true;
       }
     }
@@ -500,7 +500,7 @@ class Verifier {
   VerifyOptions options_;
   VerifyReport report_;
   std::vector<TagFile> files_;
-  std::set<std::string> files_with_problems_;  // see problem()
+  std::set<std::string> damaged_files_;  // paths whose size or CRC-32 differ from the manifest
   std::optional<ckpt::Manifest> manifest_;
   std::optional<Value> model_;
   std::map<int, std::vector<Value>> zero3_models_, optims_;

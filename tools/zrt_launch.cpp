@@ -4,7 +4,8 @@
 //       [--exclude SPEC] [--master_addr A] [--timeout S] [--oversubscribe] [--dry-run]
 //       [--mpirun PATH] -- PROGRAM ARGS...
 //
-// Exit status: the job's, 1 for bad options, 2 for a bad hostfile, spec or env file.
+// Exit status: the job's, 1 for bad options or a program that does not exist, 2 for a bad
+// hostfile, spec or env file, 130 when interrupted (Ctrl-C), after the ranks have ended.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -48,6 +49,17 @@ int run(int argc, char** argv) {
   if (cli.options.dry_run) {
     std::fputs(format_dry_run(plan).c_str(), stdout);
     return 0;
+  }
+  // On this host a missing program is our error to report (mpirun would exit 132/134 without
+  // saying why); on other hosts the path may differ, so it is left to them.
+  if (plan.single_node) {
+    const std::string& program = cli.options.program[0];
+    const auto path_it = facts.env.find("PATH");
+    ZRT_CHECK_AS(zrt::UsageError,
+                 find_executable(program, path_it == facts.env.end() ? "" : path_it->second),
+                 "program '", program, "' not found: ",
+                 program.find('/') == std::string::npos ? "no executable of that name on PATH"
+                                                        : "no such executable file");
   }
   std::fprintf(stderr, "zrt-launch: %d rank(s) on %zu node(s): %s\nzrt-launch: %s\n",
                plan.world.num_ranks(), plan.world.hosts.size(), plan.world.describe().c_str(),

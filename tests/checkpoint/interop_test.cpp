@@ -183,6 +183,7 @@ TEST(Interop, OurBytesEqualTorchSave) {
     ours_names.insert(e.name);
     const auto* theirs = ref_zip.find(e.name);
     ASSERT_NE(theirs, nullptr) << "torch.save has no record " << e.name;
+    if (e.name == "archive/.data/serialization_id") continue;  // random in both (LibTorch 2.x)
     EXPECT_EQ(ours_zip.read_string(e, 1 << 20, true), ref_zip.read_string(*theirs, 1 << 20, true))
         << "record " << e.name;
   }

@@ -70,10 +70,16 @@ TEST(BadInput, EachIsAClearConfigError) {
        "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided"},
       {"negative bucket",
        "{\"train_batch_size\": 8, \"zero_optimization\": {\"reduce_bucket_size\": -5}}",
-       "zero_optimization.reduce_bucket_size: expected a non-negative integer, got -5"},
+       "zero_optimization.reduce_bucket_size: expected a positive integer, got -5"},
+      {"empty reduce bucket",
+       "{\"train_batch_size\": 8, \"zero_optimization\": {\"reduce_bucket_size\": 0}}",
+       "zero_optimization.reduce_bucket_size: expected a positive integer, got 0"},
+      {"empty allgather bucket",
+       "{\"train_batch_size\": 8, \"zero_optimization\": {\"allgather_bucket_size\": 0}}",
+       "zero_optimization.allgather_bucket_size: expected a positive integer, got 0"},
       {"fractional bucket",
        "{\"train_batch_size\": 8, \"zero_optimization\": {\"allgather_bucket_size\": 250000000.5}}",
-       "zero_optimization.allgather_bucket_size: expected a non-negative integer, got 250000000.5 "
+       "zero_optimization.allgather_bucket_size: expected a positive integer, got 250000000.5 "
        "(a number with a fractional part)"},
       {"zero loss scale window",
        "{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true, "

@@ -81,7 +81,11 @@ TEST(Fp16, BadValuesAndUnknownKeys) {
             "fp16.loss_scale_windows: unknown key (did you mean \"loss_scale_window\"?)");
   EXPECT_EQ(resolve_error(cfg(std::string(kZero2) +
                               R"(, "fp16": {"enabled": true, "initial_scale_power": 2000})")),
-            "fp16.initial_scale_power: expected an integer in [0, 1023], got 2000");
+            "fp16.initial_scale_power: expected an integer in [0, 127], got 2000");
+  // 2^1000 does not fit a float: every scaled loss would be inf.
+  EXPECT_EQ(resolve_error(cfg(std::string(kZero2) +
+                              R"(, "fp16": {"enabled": true, "initial_scale_power": 1000})")),
+            "fp16.initial_scale_power: expected an integer in [0, 127], got 1000");
   EXPECT_CONTAINS(resolve_error(cfg(std::string(kZero2) + R"(, "fp16": {"enabled": true,
       "fp16_master_weights_and_grads": true})")),
                   "fp16.fp16_master_weights_and_grads: not supported by ZeroRT");

@@ -189,7 +189,7 @@ TEST(Resolve, EveryProblemIsReportedOnce) {
             "steps_per_print: expected a positive integer, got 0\n"
             "wall_clock_breakdown: expected true or false, got \"yes\" (a string)\n"
             "zero_optimization.overlap_com: unknown key (did you mean \"overlap_comm\"?)\n"
-            "zero_optimization.reduce_bucket_size: expected a non-negative integer, got -1\n"
+            "zero_optimization.reduce_bucket_size: expected a positive integer, got -1\n"
             "fp16.loss_scale_window: expected a positive integer, got 0\n"
             "bfloat16 and fp16 modes cannot be simultaneously enabled");
 }

@@ -140,6 +140,15 @@ TEST(TrainingArguments, BadValues) {
   EXPECT_EQ(usage_error({"--lr_scheduler_kwargs", "{oops"}),
             "--lr_scheduler_kwargs: not valid JSON: {oops");
   EXPECT_CONTAINS(usage_error({"--per_device_train_batch_size", "four"}), "cxxopts:");
+  // As transformers 5.24's TrainingArguments (tests/peers checks the same cases against it).
+  EXPECT_EQ(usage_error({"--logging_steps", "0"}),
+            "--logging_steps 0: logging strategy \"steps\" requires non-zero --logging_steps");
+  EXPECT_EQ(usage_error({"--logging_steps", "2.5"}),
+            "--logging_steps must be an integer if bigger than 1: 2.5");
+  EXPECT_EQ(usage_error({"--save_steps", "7.5"}),
+            "--save_steps must be an integer if bigger than 1: 7.5");
+  EXPECT_EQ(parse({"--save_steps", "0"}).save_steps, 0);  // accepted: never saves by steps
+  EXPECT_EQ(parse({"--logging_steps", "0.25"}).logging_steps, 0.25);  // a fraction of the run
   EXPECT_EQ(usage_error({"--bf16", "--fp16_backend", "apex"}),
             " `--half_precision_backend apex`: bf16 is not supported by apex. Use "
             "`--half_precision_backend amp` instead");

@@ -85,7 +85,7 @@ TEST(Zero, IntegralFloatsAcceptedFractionalRejected) {
 
 TEST(Zero, BadValues) {
   EXPECT_EQ(resolve_error(with_zero(R"({"stage": 2, "reduce_bucket_size": -1})")),
-            "zero_optimization.reduce_bucket_size: expected a non-negative integer, got -1");
+            "zero_optimization.reduce_bucket_size: expected a positive integer, got -1");
   EXPECT_EQ(resolve_error(with_zero(R"({"stage": 4})")),
             "zero_optimization.stage: expected 0, 1, 2 or 3, got 4 (DeepSpeedConfig: Maximum "
             "supported ZeRO stage is 3)");
@@ -99,7 +99,7 @@ TEST(Zero, BadValues) {
             "zero_optimization.sub_group_size: expected a non-negative integer, got 1e+19 (too "
             "large for a 64-bit integer)");
   EXPECT_EQ(resolve_error(with_zero(R"({"stage": 2, "reduce_bucket_size": 18446744073709551615})")),
-            "zero_optimization.reduce_bucket_size: expected a non-negative integer, got "
+            "zero_optimization.reduce_bucket_size: expected a positive integer, got "
             "18446744073709551615 (too large for a 64-bit integer)");
   EXPECT_EQ(resolve_error(with_zero(R"("yes")")),
             "zero_optimization: expected an object (or the legacy true/false), got \"yes\" (a "

@@ -103,6 +103,21 @@ struct ToolTest : ::testing::Test {
     if (std::filesystem::exists("/job/hostfile", ec)) return "/job/hostfile exists on this machine";
     return std::nullopt;
   }
+
+  // Starts zrt-launch with `fake_mpirun`, waits until the fake writes "ready", sends `sig` to the
+  // launcher alone and waits for it to end.
+  ToolRun signal_when_ready(const std::string& fake_mpirun, int sig) {
+    const auto start = std::chrono::steady_clock::now();
+    const pid_t pid =
+        start_tool({"--np", "1", "--mpirun", fake_mpirun, "--", "true"}, dir.path(), {});
+    const std::string ready = dir.path() + "/ready";
+    for (int i = 0; i < 200 && !std::filesystem::exists(ready); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(std::filesystem::exists(ready)) << "the fake mpirun did not start";
+    kill(pid, sig);
+    return finish_tool(pid, dir.path(), start);
+  }
 };
 
 #define SKIP_WITHOUT_MPIRUN() \
@@ -193,6 +208,19 @@ TEST_F(ToolTest, RunsMpirunWithThePlannedArgumentsAndEnvironment) {
   EXPECT_NE(r.err.find("zrt-launch: read env file"), std::string::npos) << r.err;
 }
 
+// A program that does not exist is reported by the launcher, before mpirun runs.
+TEST_F(ToolTest, MissingProgramIsNamedBeforeLaunching) {
+  const std::string fake = script("fake_mpirun", "echo ran > ran.txt\nexit 0\n");
+  ToolRun r = run({"--np", "1", "--mpirun", fake, "--", dir.path() + "/no-such-program"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("no-such-program' not found: no such executable file"), std::string::npos)
+      << r.err;
+  r = run({"--np", "1", "--mpirun", fake, "--", "zrt-no-such-tool"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("no executable of that name on PATH"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/ran.txt"));
+}
+
 TEST_F(ToolTest, MpirunKilledBySignalGives128PlusSignal) {
   const std::string fake = script("fake_mpirun", "kill -KILL $$\n");
   EXPECT_EQ(run({"--np", "1", "--mpirun", fake, "--", "true"}).exit_code, 128 + SIGKILL);
@@ -205,17 +233,24 @@ TEST_F(ToolTest, ForwardsSigtermToMpirun) {
                                   "echo up > ready\n"
                                   "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n"
                                   "exit 5\n");
-  const auto start = std::chrono::steady_clock::now();
-  const pid_t pid = start_tool({"--np", "1", "--mpirun", fake, "--", "true"}, dir.path(), {});
-  const std::string ready = dir.path() + "/ready";
-  for (int i = 0; i < 200 && !std::filesystem::exists(ready); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(std::filesystem::exists(ready));
-  kill(pid, SIGTERM);
-  const ToolRun r = finish_tool(pid, dir.path(), start);
+  const ToolRun r = signal_when_ready(fake, SIGTERM);
   EXPECT_EQ(r.exit_code, 42) << r.err;
   EXPECT_EQ(read_text(dir.path() + "/got_term"), "forwarded\n");
+  EXPECT_LT(r.seconds, 20);
+}
+
+// Ctrl-C: mpirun exits at once (here 1) while a rank still winds down; the launcher returns only
+// after that rank is gone, with the shell's code for SIGINT.
+TEST_F(ToolTest, SigintWaitsForTheRanksAndExits130) {
+  const std::string fake = script("fake_mpirun",
+                                  "(trap '' INT; sleep 1.5; echo gone > rank_done) &\n"
+                                  "trap 'exit 1' INT\n"
+                                  "echo up > ready\n"
+                                  "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n"
+                                  "exit 5\n");
+  const ToolRun r = signal_when_ready(fake, SIGINT);
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_EQ(read_text(dir.path() + "/rank_done"), "gone\n") << "returned before the rank ended";
   EXPECT_LT(r.seconds, 20);
 }
 

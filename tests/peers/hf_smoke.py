@@ -2,7 +2,8 @@
 
 1. HfTrainerDeepSpeedConfig, made by TrainingArguments(deepspeed=...) itself, fills the "auto"
    values of a config (trainer_config_process, then trainer_config_finalize with a model that has
-   config.hidden_size) and raises on a mismatch.
+   config.hidden_size) and raises on a mismatch; TrainingArguments refuses the logging/save step
+   values that zrt-train refuses, and accepts the others.
 2. transformers' Trainer trains a tiny model for a few steps through its DeepSpeed integration
    (ZeRO-2, DeepSpeed's CPU accelerator and gloo), and the loss falls.
 
@@ -118,6 +119,19 @@ def main():
             if "train_micro_batch_size_per_gpu" not in str(e):
                 failures.append(f"mismatch error does not name the key: {e}")
         print(f"hf_smoke: auto rules: {got}")
+
+        # The TrainingArguments checks zrt-train mirrors (tests/config/training_args_test.cpp).
+        for kw, refused in [({"logging_steps": 0}, True), ({"logging_steps": 2.5}, True),
+                            ({"save_steps": 7.5}, True), ({"save_steps": 0}, False),
+                            ({"logging_steps": 0.25}, False)]:
+            try:
+                TrainingArguments(output_dir=out, use_cpu=True, report_to=[], **kw)
+                got_refused = False
+            except ValueError:
+                got_refused = True
+            if got_refused != refused:
+                failures.append(f"TrainingArguments({kw}): refused={got_refused}, zrt-train "
+                                f"expects refused={refused}")
 
         # 2. The Trainer trains through DeepSpeed (its own TrainingArguments: one set per process
         # is how the Trainer is used, and it owns the DeepSpeed config object it made). Per-batch

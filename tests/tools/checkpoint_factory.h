@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "tests/support/run_command.h"
+#include "tests/support/temp_dir.h"
 
 namespace zrt::test {
 
@@ -33,17 +34,9 @@ using ToolResult = zrt::test::CommandResult;
 std::string shell_quote(const std::string& s);
 
 // A fresh directory under the system temp dir, removed with its contents on destruction.
-class ScratchDir {
+class ScratchDir : public TempDir {
  public:
-  ScratchDir();
-  ~ScratchDir();
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
+  ScratchDir() : TempDir("zrt_tools") {}
 };
 
 }  // namespace zrt::test
