@@ -98,7 +98,7 @@ std::vector<std::string> child_environment(const EnvVars& env) {
 // Note [Waiting for the ranks]
 // On Ctrl-C mpirun can exit before its ranks have (they are still unwinding, or killed a moment
 // later). The launcher is a child subreaper (PR_SET_CHILD_SUBREAPER), so processes orphaned by
-// mpirun become its children, and after mpirun ends it reaps them, up to kReapDeadline, before
+// mpirun become its children, and after mpirun ends it reaps them, up to kReapDeadlineS, before
 // it returns: when zrt-launch exits, the job is over.
 constexpr double kReapDeadlineS = 30.0;
 
