@@ -1,10 +1,14 @@
 #include "checkpoint/manifest.h"
 
 #include <algorithm>
+#include <map>
+#include <regex>
 #include <unordered_set>
 
 #include "checkpoint/hash.h"
 #include "checkpoint/layout.h"
+#include "checkpoint/pt_file.h"
+#include "checkpoint/value_view.h"
 #include "core/error.h"
 
 namespace zrt::ckpt {
@@ -175,6 +179,87 @@ Manifest verify_tag(const std::string& save_dir, const std::string& tag, VerifyL
     throw CheckpointError(msg);
   }
   return read_manifest(save_dir, tag, storage);
+}
+
+std::optional<Manifest> deepspeed_tag_manifest(const std::string& save_dir,
+                                               const std::string& tag, Storage* storage) {
+  Storage& s = storage ? *storage : default_storage();
+  const std::string dir = tag_path(save_dir, tag);
+  if (!s.is_dir(dir) || s.exists(join_path(dir, kManifestFile))) return std::nullopt;
+  static const std::regex kPerRank(
+      R"((bf16_)?zero_pp_rank_(\d{1,6})_mp_rank_00_(model|optim)_states\.pt)");
+  Manifest m;
+  m.tag = tag;
+  m.derived = true;
+  m.zrt_version = "deepspeed";
+  std::map<int, int> model_ranks, optim_ranks;  // rank -> files
+  bool has_model_states = false;
+  for (const std::string& name : s.list(dir)) {
+    const std::string path = join_path(dir, name);
+    if (is_temp_name(name) || name.rfind("zrt_rng_state_", 0) == 0) return std::nullopt;
+    if (s.is_dir(path)) continue;
+    ManifestEntry e;
+    e.name = name;
+    e.size = s.open(path)->size();
+    std::smatch match;
+    if (std::regex_match(name, match, kPerRank)) {
+      e.rank = std::stoi(match[2].str());
+      ++(match[3].str() == "model" ? model_ranks : optim_ranks)[e.rank];
+    }
+    has_model_states = has_model_states || name == model_states_name();
+    m.files.push_back(e);
+  }
+  if (!has_model_states && model_ranks.empty()) return std::nullopt;
+  std::sort(m.files.begin(), m.files.end(), [](const ManifestEntry& a, const ManifestEntry& b) {
+    return natural_less(a.name, b.name);
+  });
+  auto contiguous = [&](const std::map<int, int>& ranks) {
+    int expect = 0;
+    for (const auto& [r, n] : ranks) {
+      ZRT_CHECK_AS(CheckpointError, r == expect && n == 1, dir,
+                   ": the per-rank files of this DeepSpeed checkpoint are not ranks 0..N-1 once "
+                   "each (rank ",
+                   expect, " missing or doubled)");
+      ++expect;
+    }
+    return expect;
+  };
+  const int optim_world = contiguous(optim_ranks);
+  if (!model_ranks.empty()) {
+    m.zero_stage = 3;
+    m.world_size = contiguous(model_ranks);
+    ZRT_CHECK_AS(CheckpointError, optim_world == 0 || optim_world == m.world_size, dir, ": ",
+                 m.world_size, " model-state files but ", optim_world, " optimizer-state files");
+    return m;
+  }
+  // Stages 0-2 share one model-states file; its ds_config says which stage wrote it.
+  ReadOptions ro;
+  ro.mode = ReadMode::kTolerant;
+  ro.verify_crc = false;
+  ro.only_keys = {"ds_config", "dp_world_size"};
+  const std::string ms_path = join_path(dir, model_states_name());
+  const Value ms = load_pt(ms_path, ro);
+  const ValueView v(ms, ms_path);
+  m.world_size = optim_world > 0 ? optim_world
+                                 : (v.contains("dp_world_size") ? static_cast<int>(
+                                                                      v["dp_world_size"].as_int())
+                                                                : 1);
+  m.zero_stage = optim_world > 0 ? 2 : 0;
+  if (optim_world > 0 && v.contains("ds_config") && v["ds_config"].kind() == ValueKind::kDict &&
+      v["ds_config"].contains("zero_optimization")) {
+    const ValueView zo = v["ds_config"]["zero_optimization"];
+    if (zo.kind() == ValueKind::kDict && zo.contains("stage")) {
+      m.zero_stage = static_cast<int>(zo["stage"].as_int());
+    }
+  }
+  ZRT_CHECK_AS(CheckpointError, m.world_size >= 1, ms_path, ": dp_world_size ", m.world_size);
+  return m;
+}
+
+Manifest open_tag(const std::string& save_dir, const std::string& tag, VerifyLevel level,
+                  Storage* storage) {
+  if (std::optional<Manifest> ds = deepspeed_tag_manifest(save_dir, tag, storage)) return *ds;
+  return verify_tag(save_dir, tag, level, storage);
 }
 
 std::vector<std::string> complete_tags(const std::string& save_dir, Storage* storage) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ struct Manifest {
   int64_t created_unix_ms = 0;
   std::vector<ManifestEntry> files;
   Json engine = Json::object();  // whatever the engine recorded (steps, dtype, ...)
+  // True for a DeepSpeed-written tag: implied by its files (deepspeed_tag_manifest), so there are
+  // no checksums to compare and the sizes are those found on disk.
+  bool derived = false;
 
   const ManifestEntry* find(const std::string& name) const;
   Json to_json() const;
@@ -55,6 +59,19 @@ std::vector<std::string> check_tag(const std::string& save_dir, const std::strin
 // check_tag, throwing one CheckpointError listing the problems; returns the manifest.
 Manifest verify_tag(const std::string& save_dir, const std::string& tag,
                     VerifyLevel level = VerifyLevel::kChecksums, Storage* storage = nullptr);
+// A tag DeepSpeed wrote: no manifest, none of ZeroRT's own files (RNG states, temp files), and
+// DeepSpeed's model-states file(s). The manifest its files imply: every regular file with its
+// size (rank from the per-rank names), the world size from the per-rank files (stage 0: the
+// model states' dp_world_size), stage 3 when the model states are per rank, else the stage its
+// ds_config records (1 or 2; 0 without optimizer files). nullopt for anything else, e.g. a
+// ZeroRT save that did not finish.
+std::optional<Manifest> deepspeed_tag_manifest(const std::string& save_dir, const std::string& tag,
+                                               Storage* storage = nullptr);
+// What a loader relies on: the verified manifest of a ZeroRT tag (verify_tag at `level`), or the
+// implied manifest of a DeepSpeed-written tag. Throws verify_tag's CheckpointError otherwise.
+Manifest open_tag(const std::string& save_dir, const std::string& tag,
+                  VerifyLevel level = VerifyLevel::kSizes, Storage* storage = nullptr);
+
 // Tags in save_dir that have a readable manifest, oldest save first (for falling back to the
 // newest complete tag when `latest` names a broken one).
 std::vector<std::string> complete_tags(const std::string& save_dir, Storage* storage = nullptr);

@@ -17,6 +17,11 @@ namespace {
 //                                         -> a view of the storage (requires_grad dropped)
 //   torch._utils._rebuild_parameter(tensor, requires_grad, hooks[, state]) and
 //   torch._utils._rebuild_parameter_with_state   -> the tensor
+//   torch._tensor._rebuild_from_type_v2(func, torch.Tensor, args, state): how torch.save writes
+//                                         a plain tensor that carries Python attributes (DeepSpeed's
+//                                         ZeRO-3 flat groups) -> func(*args), the attributes
+//                                         dropped; any other type (a tensor subclass) is refused
+//   torch.Tensor                          only as that second argument
 //   collections.OrderedDict()             -> an ordered dict (BUILD state, e.g. _metadata, dropped)
 //   torch.Size((d0, ...))                 -> torch.Size
 //   torch.<T>Storage for the dtypes of tensor_types.h, only inside a persistent id
@@ -25,7 +30,8 @@ namespace {
 bool is_allowed_global(const std::string& name) {
   static const char* kAllowed[] = {
       "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter",
-      "torch._utils._rebuild_parameter_with_state", "collections.OrderedDict", "torch.Size"};
+      "torch._utils._rebuild_parameter_with_state", "torch._tensor._rebuild_from_type_v2",
+      "torch.Tensor", "collections.OrderedDict", "torch.Size"};
   for (const char* a : kAllowed) {
     if (name == a) return true;
   }
@@ -90,6 +96,20 @@ Node* Parser::reduce(Node* fn, Node* args) {
     const auto& a = tuple_args(3, 4);
     if (a[0]->kind != NodeKind::kTensor) fail(str(name, " of a ", node_kind_name(a[0]->kind)));
     return a[0];
+  }
+  if (name == "torch._tensor._rebuild_from_type_v2") {
+    const auto& a = tuple_args(4, 4);
+    const bool plain = a[1]->kind == NodeKind::kGlobal && a[1]->s == "torch.Tensor";
+    if (!plain) {
+      if (g_.options.mode == ReadMode::kTolerant) return make_object(name, args);
+      fail(str(name, " of a tensor subclass (",
+               a[1]->kind == NodeKind::kGlobal ? a[1]->s : node_kind_name(a[1]->kind),
+               "): only plain tensors are read"));
+    }
+    if (a[2]->kind != NodeKind::kTuple) fail(str(name, ": its arguments are not a tuple"));
+    Node* tensor = reduce(a[0], a[2]);
+    if (tensor->kind != NodeKind::kTensor) fail(str(name, " did not rebuild a tensor"));
+    return tensor;  // a[3], the tensor's Python attributes: dropped
   }
   if (name == "collections.OrderedDict") {
     tuple_args(0, 0);

@@ -5,10 +5,17 @@
 //   zrt-launch --np 2 -- build/bin/zrt-train --deepspeed examples/configs/zero3.json \
 //       --output_dir /tmp/run --max_steps 100 --save_steps 50
 //
+// As HF's example scripts: --do_train trains, --do_eval evaluates on the held-out tenth of the
+// data, --do_predict writes predictions for it (output_dir/predictions.safetensors and
+// predict_results.json); with none of the three it trains. --model_name_or_path starts from
+// weights: a checkpoint folder (ZeroRT's or DeepSpeed's, any stage and world size) or a
+// .safetensors/.pt state dict. Prediction alone with a ZeRO-3 config runs ZeRO-3 inference.
+//
 // The corpus is generated in-process (a small grammar, so the loss visibly falls in a minute on
 // two CPU cores) unless --train_file gives a text file, read as bytes.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -18,6 +25,7 @@
 #include <cxxopts.hpp>
 #include <torch/torch.h>
 
+#include "checkpoint/safetensors.h"
 #include "comm/init.h"
 #include "config/load.h"
 #include "config/training_args.h"
@@ -129,7 +137,10 @@ int run(int argc, char** argv) {
       "train_file", "text file to train on (bytes); default: a generated corpus",
       cxxopts::value<std::string>())("corpus_bytes", "size of the generated corpus",
                                      cxxopts::value<int64_t>()->default_value("200000"))(
-      "h,help", "show this help");
+      "model_name_or_path",
+      "weights to start from: a checkpoint folder (checkpoint-N, a save_dir with `latest`, a "
+      "global_stepN tag) or a .safetensors/.pt state dict",
+      cxxopts::value<std::string>())("h,help", "show this help");
   config::add_training_arguments(options);
   std::vector<std::string> args(argv + 1, argv + argc);
   std::vector<std::string> joined = config::join_bool_flag_values(args);
@@ -162,6 +173,7 @@ int run(int argc, char** argv) {
   std::shared_ptr<torch::nn::Module> model;
   std::shared_ptr<Dataset> train, eval;
   LossFn loss_fn;
+  OutputLossFn output_loss;  // one example's output against its target
   if (kind == "gpt") {
     GptConfig c;
     c.width = width;
@@ -191,6 +203,9 @@ int run(int argc, char** argv) {
       at::Tensor logits = gpt->forward(x);
       return torch::cross_entropy_loss(logits.view({-1, logits.size(-1)}), y.reshape({-1}));
     };
+    output_loss = [](const at::Tensor& logits, const at::Tensor& y) {
+      return torch::cross_entropy_loss(logits.view({-1, logits.size(-1)}), y.reshape({-1}));
+    };
   } else if (kind == "mlp") {
     train = std::make_shared<RegressionDataset>(4096, 1);
     eval = std::make_shared<RegressionDataset>(512, 2);
@@ -199,27 +214,72 @@ int run(int argc, char** argv) {
     loss_fn = [mlp](torch::nn::Module&, const at::Tensor& x, const at::Tensor& y) {
       return torch::mse_loss(mlp->forward(x), y);
     };
+    output_loss = [](const at::Tensor& out, const at::Tensor& y) { return torch::mse_loss(out, y); };
   } else {
     throw UsageError(str("--model must be gpt or mlp, got '", kind, "'"));
   }
   Trainer trainer(model, targs, train, eval, loss_fn, topts);
-  const TrainOutput out = trainer.train();
-  // Evaluate only when asked (HF's do_eval), as the Trainer does during training.
-  const std::optional<double> eval_loss =
-      targs.do_eval ? std::optional<double>(trainer.evaluate()) : std::nullopt;
-  if (comm->rank() == 0) {
-    const std::string eval = eval_loss ? str("; eval loss ", *eval_loss) : "";
-    if (out.steps_this_run == 0) {
-      std::printf("train: nothing to train, already at step %lld of %lld%s\n",
-                  static_cast<long long>(out.global_step),
-                  static_cast<long long>(out.global_step), eval.c_str());
-    } else {
-      std::printf("train: %lld steps (%lld to %lld) in %.1f s (%.1f samples/s), mean loss %.4f%s\n",
-                  static_cast<long long>(out.steps_this_run),
-                  static_cast<long long>(out.global_step - out.steps_this_run + 1),
-                  static_cast<long long>(out.global_step), out.train_runtime_s,
-                  out.samples_per_second, out.training_loss, eval.c_str());
+  // HF's example scripts: each phase only when asked; with no --do_* flag, training.
+  const bool do_train = targs.do_train || !(targs.do_eval || targs.do_predict);
+  std::optional<std::string> weights;
+  if (result.count("model_name_or_path")) weights = result["model_name_or_path"].as<std::string>();
+  if (!do_train && !weights && targs.resume_from_checkpoint) {
+    // Without training there is nothing to resume: the checkpoint's weights are the model.
+    weights = trainer.resume_path();
+  }
+  if (weights) trainer.load_model_weights(*weights, /*inference=*/!do_train);
+  auto print_metrics = [&](const char* split, const std::vector<std::pair<std::string, double>>& m) {
+    if (comm->rank() != 0) return;
+    std::printf("***** %s metrics *****\n", split);
+    for (const auto& [k, v] : m) std::printf("  %-28s = %.6g\n", k.c_str(), v);
+    std::fflush(stdout);
+  };
+  if (do_train) {
+    const TrainOutput out = trainer.train();
+    trainer.save_metrics("train", {{"train_loss", out.training_loss},
+                                   {"train_runtime", out.train_runtime_s},
+                                   {"train_samples_per_second", out.samples_per_second},
+                                   {"global_step", static_cast<double>(out.global_step)}});
+    if (comm->rank() == 0) {
+      if (out.steps_this_run == 0) {
+        std::printf("train: nothing to train, already at step %lld of %lld\n",
+                    static_cast<long long>(out.global_step),
+                    static_cast<long long>(out.global_step));
+      } else {
+        std::printf("train: %lld steps (%lld to %lld) in %.1f s (%.1f samples/s), mean loss %.4f\n",
+                    static_cast<long long>(out.steps_this_run),
+                    static_cast<long long>(out.global_step - out.steps_this_run + 1),
+                    static_cast<long long>(out.global_step), out.train_runtime_s,
+                    out.samples_per_second, out.training_loss);
+      }
     }
+  }
+  if (targs.do_eval) {
+    const double eval_loss = trainer.evaluate();
+    trainer.save_metrics("eval", {{"eval_loss", eval_loss}});
+    if (comm->rank() == 0) std::printf("eval loss %.6f\n", eval_loss);
+  }
+  if (targs.do_predict) {
+    PredictionOutput pred = trainer.predict(
+        *eval,
+        [model](torch::nn::Module&, const at::Tensor& x) {
+          // The models' forward through the same module tree the engine manages.
+          return model->as<GptImpl>() != nullptr ? model->as<GptImpl>()->forward(x)
+                                                 : model->as<MlpImpl>()->forward(x);
+        },
+        output_loss);
+    if (comm->rank() == 0) {
+      const std::string path =
+          (std::filesystem::path(targs.output_dir) / "predictions.safetensors").string();
+      std::filesystem::create_directories(targs.output_dir);
+      ckpt::save_safetensors({{"predictions", at::stack(pred.predictions)},
+                              {"label_ids", at::stack(pred.label_ids)}},
+                             path);
+      std::printf("predict: %zu predictions written to %s\n", pred.predictions.size(),
+                  path.c_str());
+    }
+    trainer.save_metrics("predict", pred.metrics);
+    print_metrics("predict", pred.metrics);
   }
   return 0;
 }

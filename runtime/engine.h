@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <torch/torch.h>
@@ -162,6 +163,12 @@ class Engine {
   std::optional<LoadedCheckpoint> load_checkpoint(
       const std::string& load_dir, const std::optional<std::string>& tag = std::nullopt,
       const LoadCheckpointOptions& options = {});
+  // Collective. Module weights (and buffers) from one file: a torch.save state dict (.pt/.bin,
+  // e.g. what save_16bit_model or `zrt-ckpt to-fp32` writes) or .safetensors, cast to the
+  // model's dtype and partitioned as the engine keeps them. With `strict`, a name missing on
+  // either side or a shape that differs is a CheckpointError naming it. Counters, optimizer and
+  // scheduler are untouched (fine-tuning from weights).
+  void load_module_file(const std::string& path, bool strict = true);
   // Collective. Whole low-precision weights (and buffers) written by rank 0 to dir/name — a
   // torch.save state dict, or safetensors when the name ends in ".safetensors". Under ZeRO-3
   // only with stage3_gather_16bit_weights_on_model_save (else logs and returns false).
@@ -198,6 +205,8 @@ class Engine {
   std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> param_shapes() const;
   void load_module_weights(const std::string& dir, const std::string& tag,
                            const ckpt::Value& model_states, int saved_stage, bool strict);
+  void assign_module_weights(const std::unordered_map<std::string, at::Tensor>& full, bool strict,
+                             const std::string& context);
   void load_partitioned_state(const std::string& dir, const std::string& tag, int saved_stage,
                               int saved_world, const ckpt::Value& model_states);
   void refresh_masters_from_params();

@@ -125,6 +125,12 @@ void Engine::load_module_weights(const std::string& dir, const std::string& tag,
       full.emplace(key.as_str(), value.as_tensor());
     }
   }
+  assign_module_weights(full, strict, dir);
+}
+
+void Engine::assign_module_weights(const std::unordered_map<std::string, at::Tensor>& full,
+                                   bool strict, const std::string& dir) {
+  at::NoGradGuard no_grad;
   std::set<std::string> expected;
   auto fetch = [&](const std::string& name, const at::Tensor& like) -> at::Tensor {
     expected.insert(name);
@@ -301,24 +307,31 @@ std::optional<LoadedCheckpoint> Engine::load_checkpoint(const std::string& load_
                  "pass an explicit checkpoint tag when loading a checkpoint.");
     return std::nullopt;
   }
+  // A ZeroRT tag is verified against its manifest; a DeepSpeed-written one has none, and its
+  // files (which pickle DeepSpeed's own classes) are read in tolerant mode.
   const ckpt::Manifest manifest =
-      ckpt::verify_tag(load_dir, *tag, ckpt::VerifyLevel::kSizes, storage_.get());
+      ckpt::open_tag(load_dir, *tag, ckpt::VerifyLevel::kSizes, storage_.get());
+  ckpt::ReadOptions read_options;
+  if (manifest.derived) read_options.mode = ckpt::ReadMode::kTolerant;
   const std::string dir = ckpt::tag_path(load_dir, *tag);
   const int saved_stage = manifest.zero_stage;
   const int saved_world = manifest.world_size;
   const int rank = comm_->rank();
   const bool same = saved_stage == config_.zero.stage && saved_world == comm_->size();
+  // Without an optimizer (inference) there is nothing but the module to load into: weights only,
+  // as DeepSpeed's load_module_only; the optimizer and scheduler files are never read.
+  const bool module_only = options.load_module_only || optimizer_ == nullptr;
   const std::string model_file =
       saved_stage == 3 ? ckpt::zero3_model_states_name(same ? rank : 0) : ckpt::model_states_name();
-  const Value ms = ckpt::load_pt(ckpt::join_path(dir, model_file));
+  const Value ms = ckpt::load_pt(ckpt::join_path(dir, model_file), read_options);
   const ValueView msv(ms, model_file);
-  if (options.load_module_only || !options.load_optimizer_states || optimizer_ == nullptr) {
+  if (module_only || !options.load_optimizer_states) {
     load_module_weights(dir, *tag, ms, saved_stage, options.load_module_strict);
   } else {
     load_partitioned_state(dir, *tag, saved_stage, saved_world, ms);
   }
   bool scheduler_loaded = false;
-  if (!options.load_module_only) {
+  if (!module_only) {
     global_steps_ = msv["global_steps"].as_int();
     global_samples_ = msv.contains("global_samples") ? msv["global_samples"].as_int()
                                                      : global_steps_ * train_batch_size();
@@ -345,8 +358,43 @@ std::optional<LoadedCheckpoint> Engine::load_checkpoint(const std::string& load_
     loaded.client_state.set(key, value);
   }
   comm_->barrier();
-  ZRT_LOG_INFO("loaded checkpoint ", dir, " (global step ", global_steps_, ")");
+  if (module_only) {
+    ZRT_LOG_INFO("loaded the module weights of checkpoint ", dir,
+                 optimizer_ == nullptr ? " (inference: no optimizer or scheduler state)" : "");
+  } else {
+    ZRT_LOG_INFO("loaded checkpoint ", dir, " (global step ", global_steps_, ")");
+  }
   return loaded;
+}
+
+void Engine::load_module_file(const std::string& path, bool strict) {
+  ZRT_CHECK(!backward_pending_, "load_module_file() between backward() and step()");
+  const bool st = path.size() > 12 && path.substr(path.size() - 12) == ".safetensors";
+  std::unordered_map<std::string, at::Tensor> full;
+  if (st) {
+    for (auto& [name, t] : ckpt::load_safetensors(path).tensors) full[name] = t;
+  } else {
+    // A torch.save state dict (what save_16bit_model and zrt-ckpt to-fp32 write), or a dict whose
+    // "module" / "state_dict" entry is one.
+    ckpt::ReadOptions ro;
+    ro.mode = ckpt::ReadMode::kTolerant;
+    const Value file = ckpt::load_pt(path, ro);
+    ValueView v(file, path);
+    ZRT_CHECK_AS(CheckpointError, v.kind() == ckpt::ValueKind::kDict, path,
+                 ": not a state dict (a ", ckpt::value_kind_name(v.kind()), ")");
+    for (const char* wrapper : {"module", "state_dict"}) {
+      if (v.contains(wrapper) && v[wrapper].kind() == ckpt::ValueKind::kDict) {
+        v = v[wrapper];
+        break;
+      }
+    }
+    for (const auto& [key, value] : v.as_dict()) {
+      if (key.is_str() && value.is_tensor()) full.emplace(key.as_str(), value.as_tensor());
+    }
+  }
+  assign_module_weights(full, strict, path);
+  comm_->barrier();
+  ZRT_LOG_INFO("loaded the module weights of ", path);
 }
 
 bool Engine::save_16bit_model(const std::string& dir, const std::string& name) {

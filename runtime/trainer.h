@@ -62,6 +62,20 @@ struct TrainOutput {
   std::vector<LogEntry> log_history;
 };
 
+// Trainer::predict's result, as HF's PredictionOutput: on rank 0 the outputs and targets of every
+// example in dataset order (padding of the last rank's share dropped); elsewhere empty. Metrics
+// (HF's names: predict_loss when a loss is given, predict_runtime, predict_samples,
+// predict_samples_per_second, predict_steps_per_second) on every rank.
+struct PredictionOutput {
+  std::vector<at::Tensor> predictions;
+  std::vector<at::Tensor> label_ids;
+  std::vector<std::pair<std::string, double>> metrics;
+};
+
+using ForwardFn = std::function<at::Tensor(torch::nn::Module&, const at::Tensor&)>;
+// The loss of one example's output against its target (a scalar), e.g. cross entropy.
+using OutputLossFn = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
+
 // Whether progress is drawn as a live bar (carriage-return frames) rather than left to the
 // periodic log lines: ZRT_PROGRESS=bar or =lines decides (zrt-launch sets lines when its own
 // stdout is not a terminal), else whether stdout is a terminal.
@@ -80,24 +94,47 @@ class Trainer {
   // Collective. Mean loss over the evaluation set (each rank its share, all-reduced).
   double evaluate();
   // Collective. `forward` of every example of `data`, in order, on rank 0 (empty elsewhere).
-  std::vector<at::Tensor> predict(
-      const Dataset& data,
-      const std::function<at::Tensor(torch::nn::Module&, const at::Tensor&)>& forward);
+  // Without an engine yet, builds one for inference: ZeRO-3's parameter-partitioning-only mode
+  // when the config is stage 3, else the configured stage run forward-only.
+  std::vector<at::Tensor> predict(const Dataset& data, const ForwardFn& forward);
+  // The same with targets and HF's predict metrics; `loss` (optional) gives predict_loss, the
+  // mean over the examples.
+  PredictionOutput predict(const Dataset& data, const ForwardFn& forward,
+                           const OutputLossFn& loss);
+
+  // Collective. Loads module weights only (no optimizer, scheduler or counters, as DeepSpeed's
+  // load_module_only) from `path`, building the engine first when there is none: for inference
+  // (`inference`, as predict() builds it) or for training. `path` may be
+  //  - a file: a .safetensors or torch.save (.pt/.bin) state dict (Engine::load_module_file);
+  //  - a folder with `latest`: an HF checkpoint-N folder or a DeepSpeed save_dir, ZeroRT- or
+  //    DeepSpeed-written, any stage and world size (the tag `latest` names);
+  //  - a tag folder (global_stepN, holding *_model_states.pt);
+  //  - a folder with model.safetensors or pytorch_model.bin.
+  // Anything else is a CheckpointError naming the path and what was looked for.
+  void load_model_weights(const std::string& path, bool inference);
+
+  // Rank 0 writes output_dir/{split}_results.json and merges the metrics into
+  // output_dir/all_results.json (HF's save_metrics); every rank returns.
+  void save_metrics(const std::string& split,
+                    const std::vector<std::pair<std::string, double>>& metrics) const;
 
   Engine& engine();
   const std::vector<LogEntry>& log_history() const { return log_history_; }
   // Total optimizer steps of train() (HF's max_steps rule).
   int64_t num_training_steps() const;
+  // The checkpoint args.resume_from_checkpoint names ("last"/"true": the newest complete
+  // output_dir/checkpoint-*; CheckpointError when there is none), nullopt when unset or "false".
+  std::optional<std::string> resume_path() const;
   // output_dir/checkpoint-{step} directories that are complete, oldest first.
   std::vector<std::string> checkpoints() const;
 
  private:
   void ensure_engine(bool inference);
+  bool stage3_config() const;
   std::pair<at::Tensor, at::Tensor> collate(const Dataset& data,
                                             const std::vector<int64_t>& indices) const;
   void save(int64_t epoch, int64_t batches_in_epoch);
   void rotate_checkpoints();
-  std::optional<std::string> resume_path() const;
   void write_curves() const;
   int64_t batches_per_epoch() const;
 

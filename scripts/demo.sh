@@ -13,7 +13,7 @@ rm -rf "$OUT"
 TRAIN=("$BUILD/bin/zrt-launch" --np 2 --timeout 600 -- "$BUILD/bin/zrt-train"
        --deepspeed "$ROOT/examples/configs/zero3.json" --output_dir "$OUT"
        --per_device_train_batch_size 8 --learning_rate 3e-3 --warmup_steps 10
-       --logging_steps 10 --save_steps 30 --do_eval)
+       --logging_steps 10 --save_steps 30 --do_train --do_eval)
 echo "== job 1: ZeRO-3 on 2 ranks, 60 steps, checkpoints at 30 and 60"
 "${TRAIN[@]}" --max_steps 60
 echo "== job 2: resume from the last checkpoint, train to step 80"

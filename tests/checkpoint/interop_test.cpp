@@ -215,6 +215,12 @@ for name, t in [('bf16', torch.bfloat16), ('f16', torch.float16), ('f64', torch.
 dt['bool'] = torch.tensor([True, False])
 torch.save(dt, d + '/dtypes.pt')
 torch.save({'p': torch.nn.Parameter(torch.ones(3))}, d + '/param.pt')
+attr = torch.arange(4.)
+attr.ds_id = 3  # a Python attribute: torch.save writes _rebuild_from_type_v2 (DeepSpeed ZeRO-3)
+torch.save({'t': attr}, d + '/attr.pt')
+class Sub(torch.Tensor):
+    pass
+torch.save({'t': torch.arange(4.).as_subclass(Sub)}, d + '/subclass.pt')
 for proto in (4, 5):
     torch.save(collections.OrderedDict(w=torch.ones(2, 2), name='p%d' % proto, f=0.5),
                d + '/proto%d.pt' % proto, pickle_protocol=proto)
@@ -336,6 +342,14 @@ TEST_F(PythonFixtures, EveryDtype) {
 
 TEST_F(PythonFixtures, ParameterAndNewerProtocols) {
   EXPECT_TRUE(load_pt(path("param.pt")).at("p").as_tensor().equal(torch::ones({3})));
+  // A tensor with Python attributes is read (attributes dropped); a subclass is named.
+  EXPECT_TRUE(load_pt(path("attr.pt")).at("t").as_tensor().equal(torch::arange(4.0)));
+  try {
+    load_pt(path("subclass.pt"));
+    ADD_FAILURE() << "a tensor subclass was read in strict mode";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("Sub"), std::string::npos) << e.what();
+  }
   for (const char* f : {"proto4.pt", "proto5.pt"}) {
     Value v = load_pt(path(f));
     EXPECT_TRUE(v.is_ordered_dict()) << f;

@@ -39,6 +39,6 @@ done
 log="$WORK/full1.log"
 if grep -q $'\r' "$log"; then echo "carriage-return frames in a log file"; exit 1; fi
 if grep -q "eval loss" "$log"; then echo "evaluated without --do_eval"; cat "$log"; exit 1; fi
-run "$WORK/eval" "$SRC/examples/configs/zero2.json" 2 --do_eval
+run "$WORK/eval" "$SRC/examples/configs/zero2.json" 2 --do_train --do_eval
 grep -q "eval loss" "$WORK/eval.log" || { echo "no evaluation with --do_eval"; cat "$WORK/eval.log"; exit 1; }
 echo "train_resume_test: OK"

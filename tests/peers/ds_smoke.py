@@ -11,17 +11,10 @@ the deadline passes, so a hang never outlives the test.
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from peer_launch import run_ranks
 
 
 def rank_main(args):
@@ -99,35 +92,11 @@ def main():
 
     with tempfile.TemporaryDirectory(prefix="zrt_ds_smoke_") as tmp:
         result = os.path.join(tmp, "result.json")
-        port = free_port()
-        procs = []
-        for rank in range(args.world):
-            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank),
-                       WORLD_SIZE=str(args.world), LOCAL_WORLD_SIZE=str(args.world),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DS_ACCELERATOR="cpu",
-                       OMP_NUM_THREADS="1")
-            cmd = [sys.executable, os.path.abspath(__file__), "--rank-main", "--result", result,
-                   "--steps", str(args.steps), "--dtype", args.dtype, "--stages"]
-            cmd += [str(s) for s in args.stages]
-            cmd += ["--offload"] * args.offload + ["--checkpoint"] * args.checkpoint
-            procs.append(subprocess.Popen(cmd, env=env))
-        deadline = time.monotonic() + args.timeout
-        failed = None
-        while any(p.poll() is None for p in procs):
-            bad = [p for p in procs if p.poll() not in (None, 0)]
-            if bad or time.monotonic() > deadline:
-                failed = (f"rank exited with {bad[0].returncode}" if bad
-                          else f"deadline of {args.timeout} s passed")
-                break
-            time.sleep(0.2)
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        if failed is None and any(p.returncode != 0 for p in procs):
-            failed = "exit codes " + str([p.returncode for p in procs])
-        if failed:
-            print(f"ds_smoke: FAILED: {failed}", file=sys.stderr)
+        argv = [os.path.abspath(__file__), "--rank-main", "--result", result,
+                "--steps", str(args.steps), "--dtype", args.dtype, "--stages"]
+        argv += [str(s) for s in args.stages]
+        argv += ["--offload"] * args.offload + ["--checkpoint"] * args.checkpoint
+        if run_ranks(argv, args.world, args.timeout, "ds_smoke"):
             return 1
         with open(result) as f:
             results = json.load(f)

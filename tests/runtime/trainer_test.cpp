@@ -159,5 +159,112 @@ TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
   if (test::world().rank() == 0) fs::remove_all(dir);
 }
 
+// Issue 19: a training checkpoint serves ZeRO-3 inference. Weights trained at stage 2 load, module
+// only, into a stage-3 inference engine (no optimizer, no scheduler) from the checkpoint folder,
+// the tag folder and a consolidated safetensors file; the predictions equal a plain forward of the
+// trained model, bit for bit (one example per forward on both sides). A training engine can take
+// the weights on purpose (fine-tuning with a fresh optimizer and step counter).
+TEST(Trainer, Zero3InferenceFromCheckpointEqualsPlainForward) {
+  const std::string dir = shared_dir("infer");
+  config::TrainingArguments args;
+  args.deepspeed = write_config(dir);
+  args.output_dir = dir + "/out";
+  args.per_device_train_batch_size = 2;
+  args.per_device_eval_batch_size = 1;
+  args.learning_rate = 0.05;
+  args.max_steps = 4;
+  args.save_steps = 4;
+  args.logging_steps = 4;
+  TrainerOptions opts;
+  opts.comm = world_ptr();
+  opts.progress_bar = false;
+  auto forward = [](torch::nn::Module& m, const at::Tensor& x) {
+    return static_cast<test::TinyMlpImpl&>(m).forward(x);
+  };
+  auto loss_fn = [&](torch::nn::Module& m, const at::Tensor& x, const at::Tensor& y) {
+    return torch::mse_loss(forward(m, x), y);
+  };
+  auto trained = std::make_shared<test::TinyMlpImpl>(false);
+  Trainer trainer(trained, args, std::make_shared<TinyData>(64), nullptr, loss_fn, opts);
+  ASSERT_EQ(trainer.train().global_step, 4);
+  ASSERT_TRUE(trainer.engine().save_16bit_model(dir, "model.safetensors"));
+  TinyData data(9);
+  std::vector<at::Tensor> expected;
+  {
+    torch::NoGradGuard no_grad;  // stage 2 keeps whole weights on every rank
+    for (int64_t i = 0; i < data.size(); ++i) {
+      expected.push_back(trained->forward(data.get(i).first.unsqueeze(0))[0].clone());
+    }
+  }
+  const std::string inference_config = dir + "/zero3_inference.json";
+  if (test::world().rank() == 0) {
+    std::ofstream(inference_config) << R"({"zero_optimization": {"stage": 3},
+      "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto",
+      "gradient_accumulation_steps": "auto"})";
+  }
+  test::world().barrier();
+  const std::string checkpoint = args.output_dir + "/checkpoint-4";
+  for (const std::string& source :
+       {checkpoint, checkpoint + "/global_step4", dir + "/model.safetensors"}) {
+    SCOPED_TRACE(source);
+    config::TrainingArguments infer_args = args;
+    infer_args.deepspeed = inference_config;
+    auto fresh = std::make_shared<test::TinyMlpImpl>(false);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : fresh->parameters()) p.zero_();  // nothing right unless the load worked
+    }
+    Trainer inference(fresh, infer_args, nullptr, nullptr, loss_fn, opts);
+    inference.load_model_weights(source, /*inference=*/true);
+    EXPECT_EQ(inference.engine().optimizer(), nullptr);
+    EXPECT_EQ(inference.engine().lr_scheduler(), nullptr);
+    const PredictionOutput out = inference.predict(
+        data, forward, [](const at::Tensor& o, const at::Tensor& y) { return torch::mse_loss(o, y); });
+    ASSERT_FALSE(out.metrics.empty());
+    EXPECT_EQ(out.metrics.front().first, "predict_loss");
+    if (test::world().rank() == 0) {
+      ASSERT_EQ(out.predictions.size(), expected.size());
+      ASSERT_EQ(out.label_ids.size(), expected.size());
+      double loss = 0;
+      for (size_t i = 0; i < expected.size(); ++i) {
+        EXPECT_TRUE(torch::equal(out.predictions[i], expected[i])) << "example " << i;
+        EXPECT_TRUE(torch::equal(out.label_ids[i], data.get(static_cast<int64_t>(i)).second));
+        loss += torch::mse_loss(expected[i], out.label_ids[i]).item<double>();
+      }
+      EXPECT_NEAR(out.metrics.front().second, loss / expected.size(), 1e-12);
+    } else {
+      EXPECT_TRUE(out.predictions.empty());
+    }
+  }
+  // Fine-tuning on purpose: weights only into a training engine; its step counter starts at 0.
+  {
+    auto fresh = std::make_shared<test::TinyMlpImpl>(false);
+    config::TrainingArguments tune = args;
+    tune.output_dir = dir + "/tune";
+    tune.max_steps = 1;
+    Trainer tuner(fresh, tune, std::make_shared<TinyData>(64), nullptr, loss_fn, opts);
+    tuner.load_model_weights(checkpoint, /*inference=*/false);
+    EXPECT_EQ(tuner.engine().global_steps(), 0);
+    {
+      torch::NoGradGuard no_grad;
+      EXPECT_TRUE(torch::equal(fresh->forward(data.get(0).first.unsqueeze(0))[0], expected[0]));
+    }
+    EXPECT_EQ(tuner.train().global_step, 1);
+  }
+  // A folder with no weights in any known form is named, with what was looked for.
+  {
+    Trainer nothing(std::make_shared<test::TinyMlpImpl>(false), args, nullptr, nullptr, loss_fn,
+                    opts);
+    try {
+      nothing.load_model_weights(dir + "/csv", true);
+      ADD_FAILURE() << "no error";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("no weights found"), std::string::npos) << e.what();
+    }
+  }
+  test::world().barrier();
+  if (test::world().rank() == 0) fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace zrt
