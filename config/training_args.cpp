@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <sstream>
 #include <utility>
 
 #include <cxxopts.hpp>
@@ -57,7 +58,71 @@ std::string TrainingArguments::effective_fp16_backend() const {
   return fp16_backend != "auto" ? fp16_backend : half_precision_backend;
 }
 
-void TrainingArguments::validate() const {
+std::optional<std::string> TrainingArguments::best_metric_key() const {
+  if (!metric_for_best_model) return std::nullopt;
+  const std::string& m = *metric_for_best_model;
+  return m.rfind("eval_", 0) == 0 ? m : "eval_" + m;
+}
+
+void TrainingArguments::validate() {
+  check_choice("eval_strategy", eval_strategy, {"no", "steps", "epoch"});
+  check_choice("save_strategy", save_strategy, {"no", "steps", "epoch", "best"});
+  check_choice("logging_strategy", logging_strategy, {"no", "steps", "epoch"});
+  if (eval_strategy != "no") do_eval = true;  // as HF's __post_init__
+  if (eval_strategy == "steps" && (!eval_steps || *eval_steps == 0)) {
+    if (logging_steps > 0) {
+      eval_steps = logging_steps;
+    } else {
+      throw UsageError(
+          "evaluation strategy IntervalStrategy.STEPS requires either non-zero --eval_steps or "
+          "--logging_steps");
+    }
+  }
+  if (logging_strategy == "steps" && logging_steps == 0) {
+    throw UsageError(
+        "logging strategy IntervalStrategy.STEPS requires non-zero --logging_steps");
+  }
+  if (eval_strategy == "steps" && *eval_steps > 1 && *eval_steps != std::floor(*eval_steps)) {
+    throw UsageError(str("--eval_steps must be an integer if bigger than 1: ", *eval_steps));
+  }
+  if (load_best_model_at_end && save_strategy != "best") {
+    if (eval_strategy != save_strategy) {
+      throw UsageError(str(
+          "--load_best_model_at_end requires the save and eval strategy to match, except when "
+          "--save_strategy=\"best\", but found\n- Evaluation strategy: ", eval_strategy,
+          "\n- Save strategy: ", save_strategy));
+    }
+    if (eval_strategy == "steps" && *eval_steps >= 1 && save_steps >= 1 &&
+        std::fmod(save_steps, *eval_steps) != 0) {
+      throw UsageError(str("--load_best_model_at_end requires the saving steps to be a round "
+                           "multiple of the evaluation steps, but found ",
+                           save_steps, ", which is not a round multiple of ", *eval_steps, "."));
+    }
+  }
+  if ((load_best_model_at_end || save_strategy == "best") && !metric_for_best_model) {
+    metric_for_best_model = "loss";
+  }
+  if (metric_for_best_model && !greater_is_better) {
+    const std::string& m = *metric_for_best_model;
+    greater_is_better = !(m.size() >= 4 && m.compare(m.size() - 4, 4, "loss") == 0);
+  }
+  std::vector<std::string> reports;
+  for (const std::string& r : report_to) {
+    if (r == "none") continue;
+    if (r == "all") {
+      reports.insert(reports.end(), {"tensorboard", "csv"});
+      continue;
+    }
+    if (r != "tensorboard" && r != "csv") {
+      throw UsageError(str("--report_to ", r,
+                           ": ZeroRT reports to 'tensorboard' (event files) and 'csv'; use "
+                           "'none', 'all' or those"));
+    }
+    reports.push_back(r);
+  }
+  std::sort(reports.begin(), reports.end());
+  reports.erase(std::unique(reports.begin(), reports.end()), reports.end());
+  report_to = reports;
   check_choice("lr_scheduler_type", lr_scheduler_type, kSchedulerTypes);
   check_choice("fp16_backend", fp16_backend, kBackends);
   check_choice("half_precision_backend", half_precision_backend, kBackends);
@@ -105,12 +170,95 @@ const std::vector<std::string>& training_bool_flags() {
                                                   "adafactor",
                                                   "dataloader_drop_last",
                                                   "auto_find_batch_size",
-                                                  "gradient_checkpointing"};
+                                                  "gradient_checkpointing",
+                                                  "logging_first_step",
+                                                  "load_best_model_at_end",
+                                                  "greater_is_better"};
   return kFlags;
 }
 
+const std::vector<IgnoredTrainingArgument>& ignored_training_arguments() {
+  // Every __init__ field of transformers 5.24's TrainingArguments that ZeroRT does not use
+  // (tests/peers/hf_smoke.py checks that this list and the supported flags cover them all).
+  static const std::vector<IgnoredTrainingArgument> kIgnored = {
+      {"optim_args", false},
+      {"optim_target_modules", false},
+      {"average_tokens_across_devices", true},
+      {"label_smoothing_factor", false},
+      {"tf32", true},
+      {"activation_checkpointing", true},
+      {"activation_checkpointing_kwargs", false},
+      {"gradient_checkpointing_kwargs", false},
+      {"torch_compile", true},
+      {"torch_compile_backend", false},
+      {"torch_compile_mode", false},
+      {"use_liger_kernel", true},
+      {"liger_kernel_config", false},
+      {"use_cache", true},
+      {"neftune_noise_alpha", false},
+      {"torch_empty_cache_steps", false},
+      {"log_on_each_node", true},
+      {"logging_nan_inf_filter", true},
+      {"include_num_input_tokens_seen", false},
+      {"log_level", false},
+      {"log_level_replica", false},
+      {"disable_tqdm", true},
+      {"project", false},
+      {"trackio_space_id", false},
+      {"trackio_bucket_id", false},
+      {"trackio_static_space_id", false},
+      {"eval_delay", false},
+      {"prediction_loss_only", true},
+      {"eval_on_start", true},
+      {"eval_do_concat_batches", true},
+      {"eval_use_gather_object", true},
+      {"eval_accumulation_steps", false},
+      {"include_for_metrics", false},
+      {"batch_eval_metrics", true},
+      {"save_only_model", true},
+      {"enable_jit_checkpoint", true},
+      {"push_to_hub", true},
+      {"hub_token", false},
+      {"hub_private_repo", true},
+      {"hub_model_id", false},
+      {"hub_strategy", false},
+      {"hub_always_push", true},
+      {"hub_revision", false},
+      {"ignore_data_skip", true},
+      {"restore_callback_states_from_checkpoint", true},
+      {"full_determinism", true},
+      {"use_cpu", true},
+      {"accelerator_config", false},
+      {"parallelism_config", false},
+      {"dataloader_pin_memory", true},
+      {"dataloader_persistent_workers", true},
+      {"dataloader_prefetch_factor", false},
+      {"dataloader_multiprocessing_context", false},
+      {"dataloader_in_order", true},
+      {"remove_unused_columns", true},
+      {"label_names", false},
+      {"train_sampling_strategy", false},
+      {"length_column_name", false},
+      {"ddp_find_unused_parameters", true},
+      {"ddp_bucket_cap_mb", false},
+      {"ddp_broadcast_buffers", true},
+      {"ddp_static_graph", true},
+      {"ddp_backend", false},
+      {"ddp_timeout", false},
+      {"fsdp", false},
+      {"fsdp_config", false},
+      {"debug", false},
+      {"skip_memory_metrics", true},
+      {"local_rank", false},
+  };
+  return kIgnored;
+}
+
 std::vector<std::string> join_bool_flag_values(const std::vector<std::string>& args) {
-  const auto& flags = training_bool_flags();
+  std::vector<std::string> flags = training_bool_flags();
+  for (const auto& ignored : ignored_training_arguments()) {
+    if (ignored.is_bool) flags.push_back(ignored.name);
+  }
   std::vector<std::string> out;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -182,7 +330,32 @@ void add_training_arguments(cxxopts::Options& options) {
       "auto_find_batch_size", "Search for a batch size that fits", flag("false"))(
       "gradient_checkpointing", "Recompute activations in backward", flag("false"))(
       "resume_from_checkpoint", "Checkpoint folder to resume from", value<std::string>())(
-      "deepspeed", "DeepSpeed config: path, JSON string or base64", value<std::string>());
+      "deepspeed", "DeepSpeed config: path, JSON string or base64", value<std::string>())(
+      "eval_strategy", "Evaluate during training: no, steps or epoch",
+      value<std::string>()->default_value("no"))(
+      "evaluation_strategy", "transformers 4.x name of --eval_strategy", value<std::string>())(
+      "save_strategy", "Save during training: no, steps, epoch or best",
+      value<std::string>()->default_value("steps"))(
+      "logging_strategy", "Log during training: no, steps or epoch",
+      value<std::string>()->default_value("steps"))(
+      "logging_first_step", "Log the first step too", flag("false"))(
+      "load_best_model_at_end", "Load the best checkpoint's weights when training ends",
+      flag("false"))("metric_for_best_model", "Evaluation metric of the best model (loss)",
+                     value<std::string>())(
+      "greater_is_better", "Whether a greater metric is better (default: not for *loss)",
+      value<std::string>()->implicit_value("true"))(
+      "run_name", "Name of the run (TensorBoard folder)", value<std::string>())(
+      "report_to", "tensorboard, csv, all or none (comma-separated)",
+      value<std::string>()->default_value("none"));
+  // transformers' other arguments: accepted so that HF command lines run, with a warning.
+  auto group = options.add_options("Accepted for compatibility (no effect in ZeroRT)");
+  for (const auto& ignored : ignored_training_arguments()) {
+    if (ignored.is_bool) {
+      group(ignored.name, "no effect in ZeroRT", value<std::string>()->implicit_value("true"));
+    } else {
+      group(ignored.name, "no effect in ZeroRT", value<std::string>());
+    }
+  }
 }
 
 TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
@@ -219,10 +392,6 @@ TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
   a.save_steps = f64("save_steps");
   // transformers' TrainingArguments refuses these (checked against transformers 5.24: a
   // save_steps of 0 it accepts, and then never saves by steps, as ZeroRT does).
-  if (a.logging_steps == 0) {
-    throw UsageError("--logging_steps 0: logging strategy \"steps\" requires non-zero "
-                     "--logging_steps");
-  }
   for (const auto& [name, v] : {std::pair<const char*, double>{"logging_steps", a.logging_steps},
                                 {"save_steps", a.save_steps}}) {
     if (v > 1 && v != std::floor(v)) {
@@ -252,6 +421,38 @@ TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
     a.resume_from_checkpoint = text("resume_from_checkpoint");
   }
   if (result.count("deepspeed")) a.deepspeed = text("deepspeed");
+  a.eval_strategy = text("eval_strategy");
+  if (result.count("evaluation_strategy")) {
+    ZRT_CHECK_AS(UsageError, result.count("eval_strategy") == 0,
+                 "--evaluation_strategy and --eval_strategy given: --evaluation_strategy is the "
+                 "transformers 4.x name of --eval_strategy; give one");
+    ZRT_LOG_WARN("--evaluation_strategy is the transformers 4.x name of --eval_strategy (removed "
+                 "in transformers 5); using it as --eval_strategy");
+    a.eval_strategy = text("evaluation_strategy");
+  }
+  a.save_strategy = text("save_strategy");
+  a.logging_strategy = text("logging_strategy");
+  a.logging_first_step = boolean("logging_first_step");
+  a.load_best_model_at_end = boolean("load_best_model_at_end");
+  if (result.count("metric_for_best_model")) {
+    a.metric_for_best_model = text("metric_for_best_model");
+  }
+  if (result.count("greater_is_better")) a.greater_is_better = boolean("greater_is_better");
+  if (result.count("run_name")) a.run_name = text("run_name");
+  a.report_to.clear();
+  {
+    std::string list = text("report_to");
+    for (char& c : list) c = c == ',' ? ' ' : c;
+    std::istringstream words(list);
+    for (std::string w; words >> w;) a.report_to.push_back(w);
+  }
+  for (const auto& ignored : ignored_training_arguments()) {
+    if (result.count(ignored.name) == 0) continue;
+    a.ignored.emplace_back(ignored.name, text(ignored.name));
+    ZRT_LOG_WARN("--", ignored.name, " ", text(ignored.name),
+                 ": accepted for compatibility with transformers' TrainingArguments; it has no "
+                 "effect in ZeroRT");
+  }
   a.validate();
   return a;
 }

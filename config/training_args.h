@@ -63,6 +63,27 @@ struct TrainingArguments {
   bool gradient_checkpointing = false;
   std::optional<std::string> resume_from_checkpoint;
   std::optional<std::string> deepspeed;  // path, JSON string or base64 of a DeepSpeed config
+  // When the Trainer logs, evaluates and saves during training: "no", "steps" (every
+  // logging_steps / eval_steps / save_steps) or "epoch"; save_strategy also "best" (whenever
+  // the evaluation found a new best metric). HF's defaults; --evaluation_strategy is the
+  // transformers 4.x name of eval_strategy.
+  std::string eval_strategy = "no";
+  std::string save_strategy = "steps";
+  std::string logging_strategy = "steps";
+  bool logging_first_step = false;
+  // Best-model tracking (trainer_state.json's best_metric / best_model_checkpoint); the metric
+  // is an evaluation metric name with or without "eval_" (ZeroRT evaluates "loss" only).
+  bool load_best_model_at_end = false;
+  std::optional<std::string> metric_for_best_model;  // validate(): "loss" with load_best_...
+  std::optional<bool> greater_is_better;             // validate(): false for *loss, else true
+  std::optional<std::string> run_name;
+  // "tensorboard" (event files in output_dir/runs/<run>), "csv" (output_dir/log_history.csv);
+  // empty: none. "all" means both; integrations that do not exist in C++ (wandb, ...) are
+  // refused by name.
+  std::vector<std::string> report_to;
+  // transformers' TrainingArguments given on the command line that have no effect in ZeroRT
+  // (name, value): accepted, with one warning each (parse_training_arguments).
+  std::vector<std::pair<std::string, std::string>> ignored;
 
   // transformers 4.x: warmup_steps if > 0, else ceil(num_training_steps * warmup_ratio).
   int64_t get_warmup_steps(int64_t num_training_steps) const;
@@ -71,10 +92,14 @@ struct TrainingArguments {
   // half_precision_backend.
   std::string effective_fp16_backend() const;
 
-  // The checks of HF's TrainingArguments.__post_init__ that matter here; throws UsageError
-  // ("At most one of fp16 and bf16 can be True, but not both", "warmup_ratio must lie in range
-  // [0,1]", invalid choices, ...).
-  void validate() const;
+  // The checks and defaults of HF's TrainingArguments.__post_init__ that matter here: throws
+  // UsageError ("At most one of fp16 and bf16 can be True, but not both", "warmup_ratio must lie
+  // in range [0,1]", invalid choices, the strategy rules of load_best_model_at_end, ...); sets
+  // do_eval when eval_strategy is not "no", eval_steps from logging_steps, and the best-model
+  // defaults.
+  void validate();
+  // The evaluation metric that best-model tracking compares ("eval_loss"), when there is one.
+  std::optional<std::string> best_metric_key() const;
 };
 
 // HF's string_to_bool: yes/true/t/y/1 and no/false/f/n/0, case-insensitive. UsageError
@@ -83,6 +108,14 @@ bool parse_hf_bool(const std::string& text);
 
 // Names (without "--") of the boolean training flags.
 const std::vector<std::string>& training_bool_flags();
+
+// transformers' TrainingArguments (5.24) that have no effect in ZeroRT: accepted on the command
+// line with a warning. `is_bool`: a switch (`--flag`, `--flag false`); else it takes a value.
+struct IgnoredTrainingArgument {
+  const char* name;
+  bool is_bool;
+};
+const std::vector<IgnoredTrainingArgument>& ignored_training_arguments();
 
 // Rewrites "--flag value" into "--flag=value" for the boolean training flags when value is a
 // boolean word (true/false/yes/no/1/0/...), so that cxxopts (which treats a flag with an

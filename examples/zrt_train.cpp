@@ -236,6 +236,7 @@ int run(int argc, char** argv) {
   };
   if (do_train) {
     const TrainOutput out = trainer.train();
+    trainer.save_state();  // output_dir/trainer_state.json, as HF's scripts do
     trainer.save_metrics("train", {{"train_loss", out.training_loss},
                                    {"train_runtime", out.train_runtime_s},
                                    {"train_samples_per_second", out.samples_per_second},

@@ -43,6 +43,7 @@ class LRScheduler;
 namespace zrt {
 
 class CsvMonitor;
+class TensorBoardMonitor;
 
 // Optimizer parameter groups: parameters whose name a rule matches (first match wins) form a
 // group with that rule's overrides; the others form the default group. HF's usual choice is
@@ -241,6 +242,7 @@ class Engine {
   double loss_sum_ = 0;  // micro-step losses of the current optimizer step
   int loss_count_ = 0;
   std::unique_ptr<CsvMonitor> monitor_;
+  std::unique_ptr<TensorBoardMonitor> tensorboard_;
   std::vector<std::pair<std::string, std::string>> aliases_;  // tied parameters (alias, owner)
 };
 

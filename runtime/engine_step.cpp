@@ -156,10 +156,15 @@ void Engine::finish_boundary_step(bool skipped) {
   const double step_loss = loss_count_ > 0 ? loss_sum_ / loss_count_ : NAN;
   loss_sum_ = 0;
   loss_count_ = 0;
-  if (comm_->rank() == 0 && config_.csv_monitor.enabled) {
-    if (!monitor_) {
+  const bool monitoring = config_.csv_monitor.enabled || config_.tensorboard.enabled;
+  if (comm_->rank() == 0 && monitoring) {
+    if (!monitor_ && config_.csv_monitor.enabled) {
       monitor_ = std::make_unique<CsvMonitor>(config_.csv_monitor.output_path,
                                               config_.csv_monitor.job_name);
+    }
+    if (!tensorboard_ && config_.tensorboard.enabled) {
+      tensorboard_ = std::make_unique<TensorBoardMonitor>(config_.tensorboard.output_path,
+                                                          config_.tensorboard.job_name);
     }
     std::vector<MonitorEvent> events = {
         {"Train/Samples/train_loss", step_loss, global_samples_},
@@ -177,7 +182,8 @@ void Engine::finish_boundary_step(bool skipped) {
                         global_samples_});
       events.push_back({"Train/Samples/elapsed_time_ms_step", timers_.step, global_samples_});
     }
-    monitor_->write_events(events);
+    if (monitor_) monitor_->write_events(events);
+    if (tensorboard_) tensorboard_->write_events(events);
   }
   if (config_.wall_clock_breakdown) {
     ZRT_LOG_INFO("time (ms) | fwd: ", timers_.fwd,

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/event_file.h"
 
 namespace zrt {
 
@@ -38,5 +39,21 @@ void CsvMonitor::write_events(const std::vector<MonitorEvent>& events) {
     out << e.step << "," << e.value << "\n";
   }
 }
+
+TensorBoardMonitor::TensorBoardMonitor(const std::string& output_path,
+                                       const std::string& job_name) {
+  const std::filesystem::path base =
+      output_path.empty() ? std::filesystem::path(".") : std::filesystem::path(output_path);
+  writer_ = std::make_unique<EventFileWriter>((base / job_name).string());
+}
+
+TensorBoardMonitor::~TensorBoardMonitor() = default;
+
+void TensorBoardMonitor::write_events(const std::vector<MonitorEvent>& events) {
+  for (const MonitorEvent& e : events) writer_->add_scalar(e.name, e.value, e.step);
+  writer_->flush();
+}
+
+const std::string& TensorBoardMonitor::file() const { return writer_->path(); }
 
 }  // namespace zrt

@@ -1,15 +1,20 @@
-// DeepSpeed's csv_monitor on rank 0: one CSV file per event at
+// DeepSpeed's monitors on rank 0. csv_monitor: one CSV file per event at
 // <output_path>/<job_name>/<event name with '/' replaced by '_'>.csv, header "step,<last part of
 // the name>", one "step,value" row appended per event (the x axis is global samples, as in
 // DeepSpeed: Train/Samples/train_loss, Train/Samples/lr, Train/Samples/loss_scale).
+// tensorboard: one event file in <output_path>/<job_name>/ with the same events as scalars
+// (tag = the event name, step = global samples), flushed after every write.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace zrt {
+
+class EventFileWriter;
 
 struct MonitorEvent {
   std::string name;
@@ -27,6 +32,17 @@ class CsvMonitor {
  private:
   std::string dir_;
   std::map<std::string, bool> started_;
+};
+
+class TensorBoardMonitor {
+ public:
+  TensorBoardMonitor(const std::string& output_path, const std::string& job_name);
+  ~TensorBoardMonitor();
+  void write_events(const std::vector<MonitorEvent>& events);
+  const std::string& file() const;
+
+ private:
+  std::unique_ptr<EventFileWriter> writer_;
 };
 
 }  // namespace zrt

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <string>
 #include <filesystem>
 #include <fstream>
@@ -51,9 +52,71 @@ std::string format_entry(const LogEntry& e) {
   if (e.grad_norm) add("grad_norm", *e.grad_norm);
   if (e.learning_rate) add("learning_rate", *e.learning_rate);
   if (e.eval_loss) add("eval_loss", *e.eval_loss);
+  for (const auto& [k, v] : e.metrics) add(k, v);
   add("epoch", std::round(e.epoch * 100) / 100);
   add("step", static_cast<double>(e.step));
   return s + "}";
+}
+
+// log_history entries as transformers writes them.
+Json entry_to_json(const LogEntry& e) {
+  Json j = {{"step", e.step}, {"epoch", e.epoch}};
+  if (e.loss) j["loss"] = *e.loss;
+  if (e.grad_norm) j["grad_norm"] = *e.grad_norm;
+  if (e.learning_rate) j["learning_rate"] = *e.learning_rate;
+  if (e.eval_loss) j["eval_loss"] = *e.eval_loss;
+  for (const auto& [k, v] : e.metrics) j[k] = v;
+  return j;
+}
+
+LogEntry entry_from_json(const Json& j) {
+  LogEntry e;
+  for (const auto& [k, v] : j.items()) {
+    if (!v.is_number()) continue;  // HF writes only numbers here; anything else is not ours
+    const double d = v.get<double>();
+    if (k == "step") {
+      e.step = v.get<int64_t>();
+    } else if (k == "epoch") {
+      e.epoch = d;
+    } else if (k == "loss") {
+      e.loss = d;
+    } else if (k == "grad_norm") {
+      e.grad_norm = d;
+    } else if (k == "learning_rate") {
+      e.learning_rate = d;
+    } else if (k == "eval_loss") {
+      e.eval_loss = d;
+    } else {
+      e.metrics.emplace_back(k, d);
+    }
+  }
+  return e;
+}
+
+// An absolute step interval as TrainerState records it (a ratio times the total steps).
+int64_t state_steps(double steps, int64_t total) {
+  return steps < 1 ? static_cast<int64_t>(std::ceil(steps * total)) : static_cast<int64_t>(steps);
+}
+
+void write_json_atomic(const fs::path& path, const Json& j, int indent) {
+  const std::string tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(indent) << "\n";
+    out.flush();
+    ZRT_CHECK(out.good(), "cannot write ", tmp);
+  }
+  fs::rename(tmp, path);
+}
+
+// HF's default_logdir(): runs/<Mon DD_HH-MM-SS>_<host>.
+std::string default_run_name() {
+  char stamp[64];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof(stamp), "%b%d_%H-%M-%S", std::localtime(&now));
+  char host[256] = "localhost";
+  gethostname(host, sizeof(host) - 1);
+  return str(stamp, "_", host);
 }
 
 }  // namespace
@@ -78,6 +141,10 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, config::TrainingArgum
       options_(std::move(options)) {
   ZRT_CHECK(model_ != nullptr, "Trainer: the model is null");
   ZRT_CHECK(loss_fn_ != nullptr, "Trainer: no loss function");
+  args_.validate();  // HF's __post_init__ rules and defaults, for arguments built in code too
+  for (const auto& p : model_->parameters()) {
+    if (p.requires_grad()) num_params_ += p.numel();
+  }
   comm_ = options_.comm ? options_.comm : comm::init_from_env();
 }
 
@@ -159,7 +226,7 @@ std::optional<std::string> Trainer::resume_path() const {
   return r;
 }
 
-void Trainer::save(int64_t epoch, int64_t batches_in_epoch) {
+void Trainer::save(int64_t epoch, int64_t batches_in_epoch, double epoch_f) {
   const int64_t step = engine_->global_steps();
   const std::string dir =
       (fs::path(args_.output_dir) / ("checkpoint-" + std::to_string(step))).string();
@@ -170,39 +237,176 @@ void Trainer::save(int64_t epoch, int64_t batches_in_epoch) {
   ckpt::Value client = ckpt::Value::dict();
   client.set("zrt_trainer", std::move(position));
   engine_->save_checkpoint(dir, std::nullopt, client);
-  if (comm_->rank() == 0) {
-    Json history = Json::array();
-    for (const LogEntry& e : log_history_) {
-      Json j = {{"step", e.step}, {"epoch", e.epoch}};
-      if (e.loss) j["loss"] = *e.loss;
-      if (e.learning_rate) j["learning_rate"] = *e.learning_rate;
-      if (e.eval_loss) j["eval_loss"] = *e.eval_loss;
-      history.push_back(j);
-    }
-    const Json state = {{"global_step", step},
-                        {"epoch", epoch},
-                        {"max_steps", num_training_steps()},
-                        {"log_history", history}};
-    const std::string path = (fs::path(dir) / "trainer_state.json").string();
-    {
-      std::ofstream out(path + ".tmp");
-      out << state.dump(2) << "\n";
-    }
-    fs::rename(path + ".tmp", path);
-  }
+  epoch_ = epoch_f;
+  if (best_global_step_ && *best_global_step_ == step) best_model_checkpoint_ = dir;
+  save_state(dir);
   comm_->barrier();
   rotate_checkpoints();
+}
+
+void Trainer::save_state(const std::string& dir_arg) const {
+  if (comm_->rank() != 0) return;
+  const std::string dir = dir_arg.empty() ? args_.output_dir : dir_arg;
+  const int64_t total = num_training_steps();
+  Json history = Json::array();
+  for (const LogEntry& e : log_history_) history.push_back(entry_to_json(e));
+  const int64_t per_epoch = std::max<int64_t>(
+      1, (train_ ? batches_per_epoch() : 1) / std::max<int64_t>(1, args_.gradient_accumulation_steps));
+  const int64_t epochs = args_.max_steps > 0
+                             ? args_.max_steps / per_epoch + (args_.max_steps % per_epoch > 0)
+                             : static_cast<int64_t>(std::ceil(args_.num_train_epochs));
+  auto opt = [](const auto& v) { return v ? Json(*v) : Json(nullptr); };
+  const bool done = engine_ && engine_->global_steps() >= total;
+  // Every field of transformers' TrainerState (5.24), as its save_to_json writes them.
+  const Json state = {
+      {"best_global_step", opt(best_global_step_)},
+      {"best_metric", opt(best_metric_)},
+      {"best_model_checkpoint", opt(best_model_checkpoint_)},
+      {"epoch", epoch_},
+      {"eval_steps",
+       args_.eval_steps ? state_steps(*args_.eval_steps, total) : state_steps(args_.logging_steps, total)},
+      {"global_step", engine_ ? engine_->global_steps() : 0},
+      {"is_hyper_param_search", false},
+      {"is_local_process_zero", true},
+      {"is_world_process_zero", true},
+      {"log_history", history},
+      {"logging_steps", state_steps(args_.logging_steps, total)},
+      {"max_steps", total},
+      {"num_input_tokens_seen", 0},
+      {"num_train_epochs", epochs},
+      {"save_steps", state_steps(args_.save_steps, total)},
+      {"stateful_callbacks",
+       {{"TrainerControl",
+         {{"args",
+           {{"should_epoch_stop", false},
+            {"should_evaluate", false},
+            {"should_log", false},
+            {"should_save", true},
+            {"should_training_stop", done}}},
+          {"attributes", Json::object()}}}}},
+      {"total_flos", total_flos_},
+      {"train_batch_size", args_.per_device_train_batch_size},
+      {"trial_name", nullptr},
+      {"trial_params", nullptr}};
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  write_json_atomic(fs::path(dir) / "trainer_state.json", state, 2);
+}
+
+void Trainer::restore_state(const std::string& checkpoint) {
+  const fs::path path = fs::path(checkpoint) / "trainer_state.json";
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;
+  Json state;
+  try {
+    std::ifstream in(path);
+    state = Json::parse(in);
+  } catch (const Json::exception& e) {
+    throw CheckpointError(str(path.string(), ": not valid JSON: ", e.what()));
+  }
+  ZRT_CHECK_AS(CheckpointError, state.is_object(), path.string(), ": not a JSON object");
+  try {
+    log_history_.clear();
+    for (const Json& e : state.value("log_history", Json::array())) {
+      if (e.is_object()) log_history_.push_back(entry_from_json(e));
+    }
+    auto number = [&](const char* key) -> std::optional<double> {
+      const auto it = state.find(key);
+      if (it == state.end() || it->is_null()) return std::nullopt;
+      return it->get<double>();
+    };
+    best_metric_ = number("best_metric");
+    if (auto s = number("best_global_step")) best_global_step_ = static_cast<int64_t>(*s);
+    if (state.contains("best_model_checkpoint") && state["best_model_checkpoint"].is_string()) {
+      best_model_checkpoint_ = state["best_model_checkpoint"].get<std::string>();
+    }
+    total_flos_ = number("total_flos").value_or(0);
+    epoch_ = number("epoch").value_or(0);
+  } catch (const Json::exception& e) {
+    throw CheckpointError(str(path.string(), ": ", e.what()));
+  }
+  // transformers' compare_trainer_and_checkpoint_args: a warning when these changed.
+  const int64_t total = num_training_steps();
+  const std::pair<const char*, int64_t> now[] = {
+      {"logging_steps", state_steps(args_.logging_steps, total)},
+      {"save_steps", state_steps(args_.save_steps, total)},
+      {"train_batch_size", args_.per_device_train_batch_size}};
+  for (const auto& [key, value] : now) {
+    if (state.contains(key) && state[key].is_number() && state[key].get<int64_t>() != value) {
+      ZRT_LOG_WARN("Warning: The training argument '", key, "' value (", value,
+                   ") does not match the trainer state '", key, "' value (",
+                   state[key].get<int64_t>(), "). This argument will be overridden by the one "
+                   "found in trainer_state.json within the checkpoint directory.");
+    }
+  }
+}
+
+bool Trainer::track_best(const LogEntry& eval_entry) {
+  const std::optional<std::string> key = args_.best_metric_key();
+  if (!key || !eval_entry.eval_loss) return false;
+  const double value = *eval_entry.eval_loss;  // key is eval_loss (checked in train())
+  const bool greater = args_.greater_is_better.value_or(false);
+  const bool better = !best_metric_ || (greater ? value > *best_metric_ : value < *best_metric_);
+  if (better) {
+    best_metric_ = value;
+    best_global_step_ = eval_entry.step;
+  }
+  return better;
+}
+
+void Trainer::report(const LogEntry& e) {
+  log_history_.push_back(e);
+  if (comm_->rank() != 0) return;
+  std::printf("%s\n", format_entry(e).c_str());
+  std::fflush(stdout);
+  const auto& to = args_.report_to;
+  if (std::find(to.begin(), to.end(), "tensorboard") != to.end()) {
+    if (!tensorboard_) {
+      tensorboard_ = std::make_unique<EventFileWriter>(
+          (fs::path(args_.output_dir) / "runs" / args_.run_name.value_or(default_run_name()))
+              .string());
+    }
+    // transformers' rewrite_logs: eval_* -> eval/*, everything else -> train/*.
+    const Json logs = entry_to_json(e);
+    for (const auto& [k, v] : logs.items()) {
+      if (k == "step" || !v.is_number()) continue;
+      const std::string tag = k.rfind("eval_", 0) == 0 ? "eval/" + k.substr(5) : "train/" + k;
+      tensorboard_->add_scalar(tag, v.get<double>(), e.step);
+    }
+    tensorboard_->flush();
+  }
+  if (std::find(to.begin(), to.end(), "csv") != to.end()) {
+    const fs::path path = fs::path(args_.output_dir) / "log_history.csv";
+    std::error_code ec;
+    const bool fresh = !fs::exists(path, ec);
+    fs::create_directories(args_.output_dir, ec);
+    std::ofstream out(path, std::ios::app);
+    if (fresh) out << "step,epoch,loss,grad_norm,learning_rate,eval_loss\n";
+    auto cell = [](const std::optional<double>& v) { return v ? str(*v) : std::string(); };
+    out << e.step << "," << e.epoch << "," << cell(e.loss) << "," << cell(e.grad_norm) << ","
+        << cell(e.learning_rate) << "," << cell(e.eval_loss) << "\n";
+    ZRT_CHECK(out.good(), "cannot write ", path.string());
+  }
 }
 
 void Trainer::rotate_checkpoints() {
   if (!args_.save_total_limit || *args_.save_total_limit <= 0) return;
   if (comm_->rank() == 0) {
     const auto all = checkpoints();
-    const int64_t excess = static_cast<int64_t>(all.size()) - *args_.save_total_limit;
-    // Oldest first; the newest checkpoint (the one a resume would pick) is never removed.
-    for (int64_t i = 0; i < excess && i + 1 < static_cast<int64_t>(all.size()); ++i) {
+    // Oldest first; never the newest (the one a resume would pick) nor, as HF, the best model's
+    // (then a limit of 1 keeps 2).
+    auto is_best = [&](const std::string& dir) {
+      std::error_code ec;
+      return best_model_checkpoint_ && fs::equivalent(dir, *best_model_checkpoint_, ec);
+    };
+    int64_t keep = *args_.save_total_limit;
+    if (keep == 1 && !all.empty() && best_model_checkpoint_ && !is_best(all.back())) keep = 2;
+    int64_t excess = static_cast<int64_t>(all.size()) - keep;
+    for (size_t i = 0; excess > 0 && i + 1 < all.size(); ++i) {
+      if (is_best(all[i])) continue;
       std::error_code ec;
       fs::remove_all(all[i], ec);
+      --excess;
       ZRT_LOG_INFO("deleted older checkpoint ", all[i],
                    " (save_total_limit=", *args_.save_total_limit, ")");
     }
@@ -440,15 +644,26 @@ TrainOutput Trainer::train() {
                "train(): the engine was built for inference (by predict(), evaluate() or "
                "load_model_weights(path, true) before train()); load the weights with "
                "inference = false to fine-tune them");
+  const std::optional<std::string> best_key = args_.best_metric_key();
+  ZRT_CHECK_AS(ConfigError, !best_key || *best_key == "eval_loss",
+               "The `metric_for_best_model` training argument is set to '", best_key.value_or(""),
+               "', which is not found in the evaluation metrics. The available evaluation "
+               "metrics are: ['eval_loss']. Consider changing the `metric_for_best_model` via "
+               "the TrainingArguments.");
+  const bool evaluating = args_.eval_strategy != "no";
+  ZRT_CHECK_AS(UsageError, !evaluating || eval_ != nullptr, "You have set `args.eval_strategy` to ",
+               args_.eval_strategy, " but you didn't pass an `eval_dataset` to `Trainer`. Either "
+               "set `args.eval_strategy` to `no` or pass an `eval_dataset`.");
   const int rank = comm_->rank();
   const int64_t total = num_training_steps();
   const int64_t micro = args_.per_device_train_batch_size;
   const int64_t nb = batches_per_epoch();
   ZRT_CHECK(nb > 0, "the training set (", train_->size(), " examples) gives no micro-batch of ",
             micro, " on each of ", comm_->size(), " ranks");
-  const int64_t log_every = every(args_.logging_steps, total);
-  const int64_t eval_every = every(args_.eval_steps.value_or(args_.logging_steps), total);
-  const int64_t save_every = every(args_.save_steps, total);
+  const int64_t log_every = args_.logging_strategy == "steps" ? every(args_.logging_steps, total) : 0;
+  const int64_t eval_every =
+      args_.eval_strategy == "steps" ? every(args_.eval_steps.value_or(args_.logging_steps), total) : 0;
+  const int64_t save_every = args_.save_strategy == "steps" ? every(args_.save_steps, total) : 0;
   DistributedSampler sampler(train_->size(), comm_->size(), rank, true,
                              static_cast<uint64_t>(args_.data_seed.value_or(args_.seed)),
                              args_.dataloader_drop_last);
@@ -472,6 +687,7 @@ TrainOutput Trainer::train() {
         skip = 0;
       }
     }
+    restore_state(*resume);
     ZRT_LOG_INFO("resumed from ", loaded->path, " at global step ", engine_->global_steps());
   }
   const bool bar = options_.progress_bar && rank == 0 && progress_bar_wanted();
@@ -482,13 +698,68 @@ TrainOutput Trainer::train() {
   double loss_total = 0;
   double micro_loss_sum = 0;  // micro-batches of the current optimizer step
   int64_t micro_count = 0;
+  double flos_since_report = 0;  // this rank's, since the last all-reduce (HF's current_flos)
+  // Summed over the ranks into total_flos_ whenever HF does it: at a log, a save and the end.
+  auto collect = [&](double loss_sum) {
+    at::Tensor t = at::tensor({loss_sum, flos_since_report}, at::kDouble);
+    comm_->all_reduce(t);
+    flos_since_report = 0;
+    total_flos_ += t[1].item<double>();
+    return t[0].item<double>() / comm_->size();
+  };
+  // What HF's _maybe_log_save_evaluate does after an optimizer step or at an epoch's end.
+  auto log_save_evaluate = [&](int64_t step, double epoch_f, bool log, bool eval,
+                               bool should_save, int64_t epoch_index, int64_t batches_done) {
+    epoch_ = epoch_f;
+    if (log) {
+      const double mean = collect(loss_since_log / std::max<int64_t>(1, steps_since_log));
+      LogEntry e;
+      e.step = step;
+      e.epoch = epoch_f;
+      e.loss = mean;
+      e.learning_rate = engine_->get_lr().front();
+      e.grad_norm = engine_->global_grad_norm();
+      if (bar) std::printf("\n");
+      report(e);
+      loss_since_log = 0;
+      steps_since_log = 0;
+    }
+    bool new_best = false;
+    if (eval) {
+      const double t0 = now_seconds();
+      LogEntry e;
+      e.step = step;
+      e.epoch = epoch_f;
+      e.eval_loss = evaluate();
+      const double runtime = now_seconds() - t0;
+      const double n = static_cast<double>(eval_->size());
+      const double steps = std::ceil(n / comm_->size() / args_.per_device_eval_batch_size);
+      e.metrics = {{"eval_runtime", runtime},
+                   {"eval_samples_per_second", n / std::max(runtime, 1e-9)},
+                   {"eval_steps_per_second", steps / std::max(runtime, 1e-9)}};
+      report(e);
+      new_best = track_best(e);
+    }
+    if (args_.save_strategy == "best") should_save = new_best;
+    if (should_save) {
+      collect(0);
+      save(epoch_index, batches_done, epoch_f);
+    }
+  };
   while (engine_->global_steps() < total) {
     sampler.set_epoch(epoch);
     const std::vector<int64_t> idx = sampler.indices();
-    for (int64_t b = skip; b < nb && engine_->global_steps() < total; ++b) {
+    int64_t b = skip;
+    for (; b < nb && engine_->global_steps() < total; ++b) {
       const size_t lo = static_cast<size_t>(b * micro);
       std::vector<int64_t> batch(idx.begin() + lo, idx.begin() + std::min(idx.size(), lo + micro));
       auto [x, y] = collate(*train_, batch);
+      // HF's floating_point_ops: 6 x tokens (the input's elements for token ids, else its rows)
+      // x trainable parameters.
+      const double tokens = at::isIntegralType(x.scalar_type(), /*includeBool=*/false)
+                                ? static_cast<double>(x.numel())
+                                : static_cast<double>(x.size(0));
+      flos_since_report += 6.0 * tokens * static_cast<double>(num_params_);
       const double t0 = now_seconds();
       at::Tensor loss = loss_fn_(*model_, engine_->to_model_dtype(x), y);
       engine_->record_forward_ms((now_seconds() - t0) * 1e3);
@@ -506,34 +777,11 @@ TrainOutput Trainer::train() {
       loss_total += step_loss;
       ++steps_since_log;
       const double epoch_f = epoch + static_cast<double>(b + 1) / nb;
-      if (log_every > 0 && step % log_every == 0) {
-        at::Tensor mean =
-            at::full({1}, loss_since_log / std::max<int64_t>(1, steps_since_log), at::kDouble);
-        comm_->all_reduce(mean, comm::ReduceOp::kAvg);
-        LogEntry e;
-        e.step = step;
-        e.epoch = epoch_f;
-        e.loss = mean.item<double>();
-        e.learning_rate = engine_->get_lr().front();
-        e.grad_norm = engine_->global_grad_norm();
-        log_history_.push_back(e);
-        if (rank == 0) {
-          if (bar) std::printf("\n");
-          std::printf("%s\n", format_entry(e).c_str());
-          std::fflush(stdout);
-        }
-        loss_since_log = 0;
-        steps_since_log = 0;
-      }
-      if (args_.do_eval && eval_ && eval_every > 0 && step % eval_every == 0) {
-        LogEntry e;
-        e.step = step;
-        e.epoch = epoch_f;
-        e.eval_loss = evaluate();
-        log_history_.push_back(e);
-        if (rank == 0) std::printf("%s\n", format_entry(e).c_str());
-      }
-      if (save_every > 0 && step % save_every == 0) save(epoch, b + 1);
+      const bool log =
+          (log_every > 0 && step % log_every == 0) || (args_.logging_first_step && step == 1);
+      const bool eval = eval_every > 0 && step % eval_every == 0;
+      const bool save = save_every > 0 && step % save_every == 0;
+      log_save_evaluate(step, epoch_f, log, eval, save, epoch, b + 1);
       if (bar) {
         const double done =
             static_cast<double>(step - start_step) / std::max<int64_t>(1, total - start_step);
@@ -547,10 +795,28 @@ TrainOutput Trainer::train() {
         std::fflush(stdout);
       }
     }
+    if (b == nb) {  // the epoch ended (not max_steps in its middle): the epoch strategies
+      const bool log = args_.logging_strategy == "epoch" && steps_since_log > 0;
+      const bool eval = args_.eval_strategy == "epoch";
+      const bool save = args_.save_strategy == "epoch";
+      if (log || eval || save) {
+        log_save_evaluate(engine_->global_steps(), epoch + 1.0, log, eval, save, epoch, nb);
+      }
+    }
     skip = 0;
     ++epoch;
   }
   if (bar) std::printf("\n");
+  collect(0);
+  if (args_.load_best_model_at_end && best_model_checkpoint_) {
+    if (rank == 0) {
+      std::printf("Loading best model from %s (score: %g).\n", best_model_checkpoint_->c_str(),
+                  best_metric_.value_or(0));
+    }
+    LoadCheckpointOptions weights_only;
+    weights_only.load_module_only = true;
+    engine_->load_checkpoint(*best_model_checkpoint_, std::nullopt, weights_only);
+  }
   TrainOutput out;
   out.global_step = engine_->global_steps();
   out.train_runtime_s = now_seconds() - start;
@@ -559,6 +825,15 @@ TrainOutput Trainer::train() {
   out.training_loss = steps_run > 0 ? loss_total / steps_run : 0;
   out.samples_per_second =
       steps_run * engine_->train_batch_size() / std::max(1e-9, out.train_runtime_s);
+  LogEntry summary;  // HF appends the run's summary to the log history
+  summary.step = out.global_step;
+  summary.epoch = epoch_;
+  summary.metrics = {{"train_runtime", out.train_runtime_s},
+                     {"train_samples_per_second", out.samples_per_second},
+                     {"train_steps_per_second", steps_run / std::max(1e-9, out.train_runtime_s)},
+                     {"total_flos", total_flos_},
+                     {"train_loss", out.training_loss}};
+  report(summary);
   out.log_history = log_history_;
   write_curves();
   return out;

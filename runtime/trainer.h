@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "comm/comm.h"
+#include "core/event_file.h"
 #include "config/hf_trainer.h"
 #include "config/training_args.h"
 #include "runtime/engine.h"
@@ -44,6 +45,9 @@ struct TrainerOptions {
   bool progress_bar = true;  // a live bar on rank 0 when progress_bar_wanted()
 };
 
+// One entry of HF's log_history: a training log (loss, grad_norm, learning_rate), an evaluation
+// (eval_loss and `metrics` eval_runtime, ...), or the summary at the end of training (`metrics`
+// train_runtime, train_loss, total_flos, ...).
 struct LogEntry {
   int64_t step = 0;
   double epoch = 0;
@@ -51,6 +55,7 @@ struct LogEntry {
   std::optional<double> learning_rate;
   std::optional<double> eval_loss;
   std::optional<double> grad_norm;
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 struct TrainOutput {
@@ -89,7 +94,11 @@ class Trainer {
           LossFn loss_fn, TrainerOptions options = {});
 
   // Collective. Trains to max_steps / num_train_epochs, resuming first when
-  // args.resume_from_checkpoint is set ("last" or "true": the newest output_dir/checkpoint-*).
+  // args.resume_from_checkpoint is set ("last" or "true": the newest output_dir/checkpoint-*;
+  // the log history and best-model state continue from its trainer_state.json). Logs, evaluates
+  // and saves by args' strategies (steps / epoch / best), tracks the best metric, loads the best
+  // checkpoint's weights at the end with load_best_model_at_end, and reports to TensorBoard
+  // (output_dir/runs/<run_name>) and CSV (output_dir/log_history.csv) by args.report_to.
   TrainOutput train();
   // Collective. Mean loss over the evaluation set (each rank its share, all-reduced).
   double evaluate();
@@ -113,6 +122,9 @@ class Trainer {
   // Anything else is a CheckpointError naming the path and what was looked for.
   void load_model_weights(const std::string& path, bool inference);
 
+  // Rank 0 writes `dir`/trainer_state.json (default: output_dir) as transformers' TrainerState
+  // .save_to_json does: every TrainerState field, sorted keys, 2-space indent.
+  void save_state(const std::string& dir = "") const;
   // Rank 0 writes output_dir/{split}_results.json and merges the metrics into
   // output_dir/all_results.json (HF's save_metrics); every rank returns.
   void save_metrics(const std::string& split,
@@ -133,8 +145,11 @@ class Trainer {
   bool stage3_config() const;
   std::pair<at::Tensor, at::Tensor> collate(const Dataset& data,
                                             const std::vector<int64_t>& indices) const;
-  void save(int64_t epoch, int64_t batches_in_epoch);
+  void save(int64_t epoch, int64_t batches_in_epoch, double epoch_f);
   void rotate_checkpoints();
+  void report(const LogEntry& entry);
+  void restore_state(const std::string& checkpoint);
+  bool track_best(const LogEntry& eval_entry);
   void write_curves() const;
   int64_t batches_per_epoch() const;
 
@@ -147,6 +162,14 @@ class Trainer {
   std::shared_ptr<comm::Comm> comm_;
   std::unique_ptr<Engine> engine_;
   std::vector<LogEntry> log_history_;
+  // TrainerState fields beyond the log history.
+  double epoch_ = 0;
+  double total_flos_ = 0;
+  std::optional<double> best_metric_;
+  std::optional<int64_t> best_global_step_;
+  std::optional<std::string> best_model_checkpoint_;
+  int64_t num_params_ = 0;  // trainable, counted before the engine partitions them
+  std::unique_ptr<EventFileWriter> tensorboard_;
 };
 
 }  // namespace zrt

@@ -142,7 +142,8 @@ TEST(TrainingArguments, BadValues) {
   EXPECT_CONTAINS(usage_error({"--per_device_train_batch_size", "four"}), "cxxopts:");
   // As transformers 5.24's TrainingArguments (tests/peers checks the same cases against it).
   EXPECT_EQ(usage_error({"--logging_steps", "0"}),
-            "--logging_steps 0: logging strategy \"steps\" requires non-zero --logging_steps");
+            "logging strategy IntervalStrategy.STEPS requires non-zero --logging_steps");
+  EXPECT_EQ(parse({"--logging_strategy", "no", "--logging_steps", "0"}).logging_steps, 0);
   EXPECT_EQ(usage_error({"--logging_steps", "2.5"}),
             "--logging_steps must be an integer if bigger than 1: 2.5");
   EXPECT_EQ(usage_error({"--save_steps", "7.5"}),
@@ -172,6 +173,62 @@ TEST(TrainingArguments, HfBool) {
   for (const char* t : {"yes", "TRUE", "t", "Y", "1"}) EXPECT_TRUE(parse_hf_bool(t)) << t;
   for (const char* f : {"no", "False", "f", "n", "0"}) EXPECT_FALSE(parse_hf_bool(f)) << f;
   EXPECT_THROW(parse_hf_bool("2"), UsageError);
+}
+
+// Strategies and best-model tracking: HF's defaults and __post_init__ rules (the same cases run
+// against transformers itself in tests/peers/hf_smoke.py).
+TEST(TrainingArguments, StrategiesAndBestModel) {
+  const TrainingArguments d = parse({});
+  EXPECT_EQ(d.eval_strategy, "no");
+  EXPECT_EQ(d.save_strategy, "steps");
+  EXPECT_EQ(d.logging_strategy, "steps");
+  EXPECT_FALSE(d.do_eval);
+  EXPECT_TRUE(d.report_to.empty());
+  const TrainingArguments steps = parse({"--eval_strategy", "steps", "--logging_steps", "7"});
+  EXPECT_TRUE(steps.do_eval);
+  EXPECT_EQ(steps.eval_steps, std::optional<double>(7));
+  EXPECT_EQ(parse({"--evaluation_strategy", "epoch"}).eval_strategy, "epoch");
+  EXPECT_CONTAINS(usage_error({"--evaluation_strategy", "epoch", "--eval_strategy", "steps"}),
+                  "give one");
+  EXPECT_EQ(usage_error({"--eval_strategy", "sometimes"}),
+            "argument --eval_strategy: invalid choice: 'sometimes' (choose from 'no', 'steps', "
+            "'epoch')");
+  EXPECT_EQ(usage_error({"--eval_strategy", "steps", "--logging_steps", "0"}),
+            "evaluation strategy IntervalStrategy.STEPS requires either non-zero --eval_steps or "
+            "--logging_steps");
+  EXPECT_CONTAINS(usage_error({"--load_best_model_at_end", "--eval_strategy", "epoch"}),
+                  "requires the save and eval strategy to match");
+  EXPECT_CONTAINS(usage_error({"--load_best_model_at_end", "--eval_strategy", "steps",
+                               "--eval_steps", "30", "--save_steps", "50"}),
+                  "50, which is not a round multiple of 30");
+  const TrainingArguments best = parse({"--load_best_model_at_end", "--eval_strategy", "steps",
+                                        "--eval_steps", "25", "--save_steps", "50"});
+  EXPECT_EQ(best.metric_for_best_model, std::optional<std::string>("loss"));
+  EXPECT_EQ(best.greater_is_better, std::optional<bool>(false));
+  EXPECT_EQ(best.best_metric_key(), std::optional<std::string>("eval_loss"));
+  EXPECT_EQ(parse({"--metric_for_best_model", "accuracy"}).greater_is_better,
+            std::optional<bool>(true));
+  EXPECT_EQ(parse({"--save_strategy", "best"}).metric_for_best_model,
+            std::optional<std::string>("loss"));
+  EXPECT_EQ(parse({"--report_to", "all"}).report_to,
+            (std::vector<std::string>{"csv", "tensorboard"}));
+  EXPECT_EQ(parse({"--report_to", "none"}).report_to, std::vector<std::string>{});
+  EXPECT_CONTAINS(usage_error({"--report_to", "wandb"}), "--report_to wandb");
+  const TrainingArguments first = parse({"--logging_first_step", "--run_name", "r1"});
+  EXPECT_TRUE(first.logging_first_step);
+  EXPECT_EQ(first.run_name, std::optional<std::string>("r1"));
+}
+
+TEST(TrainingArguments, TransformersArgumentsWithoutEffectAreAcceptedAndRecorded) {
+  const TrainingArguments a =
+      parse({"--push_to_hub", "--dataloader_pin_memory", "false", "--ddp_timeout", "60",
+             "--label_names", "labels", "--seed", "3"});
+  EXPECT_EQ(a.seed, 3);
+  EXPECT_EQ(a.ignored, (std::vector<std::pair<std::string, std::string>>{
+                           {"push_to_hub", "true"},
+                           {"dataloader_pin_memory", "false"},
+                           {"label_names", "labels"},
+                           {"ddp_timeout", "60"}}));
 }
 
 }  // namespace

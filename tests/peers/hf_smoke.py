@@ -11,8 +11,12 @@ One process (world size 1); the env:// rendezvous variables are set here.
 
     python tests/peers/hf_smoke.py
 """
+import argparse
+import dataclasses
+import json
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 
@@ -85,6 +89,9 @@ def config(stage):
 
 
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--zrt_config", required=True, help="ZeroRT's zrt-config binary")
+    cli = parser.parse_args()
     failures = []
     with tempfile.TemporaryDirectory(prefix="zrt_hf_smoke_") as out:
         # 1. The auto rules, run by transformers itself.
@@ -120,18 +127,58 @@ def main():
                 failures.append(f"mismatch error does not name the key: {e}")
         print(f"hf_smoke: auto rules: {got}")
 
-        # The TrainingArguments checks zrt-train mirrors (tests/config/training_args_test.cpp).
-        for kw, refused in [({"logging_steps": 0}, True), ({"logging_steps": 2.5}, True),
-                            ({"save_steps": 7.5}, True), ({"save_steps": 0}, False),
-                            ({"logging_steps": 0.25}, False)]:
+        # The TrainingArguments checks, differentially: transformers' TrainingArguments and
+        # ZeroRT's parser (zrt-config resolve, which every ZeroRT tool shares) on the same
+        # arguments must refuse the same ones and agree on what the accepted ones mean.
+        cfg_path = os.path.join(out, "ds.json")
+        with open(cfg_path, "w") as f:
+            json.dump(config(2), f)
+        cases = [
+            {"logging_steps": 0}, {"logging_steps": 2.5}, {"save_steps": 7.5}, {"save_steps": 0},
+            {"logging_steps": 0.25}, {"logging_strategy": "no", "logging_steps": 0},
+            {"eval_strategy": "steps", "logging_steps": 0},
+            {"eval_strategy": "steps"}, {"eval_strategy": "sometimes"},
+            {"eval_strategy": "steps", "eval_steps": 2.5},
+            {"load_best_model_at_end": True, "eval_strategy": "epoch", "save_strategy": "steps"},
+            {"load_best_model_at_end": True, "eval_strategy": "steps", "eval_steps": 30,
+             "save_steps": 50},
+            {"load_best_model_at_end": True, "eval_strategy": "steps", "eval_steps": 25,
+             "save_steps": 50},
+            {"load_best_model_at_end": True, "eval_strategy": "epoch", "save_strategy": "best"},
+            {"save_strategy": "best", "eval_strategy": "steps"},
+            {"save_strategy": "sometimes"}, {"metric_for_best_model": "accuracy"},
+            {"report_to": "tensorboard"}, {"logging_first_step": True, "run_name": "r1"},
+        ]
+        for kw in cases:
             try:
-                TrainingArguments(output_dir=out, use_cpu=True, report_to=[], **kw)
-                got_refused = False
+                hf = TrainingArguments(output_dir=out, use_cpu=True, **kw)
+                hf_refused = False
             except ValueError:
-                got_refused = True
-            if got_refused != refused:
-                failures.append(f"TrainingArguments({kw}): refused={got_refused}, zrt-train "
-                                f"expects refused={refused}")
+                hf_refused = True
+            flags = []
+            for k, v in kw.items():
+                flags += [f"--{k}", str(v).lower() if isinstance(v, bool) else str(v)]
+            run = subprocess.run([cli.zrt_config, "resolve", "--deepspeed", cfg_path,
+                                  "--hidden_size", "16", "--max_steps", "12"] + flags,
+                                 capture_output=True, text=True)
+            zrt_refused = run.returncode == 1
+            if run.returncode not in (0, 1):
+                failures.append(f"zrt-config resolve {flags}: exit {run.returncode}: "
+                                f"{run.stderr.strip()[-300:]}")
+            elif hf_refused != zrt_refused:
+                failures.append(f"{kw}: transformers refused={hf_refused}, ZeroRT "
+                                f"refused={zrt_refused} ({run.stderr.strip()[-200:]})")
+        print(f"hf_smoke: {len(cases)} TrainingArguments cases refused or accepted alike")
+        # Every TrainingArguments field is a ZeroRT flag (supported, or accepted with a warning).
+        helptext = subprocess.run([cli.zrt_config, "resolve", "--help"], capture_output=True,
+                                  text=True).stdout
+        fields = [f.name for f in dataclasses.fields(TrainingArguments) if f.init]
+        missing = [n for n in fields if f"--{n} " not in helptext and f"--{n}\n" not in helptext]
+        if missing:
+            failures.append(f"TrainingArguments fields that ZeroRT does not accept: {missing}")
+        print(f"hf_smoke: all {len(fields)} TrainingArguments fields of transformers "
+              f"{transformers.__version__} are ZeroRT flags" if not missing else
+              f"hf_smoke: {len(missing)} fields missing")
 
         # 2. The Trainer trains through DeepSpeed (its own TrainingArguments: one set per process
         # is how the Trainer is used, and it owns the DeepSpeed config object it made). Per-batch

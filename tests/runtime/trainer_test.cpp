@@ -12,6 +12,7 @@
 
 #include "config/training_args.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "runtime/sampler.h"
 #include "tests/support/mpi_world.h"
 #include "tests/support/tiny_model.h"
@@ -102,7 +103,7 @@ TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
   args.logging_steps = 5;
   args.save_steps = 2;
   args.save_total_limit = 2;
-  args.do_eval = true;
+  args.eval_strategy = "steps";
   args.eval_steps = 5;
   TrainerOptions opts;
   opts.comm = world_ptr();
@@ -122,6 +123,8 @@ TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
   }
   EXPECT_EQ(losses, 2);  // steps 5 and 10
   EXPECT_EQ(evals, 2);
+  ASSERT_FALSE(out.log_history.empty());
+  EXPECT_EQ(out.log_history.back().metrics.size(), 5u) << "the train summary entry";
   const auto kept = trainer.checkpoints();
   ASSERT_EQ(kept.size(), 2u) << "save_total_limit=2";
   EXPECT_EQ(fs::path(kept.back()).filename(), "checkpoint-10");
@@ -153,8 +156,107 @@ TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
   args.max_steps = 12;
   args.resume_from_checkpoint = "last";
   auto model2 = std::make_shared<test::TinyMlpImpl>(false);
-  Trainer again(model2, args, std::make_shared<TinyData>(64), nullptr, loss_fn, opts);
+  Trainer again(model2, args, std::make_shared<TinyData>(64), std::make_shared<TinyData>(20),
+                loss_fn, opts);
   EXPECT_EQ(again.train().global_step, 12);
+  test::world().barrier();
+  // trainer_state.json as transformers writes it, its history continued across the resume.
+  if (test::world().rank() == 0) {
+    std::ifstream in(args.output_dir + "/checkpoint-12/trainer_state.json");
+    const Json state = Json::parse(in);
+    EXPECT_EQ(state["global_step"], 12);
+    EXPECT_TRUE(state["epoch"].is_number_float());
+    for (const char* key : {"best_metric", "best_model_checkpoint", "logging_steps", "eval_steps",
+                            "save_steps", "train_batch_size", "total_flos", "num_train_epochs",
+                            "max_steps", "stateful_callbacks", "best_global_step"}) {
+      EXPECT_TRUE(state.contains(key)) << key;
+    }
+    EXPECT_EQ(state["logging_steps"], 5);
+    EXPECT_EQ(state["save_steps"], 2);
+    EXPECT_EQ(state["train_batch_size"], 2);
+    EXPECT_GT(state["total_flos"].get<double>(), 0);
+    std::vector<int64_t> loss_steps;
+    for (const Json& e : state["log_history"]) {
+      if (e.contains("loss")) {
+        loss_steps.push_back(e["step"]);
+        EXPECT_TRUE(e.contains("grad_norm")) << e.dump();
+        EXPECT_TRUE(e.contains("learning_rate")) << e.dump();
+      }
+    }
+    // Steps 5 and 10 were logged by the first job, before the resume from checkpoint-10.
+    EXPECT_EQ(loss_steps, (std::vector<int64_t>{5, 10})) << state["log_history"].dump();
+    fs::remove_all(dir);
+  }
+}
+
+// eval/save/logging by epoch, save_strategy "best", load_best_model_at_end, and the rotation
+// that keeps the best checkpoint: the HF Trainer's rules.
+TEST(Trainer, StrategiesAndBestModel) {
+  const std::string dir = shared_dir("strategies");
+  config::TrainingArguments args;
+  args.deepspeed = write_config(dir);
+  args.output_dir = dir + "/out";
+  args.per_device_train_batch_size = 4;
+  args.learning_rate = 0.02;
+  args.num_train_epochs = 3;
+  args.eval_strategy = "epoch";
+  args.save_strategy = "epoch";
+  args.logging_strategy = "epoch";
+  args.load_best_model_at_end = true;
+  args.save_total_limit = 1;
+  TrainerOptions opts;
+  opts.comm = world_ptr();
+  opts.progress_bar = false;
+  auto loss_fn = [](torch::nn::Module& m, const at::Tensor& x, const at::Tensor& y) {
+    return torch::mse_loss(static_cast<test::TinyMlpImpl&>(m).forward(x), y);
+  };
+  auto model = std::make_shared<test::TinyMlpImpl>(false);
+  auto train_data = std::make_shared<TinyData>(48);
+  Trainer trainer(model, args, train_data, std::make_shared<TinyData>(20), loss_fn, opts);
+  const int64_t per_epoch = trainer.num_training_steps() / 3;
+  const TrainOutput out = trainer.train();
+  std::vector<int64_t> log_steps, eval_steps;
+  double best = 1e300;
+  int64_t best_step = -1;
+  for (const LogEntry& e : out.log_history) {
+    if (e.loss) log_steps.push_back(e.step);
+    if (e.eval_loss) {
+      eval_steps.push_back(e.step);
+      if (*e.eval_loss < best) {
+        best = *e.eval_loss;
+        best_step = e.step;
+      }
+    }
+  }
+  const std::vector<int64_t> epochs = {per_epoch, 2 * per_epoch, 3 * per_epoch};
+  EXPECT_EQ(log_steps, epochs);
+  EXPECT_EQ(eval_steps, epochs);
+  // save_total_limit 1 keeps the newest and the best (2 when they differ).
+  const auto kept = trainer.checkpoints();
+  const std::string best_dir = "checkpoint-" + std::to_string(best_step);
+  EXPECT_EQ(fs::path(kept.back()).filename(), "checkpoint-" + std::to_string(3 * per_epoch));
+  EXPECT_EQ(kept.size(), best_step == 3 * per_epoch ? 1u : 2u);
+  EXPECT_EQ(fs::path(kept.front()).filename(), best_dir);
+  // load_best_model_at_end: the model now holds the best checkpoint's weights.
+  EXPECT_NEAR(trainer.evaluate(), best, 1e-6 * std::abs(best));
+  // save_strategy "best": a checkpoint only when the evaluation found a new best.
+  config::TrainingArguments b = args;
+  b.output_dir = dir + "/best";
+  b.save_strategy = "best";
+  b.load_best_model_at_end = false;
+  b.save_total_limit.reset();
+  auto model2 = std::make_shared<test::TinyMlpImpl>(false);
+  Trainer by_best(model2, b, train_data, std::make_shared<TinyData>(20), loss_fn, opts);
+  const TrainOutput out2 = by_best.train();
+  std::vector<std::string> expected;
+  double running = 1e300;
+  for (const LogEntry& e : out2.log_history) {
+    if (e.eval_loss && *e.eval_loss < running) {
+      running = *e.eval_loss;
+      expected.push_back(b.output_dir + "/checkpoint-" + std::to_string(e.step));
+    }
+  }
+  EXPECT_EQ(by_best.checkpoints(), expected);
   test::world().barrier();
   if (test::world().rank() == 0) fs::remove_all(dir);
 }
