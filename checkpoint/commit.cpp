@@ -166,8 +166,12 @@ CommitResult commit_checkpoint(comm::Comm& comm, Storage& storage, const CommitS
         if (marker_writer) {
           storage.make_dirs(tag_dir);
           storage.sync_dir(spec.save_dir);
-          for (const std::string& name : storage.list(tag_dir)) {
-            if (is_temp_name(name)) storage.remove(join_path(tag_dir, name));
+          // Temp files of saves killed before their rename, in save_dir (`latest`) and in any
+          // tag folder: no save of this job is writing now, every rank is here.
+          const size_t left = remove_leftover_temps(storage, spec.save_dir, 1);
+          if (left > 0) {
+            ZRT_LOG_INFO("removed ", left, " temp file(s) left in ", spec.save_dir,
+                         " by an unfinished save");
           }
         }
         return std::string();

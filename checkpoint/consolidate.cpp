@@ -243,12 +243,80 @@ int zero_stage_of(const Value& optim_state, const std::string& context) {
   z.fail(str("expected the ZeRO stage (an int or ZeroStageEnum), got ", v.repr(200)));
 }
 
+NamedTensors consolidate_stage0_fp32(const Value& model_states, const std::string& context,
+                                     const ConsolidateOptions& options) {
+  const ModelState m = parse_model_state(model_states, context);
+  const ValueView root(model_states, context);
+  const ValueView module = root["module"];
+  // The fp32 masters when the file has them (ZeroRT's and DeepSpeed's FP16_Optimizer state:
+  // optimizer.fp32_groups_flat, one flat tensor per group in param_shapes order); else the
+  // module's own weights, which are the fp32 weights of an fp32 run.
+  std::unordered_map<std::string, at::Tensor> masters;
+  if (!is_none_or_missing(root, "optimizer") && root["optimizer"].kind() == ValueKind::kDict &&
+      root["optimizer"].contains("fp32_groups_flat")) {
+    const ValueView flats = root["optimizer"]["fp32_groups_flat"];
+    ZRT_CHECK_AS(CheckpointError, flats.length() == m.param_shapes.size(), context, ": ",
+                 flats.length(), " fp32 groups but ", m.param_shapes.size(),
+                 " groups in param_shapes");
+    for (size_t g = 0; g < m.param_shapes.size(); ++g) {
+      const at::Tensor flat = flat_of(flats.at(g));
+      int64_t offset = 0;
+      for (const auto& [name, shape] : m.param_shapes[g]) {
+        const int64_t n = checked_numel(shape, context, name);
+        ZRT_CHECK_AS(CheckpointError, offset + n <= flat.numel(), context, ": fp32 group ", g,
+                     " has ", flat.numel(), " elements, too few for '", name, "'");
+        masters[name] = flat.narrow(0, offset, n).view(shape);
+        offset += n;
+      }
+    }
+  }
+  OrderedTensors out;
+  std::unordered_set<std::string> known;
+  for (const auto& [name, t] : m.buffers) {
+    out.set(name, t);
+    known.insert(name);
+  }
+  for (const auto& group : m.param_shapes) {
+    for (const auto& [name, shape] : group) known.insert(name);
+  }
+  // Frozen parameters: what the module has besides buffers and trainable parameters (a stage-0
+  // file need not list them in frozen_param_shapes), as saved, as DeepSpeed leaves them.
+  for (const auto& [k, v] : module.as_dict()) {
+    if (!k.is_str() || known.count(k.as_str()) || !v.is_tensor()) continue;
+    if (!options.exclude_frozen_parameters) out.set(k.as_str(), v.as_tensor());
+  }
+  for (const auto& group : m.param_shapes) {
+    for (const auto& [name, shape] : group) {
+      auto it = masters.find(name);
+      if (it != masters.end()) {
+        out.set(name, it->second);
+        continue;
+      }
+      ZRT_CHECK_AS(CheckpointError, module.contains(name), context, ": parameter '", name,
+                   "' of param_shapes is not in the module");
+      const at::Tensor& t = module[name].as_tensor();
+      ZRT_CHECK_AS(CheckpointError, t.sizes().vec() == shape, context, ": parameter '", name,
+                   "' has shape ", t.sizes(), " in the module but ", at::IntArrayRef(shape),
+                   " in param_shapes");
+      out.set(name, t.to(at::kFloat));
+    }
+  }
+  for (const auto& [alias, owner] : m.shared) {
+    if (const at::Tensor* t = out.find(owner)) out.set(alias, *t);
+  }
+  return out.take();
+}
+
 NamedTensors consolidate_fp32(const std::vector<Value>& optim_states,
                               const std::vector<Value>& model_states, const std::string& context,
                               const ConsolidateOptions& options) {
+  ZRT_CHECK_AS(CheckpointError, !model_states.empty(), context, ": no *_model_states.pt files");
+  if (optim_states.empty() && model_states.size() == 1) {
+    // Stage 0: no optimizer partitions; the weights are in the model-states file.
+    return consolidate_stage0_fp32(model_states[0], str(context, ": model states 0"), options);
+  }
   ZRT_CHECK_AS(CheckpointError, !optim_states.empty(), context,
                ": no *_optim_states.pt files (not a ZeRO checkpoint?)");
-  ZRT_CHECK_AS(CheckpointError, !model_states.empty(), context, ": no *_model_states.pt files");
   std::vector<ValueView> osds;
   for (size_t r = 0; r < optim_states.size(); ++r) {
     osds.push_back(
@@ -320,6 +388,7 @@ NamedTensors load_fp32_state_dict(const std::string& save_dir,
   optim_read.only_keys = {"optimizer_state_dict"};
   ReadOptions model_read = optim_read;
   model_read.only_keys = {"module",
+                          "optimizer",
                           "buffer_names",
                           "param_shapes",
                           "frozen_param_shapes",

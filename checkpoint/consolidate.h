@@ -27,6 +27,12 @@ struct ConsolidateOptions {
 // Throws CheckpointError for files that do not fit together (DeepSpeed's messages where it has
 // them: "Expected N of '*_optim_states.pt' ...", "consumed A numels out of B - something is
 // wrong", "... is not a zero checkpoint").
+// Stage 0 (`optim_states` empty, one model-states file): the parameters from the file's fp32
+// masters (optimizer.fp32_groups_flat, split in param_shapes order) when it has them, else the
+// module's weights as float32; buffers, frozen parameters and aliases as above. DeepSpeed's
+// zero_to_fp32 refuses stage 0; its weights are all in that one file, so ZeroRT consolidates it.
+NamedTensors consolidate_stage0_fp32(const Value& model_states, const std::string& context,
+                                     const ConsolidateOptions& options = {});
 NamedTensors consolidate_fp32(const std::vector<Value>& optim_states,
                               const std::vector<Value>& model_states, const std::string& context,
                               const ConsolidateOptions& options = {});

@@ -41,6 +41,14 @@ Value read_pt(const ByteSource& source, const ReadOptions& options) {
                  "' is not supported (only little-endian checkpoints are)");
   }
   const std::string pickle = zip.read_string(*pkl, options.max_pickle_bytes, true);
+  if (options.verify_crc) {
+    // The small records no one reads here (.format_version, .storage_alignment,
+    // .data/serialization_id, ...) are checked too: torch.load reads them.
+    for (const ZipEntry& e : zip.entries()) {
+      if (e.name.rfind(prefix + "data/", 0) == 0 || &e == pkl) continue;
+      zip.read_string(e, uint64_t{64} << 20, true);
+    }
+  }
 
   StorageLoader loader = [&](const std::string& key, at::ScalarType dtype, int64_t numel) {
     const std::string name = prefix + "data/" + key;

@@ -107,6 +107,20 @@ uint64_t next_nonce() {
 
 // ---- path helpers ----
 
+size_t remove_leftover_temps(Storage& storage, const std::string& dir, int depth) {
+  if (!storage.is_dir(dir)) return 0;
+  size_t removed = 0;
+  for (const std::string& name : storage.list(dir)) {
+    const std::string path = join_path(dir, name);
+    if (is_temp_name(name)) {
+      removed += storage.remove(path) ? 1 : 0;
+    } else if (depth > 0 && storage.is_dir(path)) {
+      removed += remove_leftover_temps(storage, path, depth - 1);
+    }
+  }
+  return removed;
+}
+
 std::string temp_name(const std::string& path) {
   static const char* kHex = "0123456789abcdef";
   std::string suffix(16, '0');

@@ -73,6 +73,10 @@ class Storage {
 std::string temp_name(const std::string& path);
 // True for names made by temp_name (leftovers of a crash; safe to delete before a save).
 bool is_temp_name(const std::string& name);
+// Deletes the files named like temp_name() (never anything else) in `dir` and, `depth` levels
+// down, in its subdirectories: what saves killed before their rename left behind. Returns how
+// many it deleted. Only for a directory no save is writing into at the same time.
+size_t remove_leftover_temps(Storage& storage, const std::string& dir, int depth);
 // "dir/name" without doubling the separator; parent_dir("a/b/c") == "a/b", of "c" is ".".
 std::string join_path(const std::string& dir, const std::string& name);
 std::string parent_dir(const std::string& path);

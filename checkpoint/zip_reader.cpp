@@ -73,19 +73,29 @@ void ZipReader::parse(size_t max_entries) {
                ": no zip end-of-central-directory record (not a torch.save file, or truncated)");
   const char* end = &tail[end_pos];
   const uint64_t end_offset = size - tail_size + static_cast<uint64_t>(end_pos);
+  // Every field a zip reader checks is checked, as strictly as torch's reader (miniz) does, so
+  // that a file we read is one torch.load reads too.
   ZRT_CHECK_AS(CheckpointError, u16(end + 4) == 0 && u16(end + 6) == 0, file,
                ": multi-disk zip archives are not supported");
+  ZRT_CHECK_AS(CheckpointError, u16(end + 8) == u16(end + 10), file, ": the end record counts ",
+               u16(end + 8), " entries on this disk but ", u16(end + 10), " in all");
   uint64_t count = u16(end + 10);
   uint64_t cd_size = u32(end + 12);
   uint64_t cd_offset = u32(end + 16);
   uint64_t cd_limit = end_offset;  // the central directory ends before this
 
-  if (count == 0xFFFF || cd_size == 0xFFFFFFFFu || cd_offset == 0xFFFFFFFFu) {
-    ZRT_CHECK_AS(CheckpointError, end_offset >= kEnd64LocatorSize, file,
-                 ": zip64 archive without a zip64 locator");
+  const bool saturated = count == 0xFFFF || cd_size == 0xFFFFFFFFu || cd_offset == 0xFFFFFFFFu;
+  const bool has_locator =
+      end_offset >= kEnd64LocatorSize &&
+      u32(source_.read_string(end_offset - kEnd64LocatorSize, 4).data()) == kEnd64LocatorSig;
+  ZRT_CHECK_AS(CheckpointError, has_locator || !saturated, file,
+               ": zip64 archive without a zip64 locator");
+  if (has_locator) {
+    // torch.save always writes the zip64 records; when present they are authoritative (as for
+    // miniz), and the 32-bit fields that are not saturated must agree with them.
     const std::string loc = source_.read_string(end_offset - kEnd64LocatorSize, kEnd64LocatorSize);
-    ZRT_CHECK_AS(CheckpointError, u32(&loc[0]) == kEnd64LocatorSig, file,
-                 ": zip64 archive without a zip64 locator");
+    ZRT_CHECK_AS(CheckpointError, u32(&loc[4]) == 0 && u32(&loc[16]) <= 1, file,
+                 ": the zip64 locator describes a multi-disk archive");
     const uint64_t end64_offset = u64(&loc[8]);
     ZRT_CHECK_AS(CheckpointError,
                  end64_offset <= end_offset - kEnd64LocatorSize &&
@@ -94,10 +104,32 @@ void ZipReader::parse(size_t max_entries) {
     const std::string e64 = source_.read_string(end64_offset, kEnd64Size);
     ZRT_CHECK_AS(CheckpointError, u32(&e64[0]) == kEnd64Sig, file,
                  ": bad zip64 end-of-central-directory signature");
-    count = u64(&e64[32]);
-    cd_size = u64(&e64[40]);
-    cd_offset = u64(&e64[48]);
+    ZRT_CHECK_AS(CheckpointError,
+                 u64(&e64[4]) >= kEnd64Size - 12 &&
+                     u64(&e64[4]) <= end_offset - kEnd64LocatorSize - end64_offset - 12,
+                 file, ": zip64 end record has a bad size (", u64(&e64[4]), ")");
+    ZRT_CHECK_AS(CheckpointError, u32(&e64[16]) == 0 && u32(&e64[20]) == 0, file,
+                 ": multi-disk zip archives are not supported");
+    ZRT_CHECK_AS(CheckpointError, u64(&e64[24]) == u64(&e64[32]), file,
+                 ": the zip64 end record counts ", u64(&e64[24]), " entries on this disk but ",
+                 u64(&e64[32]), " in all");
+    const uint64_t count64 = u64(&e64[32]), size64 = u64(&e64[40]), offset64 = u64(&e64[48]);
+    ZRT_CHECK_AS(CheckpointError,
+                 (count == 0xFFFF || count == count64) &&
+                     (cd_size == 0xFFFFFFFFu || cd_size == size64) &&
+                     (cd_offset == 0xFFFFFFFFu || cd_offset == offset64),
+                 file, ": the zip end record and the zip64 end record disagree (entries ", count,
+                 " / ", count64, ", directory size ", cd_size, " / ", size64, ", offset ",
+                 cd_offset, " / ", offset64, ")");
+    ZRT_CHECK_AS(CheckpointError, offset64 + size64 == end64_offset, file,
+                 ": the central directory does not end where the zip64 end record starts");
+    count = count64;
+    cd_size = size64;
+    cd_offset = offset64;
     cd_limit = end64_offset;
+  } else {
+    ZRT_CHECK_AS(CheckpointError, cd_offset + cd_size == end_offset, file,
+                 ": the central directory does not end where the end record starts");
   }
   ZRT_CHECK_AS(CheckpointError, count <= max_entries, file, ": zip declares ", count,
                " entries, more than the limit of ", max_entries);
@@ -126,6 +158,10 @@ void ZipReader::parse(size_t max_entries) {
     ZipEntry e;
     e.name.assign(h + kCentralSize, name_len);
     check_entry_name(file, e.name);
+    ZRT_CHECK_AS(CheckpointError, u16(h + 34) == 0, file, ": entry '", e.name,
+                 "' starts on disk ", u16(h + 34), " (multi-disk archives are not supported)");
+    ZRT_CHECK_AS(CheckpointError, (u32(h + 38) & 0x10) == 0, file, ": entry '", e.name,
+                 "' is marked as a directory");
     // zip64 extended information: the 64-bit values present are those whose 32-bit field is ~0.
     const char* extra = h + kCentralSize + name_len;
     for (size_t x = 0; x + 4 <= extra_len;) {
@@ -174,6 +210,8 @@ void ZipReader::parse(size_t max_entries) {
     entries_.push_back(std::move(e));
     pos += kCentralSize + name_len + extra_len + comment_len;
   }
+  ZRT_CHECK_AS(CheckpointError, pos == cd.size(), file, ": the central directory has ",
+               cd.size() - pos, " bytes after its ", count, " entries");
 
   // Data ranges must not overlap: together they then never exceed the file size, which bounds
   // what a reader allocates.

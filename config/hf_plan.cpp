@@ -162,7 +162,22 @@ TrainerConfig prepare_trainer_config(const TrainingArguments& args,
   std::optional<int64_t> steps = options.num_training_steps;
   if (!steps && args.max_steps > 0) steps = args.max_steps;
   if (!steps && options.inference) steps = 0;  // the Trainer's evaluate/predict path
-  hf.trainer_config_finalize(args, options.model, steps);
+  try {
+    hf.trainer_config_finalize(args, options.model, steps);
+  } catch (const ConfigError& mismatch) {
+    // transformers stops at the mismatches; DeepSpeed would then find the config's other
+    // errors one run later. Report them together: resolve what the config says as it is.
+    ResolveOptions as_is;
+    as_is.world_size = options.world_size;
+    as_is.client_optimizer = true;  // whether an optimizer is needed is not the question here
+    try {
+      resolve_config(hf.json(), as_is);
+    } catch (const ConfigError& others) {
+      throw ConfigError(str(mismatch.what(), "\nThe DeepSpeed config also has these problems:\n",
+                            others.what()));
+    }
+    throw;
+  }
 
   TrainerConfig out;
   if (options.inference) {

@@ -221,4 +221,25 @@ void write_svg_line_chart(const std::string& path, const std::string& title,
   ZRT_CHECK(file.good(), "failed to write the chart to '", path, "'");
 }
 
+void write_svg_chart_stack(std::ostream& os, const std::vector<ChartSpec>& charts) {
+  const double height = kHeight * static_cast<double>(std::max<size_t>(1, charts.size()));
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\"" << height
+     << "\" viewBox=\"0 0 " << kWidth << " " << height << "\">\n";
+  for (size_t i = 0; i < charts.size(); ++i) {
+    os << "<g transform=\"translate(0," << kHeight * static_cast<double>(i) << ")\">\n";
+    write_svg_line_chart(os, charts[i].title, charts[i].x_label, charts[i].series,
+                         charts[i].y_label);
+    os << "</g>\n";
+  }
+  os << "</svg>\n";
+}
+
+void write_svg_chart_stack(const std::string& path, const std::vector<ChartSpec>& charts) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  ZRT_CHECK(file.is_open(), "cannot open '", path, "' for writing");
+  write_svg_chart_stack(file, charts);
+  file.flush();
+  ZRT_CHECK(file.good(), "failed to write the charts to '", path, "'");
+}
+
 }  // namespace zrt

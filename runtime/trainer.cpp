@@ -11,6 +11,7 @@
 
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/storage.h"
 #include "comm/init.h"
 #include "config/hf_plan.h"
 #include "core/clock.h"
@@ -228,6 +229,14 @@ std::optional<std::string> Trainer::resume_path() const {
 
 void Trainer::save(int64_t epoch, int64_t batches_in_epoch, double epoch_f) {
   const int64_t step = engine_->global_steps();
+  if (comm_->rank() == 0) {
+    // output_dir/checkpoint-N/global_stepN/: temp files of an earlier save killed mid-write.
+    ckpt::PosixStorage storage;
+    const size_t left = ckpt::remove_leftover_temps(storage, args_.output_dir, 2);
+    if (left > 0) {
+      ZRT_LOG_INFO("removed ", left, " temp file(s) of an unfinished save in ", args_.output_dir);
+    }
+  }
   const std::string dir =
       (fs::path(args_.output_dir) / ("checkpoint-" + std::to_string(step))).string();
   ckpt::Value position = ckpt::Value::dict();

@@ -50,18 +50,42 @@ PlotSeries lr_series(const SchedulerSpec& spec, const std::vector<double>& base_
 
 }  // namespace
 
+namespace {
+
+// The lr chart, and for a OneCycle that cycles momentum a second chart of beta1 below it.
+std::vector<ChartSpec> schedule_charts(const SchedulerSpec& spec,
+                                       const std::vector<double>& base_lrs, int64_t num_steps,
+                                       const std::string& title, bool optimizer_has_betas) {
+  std::vector<ChartSpec> charts = {{title.empty() ? schedule_name(spec) : title, "optimizer step",
+                                    {lr_series(spec, base_lrs, num_steps)}, "learning rate"}};
+  const auto* one_cycle = std::get_if<OneCycleOptions>(&spec);
+  if (one_cycle == nullptr || !one_cycle->cycle_momentum || !optimizer_has_betas) return charts;
+  LRScheduler scheduler(spec, base_lrs, optimizer_has_betas);
+  PlotSeries beta1;
+  beta1.name = "momentum (beta1)";
+  for (int64_t k = 0; k < num_steps; ++k) {
+    if (k > 0) scheduler.step();
+    if (!scheduler.get_momentum()) continue;
+    beta1.xs.push_back(static_cast<double>(k));
+    beta1.ys.push_back((*scheduler.get_momentum())[0].beta1);
+  }
+  charts.push_back({"OneCycle momentum", "optimizer step", {beta1}, "beta1"});
+  return charts;
+}
+
+}  // namespace
+
 void write_schedule_svg(std::ostream& os, const SchedulerSpec& spec,
                         const std::vector<double>& base_lrs, int64_t num_steps,
-                        const std::string& title) {
-  write_svg_line_chart(os, title.empty() ? schedule_name(spec) : title, "optimizer step",
-                       {lr_series(spec, base_lrs, num_steps)}, "learning rate");
+                        const std::string& title, bool optimizer_has_betas) {
+  write_svg_chart_stack(os, schedule_charts(spec, base_lrs, num_steps, title, optimizer_has_betas));
 }
 
 void write_schedule_svg(const std::string& path, const SchedulerSpec& spec,
                         const std::vector<double>& base_lrs, int64_t num_steps,
-                        const std::string& title) {
-  write_svg_line_chart(path, title.empty() ? schedule_name(spec) : title, "optimizer step",
-                       {lr_series(spec, base_lrs, num_steps)}, "learning rate");
+                        const std::string& title, bool optimizer_has_betas) {
+  write_svg_chart_stack(path,
+                        schedule_charts(spec, base_lrs, num_steps, title, optimizer_has_betas));
 }
 
 }  // namespace zrt::sched

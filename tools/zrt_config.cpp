@@ -186,7 +186,7 @@ int run_schedule(const Args& args) {
   std::fwrite(csv.str().data(), 1, csv.str().size(), stdout);
   if (result.count("plot")) {
     const std::string path = result["plot"].as<std::string>();
-    zrt::sched::write_schedule_svg(path, *spec, {base_lr}, steps);
+    zrt::sched::write_schedule_svg(path, *spec, {base_lr}, steps, "", /*optimizer_has_betas=*/!sgd);
     std::fprintf(stderr, "zrt-config: wrote %s\n", path.c_str());
   }
   return 0;

@@ -5,6 +5,8 @@
 #include "checkpoint/commit.h"
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 
 #include <gtest/gtest.h>
@@ -99,6 +101,28 @@ TEST_P(CommitTest, SaveWritesACompleteTagAndLatest) {
   EXPECT_EQ(
       optim.at("optimizer_state_dict").at("single_partition_of_fp32_groups")[0].as_tensor().numel(),
       100 + world - 1);
+}
+
+// Saves killed by SIGKILL leave temp files (in their tag folder and `latest`'s): the next save
+// removes every file of that naming pattern in save_dir and its tag folders, and nothing else.
+TEST_P(CommitTest, NextSaveRemovesTempFilesOfKilledSaves) {
+  const int world = GetParam();
+  TempDir dir;
+  PosixStorage storage;
+  std::filesystem::create_directories(dir / "global_step3");
+  const std::vector<std::string> leftovers = {
+      "latest.zrt-tmp-0123456789abcdef",
+      "global_step3/mp_rank_00_model_states.pt.zrt-tmp-00000000deadbeef"};
+  const std::vector<std::string> others = {"notes.txt", "global_step3/latest.tmp",
+                                           "global_step3/x.zrt-tmp-123"};
+  for (const auto& f : leftovers) std::ofstream(dir / f) << "partial";
+  for (const auto& f : others) std::ofstream(dir / f) << "not ours";
+  comm::run_local_world(world, [&](comm::Comm& comm) {
+    commit_checkpoint(comm, storage, make_spec(dir.path(), "global_step7", comm.rank(), world, 7));
+  });
+  for (const auto& f : leftovers) EXPECT_FALSE(std::filesystem::exists(dir / f)) << f;
+  for (const auto& f : others) EXPECT_TRUE(std::filesystem::exists(dir / f)) << f;
+  EXPECT_FALSE(has_temp_files(dir / "global_step7"));
 }
 
 TEST_P(CommitTest, InjectedFailureAtEveryOperation) {

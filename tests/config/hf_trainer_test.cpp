@@ -335,5 +335,25 @@ TEST(HfSetup, PrepareTrainerConfigEndToEnd) {
   EXPECT_THROW(prepare_trainer_config(TrainingArguments{}, options), UsageError);  // no config
 }
 
+// A mismatch does not hide the config's other errors: all of them in one message.
+TEST(HfTrainer, MismatchesAndOtherErrorsAreReportedTogether) {
+  TrainingArguments args;
+  args.per_device_train_batch_size = 4;
+  TrainerConfigOptions options;
+  options.world_size = 2;
+  const std::string e = config_error([&] {
+    prepare_trainer_config(args, options,
+                           DeepSpeedConfig(J(R"({"train_micro_batch_size_per_gpu": "four",
+                             "zero_optimization": {"stage": 2, "reduce_bucket_size": 0},
+                             "bf16": {"enabled": false},
+                             "fp16": {"enabled": false, "initial_scale_power": 1000}})")));
+  });
+  EXPECT_CONTAINS(e, "- ds train_micro_batch_size_per_gpu=four vs hf per_device_train_batch_size=4");
+  EXPECT_CONTAINS(e, "The DeepSpeed config also has these problems:");
+  EXPECT_CONTAINS(e, "train_micro_batch_size_per_gpu: expected an integer, got \"four\"");
+  EXPECT_CONTAINS(e, "zero_optimization.reduce_bucket_size: expected a positive integer, got 0");
+  EXPECT_CONTAINS(e, "fp16.initial_scale_power: expected an integer in [0, 127], got 1000");
+}
+
 }  // namespace
 }  // namespace zrt::config

@@ -110,6 +110,29 @@ TEST(ScheduleSvg, DrawsTheCurve) {
   EXPECT_NE(svg.find(">WarmupCosineLR</text>"), std::string::npos);
   EXPECT_NE(svg.find(">optimizer step</text>"), std::string::npos);
   EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
+  EXPECT_EQ(svg.find("momentum"), std::string::npos);
+}
+
+// OneCycle cycling momentum: a second chart with beta1 (the CSV's momentum column) below the lr.
+TEST(ScheduleSvg, OneCycleAlsoDrawsTheMomentum) {
+  OneCycleOptions o;
+  o.cycle_min_lr = {1e-4};
+  o.cycle_max_lr = {1e-2};
+  o.cycle_first_step_size = 20;
+  o.cycle_momentum = true;
+  std::ostringstream os;
+  write_schedule_svg(os, o, {1e-3}, 60);
+  const std::string svg = os.str();
+  EXPECT_NE(svg.find(">OneCycle momentum</text>"), std::string::npos) << svg.substr(0, 400);
+  EXPECT_NE(svg.find(">momentum (beta1)</text>"), std::string::npos);
+  size_t polylines = 0;
+  for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1)) {
+    ++polylines;
+  }
+  EXPECT_EQ(polylines, 2u);
+  std::ostringstream without;
+  write_schedule_svg(without, o, {1e-3}, 60, "", /*optimizer_has_betas=*/false);  // SGD
+  EXPECT_EQ(without.str().find("momentum"), std::string::npos);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // checkpoint-N folder written by zrt-train under mpirun.
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -119,18 +121,39 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, ZrtCkptTest,
                                   (info.param.bf16 ? "_bf16" : "_fp32");
                          });
 
-TEST(ZrtCkpt, StageZeroIsInspectedAndVerifiedButNotConsolidated) {
-  ScratchDir dir;
-  make_engine_checkpoint(dir / "s", {0, 1, false, 1});
-  ToolResult r = ckpt_tool("inspect " + shell_quote(dir / "s"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("zero stage    0"), std::string::npos) << r.output;
-  r = ckpt_tool("verify " + shell_quote(dir / "s"));
-  EXPECT_EQ(r.exit_code, 0) << r.output;
-  r = ckpt_tool("to-fp32 " + shell_quote(dir / "s") + " " + shell_quote(dir / "out.bin"));
-  EXPECT_EQ(r.exit_code, 3) << r.output;
-  EXPECT_NE(r.output.find("not a ZeRO checkpoint"), std::string::npos) << r.output;
-  EXPECT_FALSE(fs::exists(dir / "out.bin"));
+// Stage 0 (fp32 and bf16): inspected, verified and consolidated; the weights are the fp32
+// masters the engine trained (for bf16 not the bf16 module copy).
+TEST(ZrtCkpt, StageZeroIsInspectedVerifiedAndConsolidated) {
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    ScratchDir dir;
+    const MadeCheckpoint made = make_engine_checkpoint(dir / "s", {0, 1, bf16, 3});
+    ToolResult r = ckpt_tool("inspect " + shell_quote(dir / "s"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("zero stage    0"), std::string::npos) << r.output;
+    r = ckpt_tool("verify " + shell_quote(dir / "s"));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    r = ckpt_tool("to-fp32 " + shell_quote(dir / "s") + " " + shell_quote(dir / "out.bin"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto got = as_map(ckpt::load_pt(dir / "out.bin"));
+    for (const auto& [name, t] : got) {
+      // Frozen parameters keep their saved dtype (DeepSpeed's rule); the rest are fp32.
+      if (name != "frozen_scale") EXPECT_EQ(t.scalar_type(), at::kFloat) << name;
+    }
+    if (!bf16) {
+      expect_same_weights(made.weights, got, 0.0, "stage 0");
+      continue;
+    }
+    // bf16: the model holds bf16(master); the consolidated weights are the masters themselves.
+    bool finer = false;
+    for (const auto& [name, w] : made.weights) {
+      ASSERT_TRUE(got.count(name)) << name;
+      const at::Tensor& m = got.at(name);
+      EXPECT_TRUE(m.to(at::kBFloat16).to(at::kFloat).equal(w)) << name;
+      finer = finer || !m.to(at::kFloat).equal(w);
+    }
+    EXPECT_TRUE(finer) << "the bf16 module copy was written instead of the fp32 masters";
+  }
 }
 
 // A damaged file fails both the manifest's CRC-32 and its own zip CRC: verify names it once; and
@@ -250,6 +273,62 @@ TEST(ZrtCkpt, DeepSpeedWrittenCheckpoint) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     expect_same_weights(made.weights, as_map(ckpt::load_pt(dir / "w.pt")), 0.0, "DeepSpeed-like");
   }
+}
+
+// Without a manifest, verify still finds every damage torch.load finds: two bytes flipped at
+// each of the last 160 offsets of an optimizer file (the zip64 end records, the end record, the
+// central directory, the small records) and at offsets spread over the rest. Differential: the
+// same damaged files are loaded by torch in one Python process; whenever torch fails, verify
+// --allow_no_manifest must exit 3.
+TEST(ZrtCkpt, VerifyWithoutManifestFindsWhatTorchLoadFinds) {
+  ZRT_REQUIRE_PYTHON("torch");
+  ScratchDir dir;
+  make_engine_checkpoint(dir / "s", {2, 2, false, 2});
+  const std::string tag = dir / "s/global_step2";
+  fs::remove(tag + "/zrt_manifest.json");
+  const std::string name = "zero_pp_rank_1_mp_rank_00_optim_states.pt";
+  std::string bytes;
+  {
+    std::ifstream in(tag + "/" + name, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  std::vector<size_t> offsets;
+  for (size_t back = 2; back <= 160; ++back) offsets.push_back(bytes.size() - back);
+  for (size_t off = 0; off + 160 < bytes.size(); off += 997) offsets.push_back(off);
+  fs::create_directories(dir / "damaged");
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    std::string d = bytes;
+    d[offsets[i]] = static_cast<char>(d[offsets[i]] ^ 0xFF);
+    d[offsets[i] + 1] = static_cast<char>(d[offsets[i] + 1] ^ 0x0F);
+    std::ofstream(dir / ("damaged/" + std::to_string(i) + ".pt"), std::ios::binary) << d;
+  }
+  const ToolResult torch_side = run_command(
+      zrt::test::python_path() +
+      " -c \"import sys, torch, warnings; warnings.filterwarnings('ignore')\n"
+      "for i in range(int(sys.argv[2])):\n"
+      "    try:\n"
+      "        torch.load(f'{sys.argv[1]}/{i}.pt', weights_only=True); print(i, 'ok')\n"
+      "    except Exception:\n"
+      "        print(i, 'bad')\" " +
+      shell_quote(dir / "damaged") + " " + std::to_string(offsets.size()));
+  ASSERT_EQ(torch_side.exit_code, 0) << torch_side.output;
+  std::istringstream lines(torch_side.output);
+  int torch_bad = 0, checked = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    size_t i = 0;
+    std::string verdict;
+    if (!(words >> i >> verdict) || verdict != "bad") continue;
+    ++torch_bad;
+    fs::copy_file(dir / ("damaged/" + std::to_string(i) + ".pt"), tag + "/" + name,
+                  fs::copy_options::overwrite_existing);
+    const ToolResult r = ckpt_tool("verify --allow_no_manifest " + shell_quote(tag));
+    ++checked;
+    EXPECT_EQ(r.exit_code, 3) << "offset " << offsets[i] << " of " << bytes.size()
+                              << ": torch.load fails, verify passed:\n" << r.output;
+  }
+  EXPECT_GT(torch_bad, 100) << "the damage should break torch.load at most offsets";
+  EXPECT_EQ(checked, torch_bad);
 }
 
 TEST(ZrtCkpt, PythonLoadsToFp32Output) {
