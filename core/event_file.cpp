@@ -1,6 +1,7 @@
 #include "core/event_file.h"
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>

@@ -160,8 +160,10 @@ int64_t Trainer::batches_per_epoch() const {
 
 int64_t Trainer::num_training_steps() const {
   if (args_.max_steps > 0) return args_.max_steps;
-  const int64_t per_epoch =
-      std::max<int64_t>(1, batches_per_epoch() / args_.gradient_accumulation_steps);
+  // HF: an epoch's last optimizer step takes the remainder micro-batches, so an epoch has
+  // ceil(batches / gradient_accumulation_steps) steps.
+  const int64_t ga = args_.gradient_accumulation_steps;
+  const int64_t per_epoch = std::max<int64_t>(1, (batches_per_epoch() + ga - 1) / ga);
   return static_cast<int64_t>(std::ceil(args_.num_train_epochs * per_epoch));
 }
 
@@ -259,8 +261,8 @@ void Trainer::save_state(const std::string& dir_arg) const {
   const int64_t total = num_training_steps();
   Json history = Json::array();
   for (const LogEntry& e : log_history_) history.push_back(entry_to_json(e));
-  const int64_t per_epoch = std::max<int64_t>(
-      1, (train_ ? batches_per_epoch() : 1) / std::max<int64_t>(1, args_.gradient_accumulation_steps));
+  const int64_t ga = std::max<int64_t>(1, args_.gradient_accumulation_steps);
+  const int64_t per_epoch = std::max<int64_t>(1, ((train_ ? batches_per_epoch() : 1) + ga - 1) / ga);
   const int64_t epochs = args_.max_steps > 0
                              ? args_.max_steps / per_epoch + (args_.max_steps % per_epoch > 0)
                              : static_cast<int64_t>(std::ceil(args_.num_train_epochs));
@@ -773,6 +775,10 @@ TrainOutput Trainer::train() {
       at::Tensor loss = loss_fn_(*model_, engine_->to_model_dtype(x), y);
       engine_->record_forward_ms((now_seconds() - t0) * 1e3);
       const int64_t before = engine_->global_steps();
+      // HF's accumulation: steps after every gradient_accumulation_steps micro-batches of the
+      // epoch and after its last one (the remainder), never across an epoch's end.
+      engine_->set_gradient_accumulation_boundary(
+          (b + 1) % args_.gradient_accumulation_steps == 0 || b + 1 == nb);
       engine_->backward(loss);
       engine_->step();
       micro_loss_sum += loss.item<double>();

@@ -400,6 +400,9 @@ TEST(BadFiles, ZipContainersThatLie) {
     const size_t e64 = bad.rfind("PK\x06\x06");
     put_u32(bad, e64 + 32, 0);
     put_u32(bad, e64 + 36, 0x100);
+    expect_error(bad, "counts 5 entries on this disk but 1099511627776 in all");
+    put_u32(bad, e64 + 24, 0);
+    put_u32(bad, e64 + 28, 0x100);
     expect_error(bad, "declares 1099511627776 entries");
     bad = forced;
     const size_t loc = bad.rfind("PK\x06\x07");
@@ -410,10 +413,30 @@ TEST(BadFiles, ZipContainersThatLie) {
     expect_error(bad, "without a zip64 locator");
   }
   {
+    // The classic end record and torch's zip64 records must agree (miniz refuses either lie).
     std::string bad = good;  // central directory offset out of range
     const size_t end = bad.rfind("PK\x05\x06");
     put_u32(bad, end + 16, static_cast<uint32_t>(bad.size()));
-    expect_error(bad, "central directory");
+    expect_error(bad, "the zip end record and the zip64 end record disagree");
+    bad = good;
+    put_u16(bad, end + 8, 4);
+    expect_error(bad, "the end record counts 4 entries on this disk but 5 in all");
+    bad = good;
+    const size_t e64 = bad.rfind("PK\x06\x06");
+    put_u32(bad, e64 + 16, 1);
+    expect_error(bad, "multi-disk");
+    bad = good;
+    put_u32(bad, e64 + 40, get_u32(bad, e64 + 40) - 46);  // directory shorter than its entries
+    expect_error(bad, "disagree");
+  }
+  {
+    std::string bad = good;  // an entry on another disk, an entry that is a directory
+    const size_t d0 = central_entry(bad, "archive/data/0");
+    put_u16(bad, d0 + 34, 1);
+    expect_error(bad, "starts on disk 1");
+    bad = good;
+    put_u32(bad, d0 + 38, 0x10);
+    expect_error(bad, "is marked as a directory");
   }
   for (const char* evil : {"../data/0", "/abs/data", "archive/../x", "archive//x", "a\\b/c"}) {
     std::string bad = good;

@@ -67,6 +67,28 @@ std::string write_config(const std::string& dir) {
   return path;
 }
 
+// The Trainer on the test world, without a progress bar.
+TrainerOptions quiet_options() {
+  TrainerOptions opts;
+  opts.comm = world_ptr();
+  opts.progress_bar = false;
+  return opts;
+}
+
+// Arguments shared by the Trainer tests: the stage-2 config of write_config, output in dir/out.
+config::TrainingArguments tiny_args(const std::string& dir) {
+  config::TrainingArguments args;
+  args.deepspeed = write_config(dir);
+  args.output_dir = dir + "/out";
+  args.per_device_train_batch_size = 2;
+  args.learning_rate = 0.01;
+  return args;
+}
+
+at::Tensor tiny_mse(torch::nn::Module& m, const at::Tensor& x, const at::Tensor& y) {
+  return torch::mse_loss(static_cast<test::TinyMlpImpl&>(m).forward(x), y);
+}
+
 TEST(DistributedSampler, MatchesTorchSemantics) {
   // Without shuffling: rank r takes r, r + W, ...; padded by repeating from the start.
   DistributedSampler s(10, 4, 1, false, 0, false);
@@ -93,24 +115,16 @@ TEST(DistributedSampler, MatchesTorchSemantics) {
 
 TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
   const std::string dir = shared_dir("run");
-  config::TrainingArguments args;
-  args.deepspeed = write_config(dir);
-  args.output_dir = dir + "/out";
-  args.per_device_train_batch_size = 2;
+  config::TrainingArguments args = tiny_args(dir);
   args.gradient_accumulation_steps = 2;
-  args.learning_rate = 0.01;
   args.max_steps = 10;
   args.logging_steps = 5;
   args.save_steps = 2;
   args.save_total_limit = 2;
   args.eval_strategy = "steps";
   args.eval_steps = 5;
-  TrainerOptions opts;
-  opts.comm = world_ptr();
-  opts.progress_bar = false;
-  auto loss_fn = [](torch::nn::Module& m, const at::Tensor& x, const at::Tensor& y) {
-    return torch::mse_loss(static_cast<test::TinyMlpImpl&>(m).forward(x), y);
-  };
+  const TrainerOptions opts = quiet_options();
+  const LossFn loss_fn = tiny_mse;
   auto model = std::make_shared<test::TinyMlpImpl>(false);
   Trainer trainer(model, args, std::make_shared<TinyData>(64), std::make_shared<TinyData>(20),
                   loss_fn, opts);
@@ -193,9 +207,7 @@ TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
 // that keeps the best checkpoint: the HF Trainer's rules.
 TEST(Trainer, StrategiesAndBestModel) {
   const std::string dir = shared_dir("strategies");
-  config::TrainingArguments args;
-  args.deepspeed = write_config(dir);
-  args.output_dir = dir + "/out";
+  config::TrainingArguments args = tiny_args(dir);
   args.per_device_train_batch_size = 4;
   args.learning_rate = 0.02;
   args.num_train_epochs = 3;
@@ -204,12 +216,8 @@ TEST(Trainer, StrategiesAndBestModel) {
   args.logging_strategy = "epoch";
   args.load_best_model_at_end = true;
   args.save_total_limit = 1;
-  TrainerOptions opts;
-  opts.comm = world_ptr();
-  opts.progress_bar = false;
-  auto loss_fn = [](torch::nn::Module& m, const at::Tensor& x, const at::Tensor& y) {
-    return torch::mse_loss(static_cast<test::TinyMlpImpl&>(m).forward(x), y);
-  };
+  const TrainerOptions opts = quiet_options();
+  const LossFn loss_fn = tiny_mse;
   auto model = std::make_shared<test::TinyMlpImpl>(false);
   auto train_data = std::make_shared<TinyData>(48);
   Trainer trainer(model, args, train_data, std::make_shared<TinyData>(20), loss_fn, opts);
@@ -268,18 +276,13 @@ TEST(Trainer, StrategiesAndBestModel) {
 // the weights on purpose (fine-tuning with a fresh optimizer and step counter).
 TEST(Trainer, Zero3InferenceFromCheckpointEqualsPlainForward) {
   const std::string dir = shared_dir("infer");
-  config::TrainingArguments args;
-  args.deepspeed = write_config(dir);
-  args.output_dir = dir + "/out";
-  args.per_device_train_batch_size = 2;
+  config::TrainingArguments args = tiny_args(dir);
   args.per_device_eval_batch_size = 1;
   args.learning_rate = 0.05;
   args.max_steps = 4;
   args.save_steps = 4;
   args.logging_steps = 4;
-  TrainerOptions opts;
-  opts.comm = world_ptr();
-  opts.progress_bar = false;
+  const TrainerOptions opts = quiet_options();
   auto forward = [](torch::nn::Module& m, const at::Tensor& x) {
     return static_cast<test::TinyMlpImpl&>(m).forward(x);
   };
@@ -364,6 +367,37 @@ TEST(Trainer, Zero3InferenceFromCheckpointEqualsPlainForward) {
       EXPECT_NE(std::string(e.what()).find("no weights found"), std::string::npos) << e.what();
     }
   }
+  test::world().barrier();
+  if (test::world().rank() == 0) fs::remove_all(dir);
+}
+
+// Gradient accumulation with a remainder: as transformers' Trainer, an epoch's last optimizer
+// step takes the micro-batches left over (checked against transformers' _run_epoch:
+// num_batches = remainder for the last update of the epoch), so an epoch of 5 micro-batches with
+// gradient_accumulation_steps 2 has 3 steps and the next epoch starts a fresh accumulation.
+TEST(Trainer, AccumulationRemainderStepsAtTheEpochEnd) {
+  const std::string dir = shared_dir("remainder");
+  config::TrainingArguments args = tiny_args(dir);
+  args.gradient_accumulation_steps = 2;
+  args.num_train_epochs = 2;
+  args.save_strategy = "no";
+  args.logging_steps = 1;
+  const TrainerOptions opts = quiet_options();
+  const LossFn loss_fn = tiny_mse;
+  const int world = test::world().size();
+  // 10 examples per rank: 5 micro-batches of 2 per epoch.
+  Trainer trainer(std::make_shared<test::TinyMlpImpl>(false), args,
+                  std::make_shared<TinyData>(10 * world), nullptr, loss_fn, opts);
+  EXPECT_EQ(trainer.num_training_steps(), 6);
+  const TrainOutput out = trainer.train();
+  EXPECT_EQ(out.global_step, 6);
+  std::vector<double> epochs;
+  for (const LogEntry& e : out.log_history) {
+    if (e.loss) epochs.push_back(std::round(e.epoch * 10) / 10);
+  }
+  // Steps end at micro-batches 2, 4, 5 of each epoch.
+  EXPECT_EQ(epochs, (std::vector<double>{0.4, 0.8, 1.0, 1.4, 1.8, 2.0}));
+  EXPECT_EQ(trainer.engine().micro_steps(), 10);
   test::world().barrier();
   if (test::world().rank() == 0) fs::remove_all(dir);
 }
