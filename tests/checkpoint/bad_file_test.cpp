@@ -398,9 +398,11 @@ TEST(BadFiles, ZipContainersThatLie) {
     EXPECT_EQ(try_read(forced), "");
     std::string bad = forced;
     const size_t e64 = bad.rfind("PK\x06\x06");
+    const uint32_t entries = get_u32(bad, e64 + 24);  // 5 with LibTorch 2.x, 3 with 1.13
     put_u32(bad, e64 + 32, 0);
     put_u32(bad, e64 + 36, 0x100);
-    expect_error(bad, "counts 5 entries on this disk but 1099511627776 in all");
+    expect_error(bad, "counts " + std::to_string(entries) +
+                          " entries on this disk but 1099511627776 in all");
     put_u32(bad, e64 + 24, 0);
     put_u32(bad, e64 + 28, 0x100);
     expect_error(bad, "declares 1099511627776 entries");
@@ -419,8 +421,10 @@ TEST(BadFiles, ZipContainersThatLie) {
     put_u32(bad, end + 16, static_cast<uint32_t>(bad.size()));
     expect_error(bad, "the zip end record and the zip64 end record disagree");
     bad = good;
-    put_u16(bad, end + 8, 4);
-    expect_error(bad, "the end record counts 4 entries on this disk but 5 in all");
+    const uint32_t entries = get_u32(bad, end + 8) & 0xFFFF;
+    put_u16(bad, end + 8, static_cast<uint16_t>(entries - 1));
+    expect_error(bad, "the end record counts " + std::to_string(entries - 1) +
+                          " entries on this disk but " + std::to_string(entries) + " in all");
     bad = good;
     const size_t e64 = bad.rfind("PK\x06\x06");
     put_u32(bad, e64 + 16, 1);
