@@ -274,8 +274,8 @@ void Trainer::save_state(const std::string& dir_arg) const {
       {"best_metric", opt(best_metric_)},
       {"best_model_checkpoint", opt(best_model_checkpoint_)},
       {"epoch", epoch_},
-      {"eval_steps",
-       args_.eval_steps ? state_steps(*args_.eval_steps, total) : state_steps(args_.logging_steps, total)},
+      // Unset eval_steps leaves TrainerState's default, as transformers does.
+      {"eval_steps", args_.eval_steps ? state_steps(*args_.eval_steps, total) : int64_t{500}},
       {"global_step", engine_ ? engine_->global_steps() : 0},
       {"is_hyper_param_search", false},
       {"is_local_process_zero", true},
