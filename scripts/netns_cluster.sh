@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Emulated hosts on this machine, for multi-node tests: each host is a network namespace with its
+# own address on a bridge, its own host name (UTS namespace) and its own /etc/hosts naming every
+# host of the cluster. Ranks on different hosts can only talk over TCP through the bridge.
+#
+#   scripts/netns_cluster.sh up N      make hosts zrt-h1..zrt-hN (removes an earlier cluster first)
+#   scripts/netns_cluster.sh down      remove every host, kill what runs in them, leave nothing
+#   scripts/netns_cluster.sh status    hosts, addresses, processes per host
+#   scripts/netns_cluster.sh exec HOST CMD...     run CMD on HOST (a shell command line)
+#   scripts/netns_cluster.sh agent HOST CMD...    the same, in the form Open MPI's rsh agent is
+#                                                 called (plm_rsh_agent): how mpirun starts orted
+#   scripts/netns_cluster.sh link HOST up|down    the host's network link
+#   scripts/netns_cluster.sh shape HOST RATE DELAY  tc netem on both ends of HOST's link
+#                                                 (e.g. 1gbit 2ms); "none" removes it
+#   scripts/netns_cluster.sh kill HOST            SIGKILL every process of HOST
+#   scripts/netns_cluster.sh hostfile FILE SLOTS [HOSTS...]  a DeepSpeed hostfile of the hosts
+#   scripts/netns_cluster.sh mca                  the OMPI_MCA_* settings that keep Open MPI on
+#                                                 the bridge, over TCP only (eval-able lines)
+#
+# Addresses: 10.213.0.1 is the bridge (this machine's root namespace), host i is 10.213.0.(10+i).
+# Test traffic goes only to these addresses and loopback. Needs root (ip, unshare).
+set -euo pipefail
+PREFIX="zrt-h"
+BRIDGE="zrtbr0"
+NET="10.213.0"
+ETC_NETNS="/etc/netns"
+
+die() { echo "netns_cluster: $*" >&2; exit 2; }
+hosts() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${PREFIX}[0-9]+$" | sort -V || true; }
+index_of() {  # zrt-hK or 10.213.0.(10+K) -> K
+  local h="$1"
+  if [[ "$h" =~ ^${PREFIX}([0-9]+)$ ]]; then echo "${BASH_REMATCH[1]}"
+  elif [[ "$h" =~ ^${NET//./\\.}\.([0-9]+)$ ]]; then echo $((BASH_REMATCH[1] - 10))
+  else die "unknown host '$h' (expected ${PREFIX}K or ${NET}.(10+K))"; fi
+}
+ns_of() {
+  local k; k="$(index_of "$1")"
+  ip netns list | awk '{print $1}' | grep -qx "${PREFIX}$k" || die "host ${PREFIX}$k is not up"
+  echo "${PREFIX}$k"
+}
+
+kill_host() {  # kill every process in the namespace, wait until none is left (5 s at most)
+  local ns="$1" i pids
+  for i in $(seq 50); do
+    pids="$(ip netns pids "$ns" 2>/dev/null || true)"
+    [[ -z "$pids" ]] && return 0
+    kill -9 $pids 2>/dev/null || true
+    sleep 0.1
+  done
+  echo "netns_cluster: processes still running in $ns: $(ip netns pids "$ns" | tr '\n' ' ')" >&2
+  return 1
+}
+
+down() {
+  local ns status=0
+  for ns in $(hosts); do
+    kill_host "$ns" || status=1
+    ip link del "${ns}b" 2>/dev/null || true
+    ip netns del "$ns" || status=1
+    rm -rf "${ETC_NETNS:?}/$ns"
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+  # veth ends whose namespace went away on their own are deleted with it; anything left is ours.
+  for ns in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1 |
+              grep -E "^${PREFIX}[0-9]+b$" || true); do
+    ip link del "$ns" 2>/dev/null || true
+  done
+  return $status
+}
+
+up() {
+  local n="$1" i ns
+  [[ "$n" =~ ^[0-9]+$ && "$n" -ge 1 && "$n" -le 200 ]] || die "up: N must be 1..200, got '$n'"
+  down
+  ip link add "$BRIDGE" type bridge
+  ip addr add "$NET.1/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  for i in $(seq "$n"); do
+    ns="${PREFIX}$i"
+    ip netns add "$ns"
+    ip link add "${ns}b" type veth peer name eth0 netns "$ns"
+    ip link set "${ns}b" master "$BRIDGE" up
+    ip -n "$ns" addr add "$NET.$((10 + i))/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+    mkdir -p "$ETC_NETNS/$ns"
+    {
+      echo "127.0.0.1 localhost"
+      echo "$NET.1 zrt-bridge"
+      local j
+      for j in $(seq "$n"); do echo "$NET.$((10 + j)) ${PREFIX}$j"; done
+    } >"$ETC_NETNS/$ns/hosts"
+  done
+  for i in $(seq "$n"); do  # every host reaches every other one
+    ip netns exec "${PREFIX}$i" ping -c 1 -W 2 "$NET.$((10 + n - i + 1))" >/dev/null ||
+      die "host ${PREFIX}$i cannot reach $NET.$((10 + n - i + 1))"
+  done
+  echo "netns_cluster: $n host(s) up: $(hosts | tr '\n' ' ')"
+}
+
+# run_in NS CMDLINE: CMDLINE under sh in the host's network namespace, with the host's name (own
+# UTS namespace) and its /etc/hosts (ip netns exec bind-mounts /etc/netns/NS/hosts).
+run_in() {
+  local ns="$1"; shift
+  exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0"; exec sh -c "$1"' "$ns" "$*"
+}
+
+shape() {
+  local ns="$1" rate="$2" delay="${3:-}" dev
+  for dev in "root:${ns}b" "$ns:eth0"; do
+    local where="${dev%%:*}" ifc="${dev#*:}" tcx=(tc)
+    [[ "$where" != root ]] && tcx=(ip netns exec "$where" tc)
+    "${tcx[@]}" qdisc del dev "$ifc" root 2>/dev/null || true
+    if [[ "$rate" != none ]]; then
+      [[ -n "$delay" ]] || die "shape: give RATE and DELAY (e.g. 1gbit 2ms) or 'none'"
+      # netem's own rate limit; the queue holds a few hundred ms of packets at the rate.
+      "${tcx[@]}" qdisc add dev "$ifc" root netem delay "$delay" rate "$rate" limit 100000
+    fi
+  done
+}
+
+cmd="${1:-}"; shift || true
+case "$cmd" in
+  up) [[ $# -eq 1 ]] || die "usage: up N"; up "$1" ;;
+  down) down ;;
+  status)
+    for ns in $(hosts); do
+      echo "$ns $(ip -n "$ns" -4 -o addr show dev eth0 | awk '{print $4}')" \
+           "link=$(ip -n "$ns" -o link show eth0 | grep -q 'state UP' && echo up || echo down)" \
+           "processes=$(ip netns pids "$ns" | wc -l)"
+    done ;;
+  exec|agent)
+    [[ $# -ge 2 ]] || die "usage: $cmd HOST CMD..."
+    host="$1"; shift
+    run_in "$(ns_of "$host")" "$@" ;;
+  link)
+    [[ $# -eq 2 && ( "$2" == up || "$2" == down ) ]] || die "usage: link HOST up|down"
+    ip -n "$(ns_of "$1")" link set eth0 "$2" ;;
+  shape) [[ $# -ge 2 ]] || die "usage: shape HOST RATE DELAY | shape HOST none"
+    shape "$(ns_of "$1")" "$2" "${3:-}" ;;
+  kill) [[ $# -eq 1 ]] || die "usage: kill HOST"; kill_host "$(ns_of "$1")" ;;
+  hostfile)
+    [[ $# -ge 2 ]] || die "usage: hostfile FILE SLOTS [HOSTS...]"
+    file="$1" slots="$2"; shift 2
+    list=("$@"); [[ ${#list[@]} -gt 0 ]] || mapfile -t list < <(hosts)
+    : >"$file"
+    for h in "${list[@]}"; do echo "$(ns_of "$h") slots=$slots" >>"$file"; done ;;
+  mca)
+    # TCP only (no shared memory between "hosts"), on the bridge's subnet only; rsh agent = us.
+    echo "export OMPI_MCA_plm_rsh_agent='$(readlink -f "${BASH_SOURCE[0]}") agent'"
+    echo "export OMPI_MCA_btl=tcp,self OMPI_MCA_pml=ob1"
+    echo "export OMPI_MCA_btl_tcp_if_include=$NET.0/24 OMPI_MCA_oob_tcp_if_include=$NET.0/24" ;;
+  *) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; [[ -z "$cmd" ]] || exit 2 ;;
+esac
