@@ -1,5 +1,7 @@
 #include "comm/comm.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace zrt::comm {
@@ -126,6 +128,11 @@ bool overlaps(const at::Tensor& a, const at::Tensor& b) {
 }  // namespace
 
 std::shared_ptr<Work> completed_work() { return std::make_shared<CompletedWork>(); }
+
+double CommTimes::hidden_fraction() const {
+  if (busy_seconds <= 0) return 0;
+  return std::clamp(1.0 - exposed_seconds / busy_seconds, 0.0, 1.0);
+}
 
 OpInfo Comm::next_info(OpType type, const at::Tensor* tensor, ReduceOp op, int root) {
   OpInfo info;

@@ -56,6 +56,18 @@ struct OpInfo {
 //
 // Collectives on one communicator run in the order they were issued, on every rank; all ranks
 // must issue the same collectives in the same order.
+// Where a communicator's time went, summed since it was created: `busy` is the time collectives
+// spent executing (on the backend's own thread, for the queued CPU backends), `exposed` the time
+// callers spent blocked in wait() on collectives that had not finished. busy − exposed is the
+// communication hidden behind the caller's compute. Backends that cannot tell report zeros.
+struct CommTimes {
+  double busy_seconds = 0;
+  double exposed_seconds = 0;
+  uint64_t collectives = 0;
+  // Fraction of busy time the caller did not wait for, in [0, 1] (0 without communication).
+  double hidden_fraction() const;
+};
+
 class Work {
  public:
   virtual ~Work() = default;
@@ -83,6 +95,8 @@ class Comm {
   virtual at::DeviceType device_type() const = 0;
   // Seconds a blocking wait may take before it becomes a CommError.
   virtual double timeout_seconds() const = 0;
+  // Time spent communicating and waiting (see CommTimes); decorators forward it.
+  virtual CommTimes times() const { return {}; }
 
   // Collective: every rank must call this. In-place reduction of `tensor` over all ranks.
   // kAvg is only defined for floating dtypes.

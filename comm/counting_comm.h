@@ -47,6 +47,7 @@ class CountingComm final : public Comm {
   std::string backend_name() const override { return "counting(" + inner_->backend_name() + ")"; }
   at::DeviceType device_type() const override { return inner_->device_type(); }
   double timeout_seconds() const override { return inner_->timeout_seconds(); }
+  CommTimes times() const override { return inner_->times(); }
 
   // The ring-accounted bytes of one collective of `type` over S = `full_bytes` on `n` ranks.
   static double wire_bytes(OpType type, double full_bytes, int n);

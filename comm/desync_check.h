@@ -25,6 +25,7 @@ class DesyncCheckComm final : public Comm {
   }
   at::DeviceType device_type() const override { return inner_->device_type(); }
   double timeout_seconds() const override { return inner_->timeout_seconds(); }
+  CommTimes times() const override { return inner_->times(); }
   const std::shared_ptr<Comm>& inner() const { return inner_; }
 
  protected:

@@ -207,6 +207,7 @@ class LocalComm final : public Comm {
   std::string backend_name() const override { return "local"; }
   at::DeviceType device_type() const override { return at::kCPU; }
   double timeout_seconds() const override { return queue_.timeout_seconds(); }
+  CommTimes times() const override { return queue_.times(); }
 
  protected:
   std::shared_ptr<Work> all_reduce_impl(const at::Tensor& t, const OpInfo& info) override {

@@ -205,6 +205,7 @@ class MpiComm final : public Comm {
   std::string backend_name() const override { return "mpi"; }
   at::DeviceType device_type() const override { return at::kCPU; }
   double timeout_seconds() const override { return queue_->timeout_seconds(); }
+  CommTimes times() const override { return queue_->times(); }
 
  protected:
   std::shared_ptr<Work> all_reduce_impl(const at::Tensor& t, const OpInfo& info) override {

@@ -46,6 +46,7 @@ struct OpQueue::Core {
   bool thread_exited = false;
   std::string fatal;  // non-empty once broken
   std::thread thread;
+  CommTimes times;  // guarded by mutex
 
   void mark_broken(const std::string& message) {
     if (fatal.empty()) fatal = message;
@@ -96,6 +97,8 @@ struct OpQueue::Core {
         error = std::current_exception();
       }
       std::lock_guard<std::mutex> lock(mutex);
+      times.busy_seconds += seconds_since(op->started);
+      times.collectives += 1;
       op->body = nullptr;
       op->keep_alive.clear();
       running.reset();
@@ -130,6 +133,12 @@ class QueuedWork final : public Work {
 
   void wait() override {
     std::unique_lock<std::mutex> lock(core_->mutex);
+    const Clock::time_point start = Clock::now();
+    struct AddWaited {  // on every way out, including the throws
+      OpQueue::Core& core;
+      Clock::time_point start;
+      ~AddWaited() { core.times.exposed_seconds += seconds_since(start); }
+    } add_waited{*core_, start};
     for (;;) {
       if (op_->status == Status::kDone) return;
       if (op_->status == Status::kFailed) std::rethrow_exception(op_->error);
@@ -220,6 +229,11 @@ bool OpQueue::broken() const {
 }
 
 double OpQueue::timeout_seconds() const { return core_->timeout_seconds; }
+
+CommTimes OpQueue::times() const {
+  std::lock_guard<std::mutex> lock(core_->mutex);
+  return core_->times;
+}
 
 bool any_comm_broken() { return g_any_broken; }
 

@@ -48,6 +48,8 @@ class OpQueue {
 
   bool broken() const;
   double timeout_seconds() const;
+  // Busy time of the queue's thread and time callers waited (see CommTimes).
+  CommTimes times() const;
 
   struct Core;  // shared with the Work handles and the thread (defined in op_queue.cpp)
 

@@ -5,6 +5,10 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <unistd.h>
 #include <mutex>
 
 namespace zrt {
@@ -15,6 +19,8 @@ struct LogState {
   std::atomic<int> level{static_cast<int>(LogLevel::kInfo)};
   std::mutex mutex;
   LogSink sink;
+  std::FILE* rank_file = nullptr;  // ZRT_LOG_DIR's file, opened on the first line
+  bool rank_file_tried = false;
   LogState() {
     if (const char* env = std::getenv("ZRT_LOG_LEVEL"); env != nullptr && *env != '\0') {
       try {
@@ -83,14 +89,40 @@ void log_line(LogLevel level, bool all_ranks, const std::string& message) {
   if (rank != 0) line += str("[rank ", rank, "]");
   line += " ";
   line += message;
-  std::lock_guard<std::mutex> lock(s.mutex);
   if (s.sink) {
+    std::lock_guard<std::mutex> lock(s.mutex);
     s.sink(level, line);
-  } else {
-    line += '\n';
-    std::fwrite(line.data(), 1, line.size(), stderr);
-    std::fflush(stderr);
+    return;
   }
+  append_to_rank_log_file(line);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  line += '\n';
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+void append_to_rank_log_file(const std::string& line) {
+  LogState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.rank_file_tried) {
+    s.rank_file_tried = true;
+    const char* dir = std::getenv("ZRT_LOG_DIR");
+    if (dir == nullptr || *dir == '\0') return;
+    const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    const std::string rank = env_rank != nullptr ? env_rank : std::to_string(s.rank.load());
+    char host[256] = "host";
+    gethostname(host, sizeof(host) - 1);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    const std::string path = str(dir, "/", host, ".rank", rank, ".log");
+    s.rank_file = std::fopen(path.c_str(), "a");
+    if (s.rank_file == nullptr) {
+      std::fprintf(stderr, "[zrt WARN] ZRT_LOG_DIR: cannot open %s for appending\n", path.c_str());
+    }
+  }
+  if (s.rank_file == nullptr) return;
+  std::fprintf(s.rank_file, "%s\n", line.c_str());
+  std::fflush(s.rank_file);
 }
 
 }  // namespace zrt

@@ -32,6 +32,14 @@ void set_log_sink(LogSink sink);
 // Writes one formatted line if `level` passes the threshold and (unless all_ranks) this is rank 0.
 void log_line(LogLevel level, bool all_ranks, const std::string& message);
 
+// Note [Per-rank log files]
+// With ZRT_LOG_DIR set, every line a rank writes through log_line, and the fatal error a tool
+// prints (run_tool), is also appended to ZRT_LOG_DIR/<host>.rank<R>.log on the rank's own host
+// (R: OMPI_COMM_WORLD_RANK, else the log rank). mpirun forwards a remote rank's stderr through its
+// daemons, so when a host loses its network its ranks' last words would otherwise be lost.
+// Appends `line` (no newline) to this rank's file; does nothing without ZRT_LOG_DIR. Never throws.
+void append_to_rank_log_file(const std::string& line);
+
 }  // namespace zrt
 
 #define ZRT_LOG_IMPL(level, all_ranks, ...)                       \

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "core/error.h"
+#include "core/logging.h"
 
 namespace zrt {
 namespace {
@@ -25,16 +26,20 @@ void run_abort_hook(int exit_code) {
 }
 
 int run_tool(const char* tool_name, const std::function<int()>& body) {
+  auto report = [&](const std::string& line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    append_to_rank_log_file(line);  // see Note [Per-rank log files]
+  };
   try {
     return body();
   } catch (const Error& e) {
-    std::fprintf(stderr, "%s: error: %s\n", tool_name, e.what());
+    report(str(tool_name, ": error: ", e.what()));
     return fail(static_cast<int>(e.exit_code()));
   } catch (const std::bad_alloc& e) {
-    std::fprintf(stderr, "%s: error: out of memory (%s)\n", tool_name, e.what());
+    report(str(tool_name, ": error: out of memory (", e.what(), ")"));
     return fail(static_cast<int>(ExitCode::kInternal));
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: internal error (please report it): %s\n", tool_name, e.what());
+    report(str(tool_name, ": internal error (please report it): ", e.what()));
     return fail(static_cast<int>(ExitCode::kInternal));
   }
 }

@@ -235,7 +235,9 @@ int run(int argc, char** argv) {
     std::fflush(stdout);
   };
   if (do_train) {
+    const comm::CommTimes comm_before = comm->times();
     const TrainOutput out = trainer.train();
+    const comm::CommTimes comm_after = comm->times();
     trainer.save_state();  // output_dir/trainer_state.json, as HF's scripts do
     trainer.save_metrics("train", {{"train_loss", out.training_loss},
                                    {"train_runtime", out.train_runtime_s},
@@ -252,6 +254,15 @@ int run(int argc, char** argv) {
                     static_cast<long long>(out.global_step - out.steps_this_run + 1),
                     static_cast<long long>(out.global_step), out.train_runtime_s,
                     out.samples_per_second, out.training_loss);
+        // Rank 0's view of the training's communication (engine timers of the comm thread).
+        comm::CommTimes c;
+        c.busy_seconds = comm_after.busy_seconds - comm_before.busy_seconds;
+        c.exposed_seconds = comm_after.exposed_seconds - comm_before.exposed_seconds;
+        c.collectives = comm_after.collectives - comm_before.collectives;
+        std::printf("train: communication %.3f s in %llu collectives, %.3f s of it waited for "
+                    "(%.0f%% hidden behind compute)\n",
+                    c.busy_seconds, static_cast<unsigned long long>(c.collectives),
+                    c.exposed_seconds, 100 * c.hidden_fraction());
       }
     }
   }
