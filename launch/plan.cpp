@@ -17,8 +17,10 @@
 #include <cctype>
 #include <filesystem>
 #include <set>
+#include <utility>
 
 #include "core/error.h"
+#include "launch/slurm.h"
 
 namespace zrt::launch {
 namespace {
@@ -32,7 +34,7 @@ const std::string* find_var(const EnvVars& vars, const std::string& name) {
 
 World local_pool(const LaunchOptions& options, const HostFacts& facts) {
   ZRT_CHECK_AS(UsageError, options.num_nodes <= 1, "--num_nodes ", options.num_nodes,
-               " needs a hostfile listing the nodes (--hostfile FILE)");
+               " needs a hostfile listing the nodes (--hostfile FILE) or a Slurm allocation");
   int slots = options.np > 0 ? options.np : options.num_gpus;
   if (slots <= 0) slots = facts.visible_gpus;
   ZRT_CHECK_AS(UsageError, slots > 0,
@@ -99,14 +101,23 @@ World select_world(const LaunchOptions& options, const HostFacts& facts,
     hostfile = options.default_hostfile;
     notes->push_back("using the default hostfile " + hostfile);
   }
-  const bool from_hostfile = !hostfile.empty();
-  World world =
-      from_hostfile ? world_from_hostfile(read_hostfile(hostfile)) : local_pool(options, facts);
+  // The pool to narrow: the hostfile, else the Slurm allocation, else this machine alone.
+  World world;
+  bool from_hosts = true;
+  if (!hostfile.empty()) {
+    world = world_from_hostfile(read_hostfile(hostfile));
+  } else if (auto slurm = slurm_allocation(facts.env)) {
+    world = std::move(slurm->world);
+    notes->insert(notes->end(), slurm->notes.begin(), slurm->notes.end());
+  } else {
+    world = local_pool(options, facts);
+    from_hosts = false;
+  }
   if (!options.include.empty()) world = include_slots(world, options.include);
   if (!options.exclude.empty()) world = exclude_slots(world, options.exclude);
   if (options.num_nodes > 0) world = first_hosts(world, options.num_nodes);
   if (options.num_gpus > 0) world = first_slots_per_host(world, options.num_gpus);
-  if (options.np > 0 && from_hostfile) world = first_ranks(world, options.np);
+  if (options.np > 0 && from_hosts) world = first_ranks(world, options.np);
   return world;
 }
 

@@ -1,7 +1,8 @@
-// From a LaunchOptions to the exact mpirun command: which hosts and slots (hostfile or this
-// machine, then --include/--exclude, --num_nodes, --num_gpus, --np), which mpirun flags
-// (--oversubscribe, --bind-to, --timeout, --host), and which environment every rank gets
-// (root-allow variables, env files, forwarded prefixes, OMP_NUM_THREADS). Pure given HostFacts.
+// From a LaunchOptions to the exact mpirun command: which hosts and slots (hostfile, Slurm
+// allocation or this machine, then --include/--exclude, --num_nodes, --num_gpus, --np), which
+// mpirun flags (--oversubscribe, --bind-to, --timeout, --host), and which environment every rank
+// gets (root-allow variables, env files, forwarded prefixes, OMP_NUM_THREADS). Pure given
+// HostFacts.
 #pragma once
 
 #include <string>
@@ -23,7 +24,8 @@ struct LaunchPlan {
 };
 
 // The hosts and slots the job runs on. Reads the hostfile (options.hostfile, else
-// options.default_hostfile when it exists, else this machine alone); appends notes.
+// options.default_hostfile when it exists), else the Slurm allocation in facts.env (slurm.h), else
+// takes this machine alone; appends notes.
 World select_world(const LaunchOptions& options, const HostFacts& facts,
                    std::vector<std::string>* notes);
 
