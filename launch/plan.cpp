@@ -11,6 +11,12 @@
 // their device from the local rank and CUDA_VISIBLE_DEVICES is left alone. When --include or
 // --exclude leaves other slots (host1:1,3), each host becomes its own mpirun app context whose
 // program runs under `env CUDA_VISIBLE_DEVICES=1,3`, so local rank i gets the i-th chosen GPU.
+//
+// Note [MCA variables]
+// mpirun reads OMPI_MCA_NAME=VALUE from its environment as `--mca NAME VALUE`, and exports every
+// OMPI_* variable to the ranks on all nodes by itself (mpirun(1), "Exported Environment
+// Variables"). zrt-launch leaves them alone, but they change what runs (transports, interfaces),
+// so the notes and the --dry-run text show them.
 #include "launch/plan.h"
 
 #include <algorithm>
@@ -79,6 +85,48 @@ void append_app_contexts(const World& world, const LaunchPlan& plan,
   }
 }
 
+// What every rank gets on top of the launcher's environment (root-allow variables, env files,
+// MASTER_ADDR, ZRT_PROGRESS, OMP_NUM_THREADS) in the order it is printed, and the OMPI_MCA_*
+// variables mpirun will read from the launcher's own environment.
+void add_environment(const LaunchOptions& options, const HostFacts& facts,
+                     const EnvFiles& env_files, int per_node, LaunchPlan* out) {
+  LaunchPlan& plan = *out;
+  if (facts.is_root) {
+    set_var(&plan.env, "OMPI_ALLOW_RUN_AS_ROOT", "1");
+    set_var(&plan.env, "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    plan.notes.push_back(
+        "running as root: OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+  }
+  for (const std::string& path : env_files.paths) plan.notes.push_back("read env file " + path);
+  for (const auto& [name, value] : env_files.vars) {
+    const auto it = facts.env.find(name);
+    if (it != facts.env.end() && it->second != value) {
+      plan.notes.push_back(name + "='" + value + "' from the env file replaces '" + it->second +
+                           "'");
+    }
+    set_var(&plan.env, name, value);
+  }
+  if (!options.master_addr.empty()) set_var(&plan.env, "MASTER_ADDR", options.master_addr);
+  if (!facts.stdout_is_terminal && facts.env.count("ZRT_PROGRESS") == 0 &&
+      find_var(plan.env, "ZRT_PROGRESS") == nullptr) {
+    set_var(&plan.env, "ZRT_PROGRESS", "lines");  // Note in HostFacts::stdout_is_terminal
+  }
+  if (facts.env.count("OMP_NUM_THREADS") == 0 && find_var(plan.env, "OMP_NUM_THREADS") == nullptr) {
+    const int threads = std::max(1, facts.cores / per_node);
+    set_var(&plan.env, "OMP_NUM_THREADS", std::to_string(threads));
+    plan.notes.push_back(str("OMP_NUM_THREADS not set: using ", threads, " per rank (", facts.cores,
+                             " cores / ", per_node, " ranks per node",
+                             plan.single_node ? "" : ", assuming every node has as many cores",
+                             ")"));
+  }
+  for (const auto& [name, value] : facts.env) {  // Note [MCA variables]
+    if (name.rfind(kMcaPrefix, 0) == 0 && find_var(plan.env, name) == nullptr) {
+      plan.mpi_env.emplace_back(name, value);
+      plan.notes.push_back("mpirun reads " + name + "=" + value + " from the environment");
+    }
+  }
+}
+
 }  // namespace
 
 World select_world(const LaunchOptions& options, const HostFacts& facts,
@@ -130,37 +178,7 @@ LaunchPlan build_plan(const World& world, const LaunchOptions& options, const Ho
   plan.world = world;
   plan.single_node = world.hosts.size() == 1 && is_local_host(world.hosts[0].host, facts.hostname);
   const int ranks = world.num_ranks();
-  const int per_node = world.max_ranks_per_host();
-
-  // Environment additions, in the order they are printed.
-  if (facts.is_root) {
-    set_var(&plan.env, "OMPI_ALLOW_RUN_AS_ROOT", "1");
-    set_var(&plan.env, "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-    plan.notes.push_back(
-        "running as root: OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
-  }
-  for (const std::string& path : env_files.paths) plan.notes.push_back("read env file " + path);
-  for (const auto& [name, value] : env_files.vars) {
-    const auto it = facts.env.find(name);
-    if (it != facts.env.end() && it->second != value) {
-      plan.notes.push_back(name + "='" + value + "' from the env file replaces '" + it->second +
-                           "'");
-    }
-    set_var(&plan.env, name, value);
-  }
-  if (!options.master_addr.empty()) set_var(&plan.env, "MASTER_ADDR", options.master_addr);
-  if (!facts.stdout_is_terminal && facts.env.count("ZRT_PROGRESS") == 0 &&
-      find_var(plan.env, "ZRT_PROGRESS") == nullptr) {
-    set_var(&plan.env, "ZRT_PROGRESS", "lines");  // Note in HostFacts::stdout_is_terminal
-  }
-  if (facts.env.count("OMP_NUM_THREADS") == 0 && find_var(plan.env, "OMP_NUM_THREADS") == nullptr) {
-    const int threads = std::max(1, facts.cores / per_node);
-    set_var(&plan.env, "OMP_NUM_THREADS", std::to_string(threads));
-    plan.notes.push_back(str("OMP_NUM_THREADS not set: using ", threads, " per rank (", facts.cores,
-                             " cores / ", per_node, " ranks per node",
-                             plan.single_node ? "" : ", assuming every node has as many cores",
-                             ")"));
-  }
+  add_environment(options, facts, env_files, world.max_ranks_per_host(), &plan);
 
   plan.argv = {mpirun};
   plan.argv.insert(plan.argv.end(), {"--bind-to", "none"});  // Note [Binding and threads]
@@ -172,6 +190,11 @@ LaunchPlan build_plan(const World& world, const LaunchOptions& options, const Ho
   }
   if (options.timeout_s > 0)
     plan.argv.insert(plan.argv.end(), {"--timeout", std::to_string(options.timeout_s)});
+  if (!options.launcher_args.empty()) {
+    plan.argv.insert(plan.argv.end(), options.launcher_args.begin(), options.launcher_args.end());
+    plan.notes.push_back("mpirun options from --launcher_args: " +
+                         shell_join(options.launcher_args));
+  }
   std::set<std::string> forwarded;
   for (const auto& [name, value] : facts.env) {
     if (is_forwarded_name(name)) forwarded.insert(name);
@@ -215,6 +238,8 @@ std::string format_dry_run(const LaunchPlan& plan) {
   const std::size_t nodes = plan.world.hosts.size();
   std::string text = str("# ", plan.world.num_ranks(), " rank(s) on ", nodes,
                          nodes == 1 ? " node" : " nodes", ": ", plan.world.describe(), "\n");
+  for (const auto& [name, value] : plan.mpi_env)
+    text += "# from the environment: export " + name + "=" + shell_quote(value) + "\n";
   for (const auto& [name, value] : plan.env)
     text += "export " + name + "=" + shell_quote(value) + "\n";
   return text + shell_join(plan.argv) + "\n";
