@@ -50,11 +50,14 @@ std::string read_text(const std::string& path) {
 }
 
 // Starts zrt-launch with `args` in `cwd` (HOME too, so no user env file is read) with the
-// current environment changed by `env`; stdout/stderr go to files in `cwd`.
+// current environment changed by `env`; stdout/stderr go to files in `cwd`. Unless `env` sets
+// them, the Slurm nodelist variables are unset, so that tests run inside a Slurm job still plan
+// local jobs.
 pid_t start_tool(const Args& args, const std::string& cwd, EnvChanges env) {
   env.emplace("HOME", cwd);
-  for (const char* name : {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
-                           "OMP_NUM_THREADS", "ZRT_ENV_FILE", "DS_ENV_FILE"}) {
+  for (const char* name :
+       {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "OMP_NUM_THREADS",
+        "ZRT_ENV_FILE", "DS_ENV_FILE", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
     env.emplace(name, std::nullopt);
   }
   const pid_t pid = fork();
