@@ -24,12 +24,15 @@ const Flag kFlags[] = {
     {"num_gpus,num-gpus", "N", "ranks per node, one per GPU slot (first N slots of each host)"},
     {"num_nodes,num-nodes", "N", "use the first N hosts of the hostfile"},
     {"H,hostfile", "FILE",
-     "hostfile of 'HOST slots=N' lines (default: /job/hostfile if it exists, else this machine)"},
+     "hostfile of 'HOST slots=N' lines (default: /job/hostfile if it exists, else the Slurm "
+     "allocation, else this machine)"},
     {"i,include", "SPEC", "hosts/slots to use, e.g. 'worker-0:0,1@worker-1'"},
     {"e,exclude", "SPEC", "hosts/slots to leave out, same syntax as --include"},
     {"master_addr,master-addr", "ADDR", "exported to every rank as MASTER_ADDR"},
     {"timeout", "SECONDS", "end the whole job after SECONDS (mpirun --timeout; exit code 110)"},
     {"oversubscribe", nullptr, "always pass --oversubscribe (added anyway when ranks > cores)"},
+    {"launcher_args,launcher-args", "ARGS",
+     "more mpirun options, as one shell-quoted string (see the example)"},
     {"dry-run,dry_run", nullptr, "print the environment and the mpirun command, do not run"},
     {"mpirun", "PATH", "the mpirun to run (default: mpirun on PATH)"},
     {"h,help", nullptr, "print this help"},
@@ -115,6 +118,10 @@ CliArgs parse_launch_args(const std::vector<std::string>& args) {
   o.exclude = get_string(result, "exclude");
   o.master_addr = get_string(result, "master_addr");
   o.mpirun = get_string(result, "mpirun");
+  if (result.count("launcher_args")) {
+    o.launcher_args =
+        split_shell_words(result["launcher_args"].as<std::string>(), "--launcher_args");
+  }
   o.oversubscribe = result.count("oversubscribe") > 0;
   o.dry_run = result.count("dry-run") > 0;
   ZRT_CHECK_AS(UsageError, o.np < 0 || o.num_gpus < 0,
@@ -130,6 +137,55 @@ CliArgs parse_launch_args(const std::vector<std::string>& args) {
   return cli;
 }
 
+std::vector<std::string> split_shell_words(const std::string& text, const std::string& flag) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;  // true also for an empty quoted word ('')
+  char quote = 0;        // the open quote, or 0
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const char next = i + 1 < text.size() ? text[i + 1] : '\0';
+    if (quote == '\'') {
+      if (c == '\'')
+        quote = 0;
+      else
+        word += c;
+    } else if (quote == '"') {
+      if (c == '"') {
+        quote = 0;
+      } else if (c == '\\' && next != '\0' &&
+                 std::string("\"\\$`\n").find(next) != std::string::npos) {
+        if (next != '\n') word += next;  // backslash-newline is a line continuation
+        ++i;
+      } else {
+        word += c;
+      }
+    } else if (c == '\\') {
+      ZRT_CHECK_AS(UsageError, i + 1 < text.size(), flag, " '", text,
+                   "': a backslash at the end escapes nothing");
+      if (next != '\n') {
+        word += next;
+        in_word = true;
+      }
+      ++i;
+    } else if (c == ' ' || c == '\t' || c == '\n') {
+      if (in_word) words.push_back(word);
+      word.clear();
+      in_word = false;
+    } else {
+      if (c == '\'' || c == '"')
+        quote = c;
+      else
+        word += c;
+      in_word = true;
+    }
+  }
+  ZRT_CHECK_AS(UsageError, quote == 0, flag, " '", text, "': unbalanced ",
+               quote == '"' ? "double" : "single", " quote");
+  if (in_word) words.push_back(word);
+  return words;
+}
+
 std::string launch_help() {
   return make_options().help() +
          "\nExamples:\n"
@@ -137,12 +193,16 @@ std::string launch_help() {
          "  zrt-launch -H hosts --num_gpus 4 -- ./train            4 ranks on each host\n"
          "  zrt-launch -H hosts -i 'w0:0,1@w1' -- ./train          slots 0,1 of w0 and all of w1\n"
          "  zrt-launch --np 2 --dry-run -- ./train                 show the mpirun command\n"
+         "  zrt-launch --launcher_args '--mca btl tcp,self' -- ./train   more mpirun options\n"
          "\n"
          "Dashed spellings (--num-gpus, --num-nodes, --master-addr, --dry_run) and mpirun's -np\n"
          "are accepted too. Every rank gets the variables named ZRT_*, NCCL_*, CUDA_*, OMP_*,\n"
          "MKL_*, PYTHON*, UCX_* and those in .zrt_env / .deepspeed_env ($ZRT_ENV_FILE,\n"
-         "$DS_ENV_FILE). Exit status: the job's (128+N when mpirun dies of signal N), 1 for bad\n"
-         "options, 2 for a bad hostfile, spec or env file.\n";
+         "$DS_ENV_FILE). Inside a Slurm allocation (SLURM_JOB_NODELIST set) without a hostfile,\n"
+         "the hosts are the allocation's nodes with SLURM_TASKS_PER_NODE slots each. Exit status:\n"
+         "the job's (128+N when mpirun dies of signal N), 1 for bad options, 2 for a bad "
+         "hostfile,\n"
+         "spec, env file or Slurm variable.\n";
 }
 
 }  // namespace zrt::launch

@@ -18,6 +18,12 @@ struct CliArgs {
 // Parses the arguments after the program name.
 CliArgs parse_launch_args(const std::vector<std::string>& args);
 
+// Splits `text` into words as a POSIX shell would, without expansions: blanks separate words,
+// single quotes keep everything literally, double quotes keep everything but `\"`, `\\`, `\$`,
+// `` \` `` escapes, and an unquoted backslash keeps the next character. An unbalanced quote or a
+// trailing backslash is a UsageError naming `flag` ("--launcher_args").
+std::vector<std::string> split_shell_words(const std::string& text, const std::string& flag);
+
 // The --help text: usage line, options with defaults, examples.
 std::string launch_help();
 

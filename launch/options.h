@@ -25,6 +25,8 @@ struct LaunchOptions {
   bool dry_run = false;              // --dry-run: print, do not run
   std::string mpirun;                // --mpirun PATH (empty: search PATH)
   std::vector<std::string> program;  // PROGRAM ARGS... (after "--")
+  // --launcher_args split into words: more mpirun options, placed after zrt-launch's own
+  std::vector<std::string> launcher_args;
 };
 
 }  // namespace zrt::launch

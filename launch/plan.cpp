@@ -11,14 +11,22 @@
 // their device from the local rank and CUDA_VISIBLE_DEVICES is left alone. When --include or
 // --exclude leaves other slots (host1:1,3), each host becomes its own mpirun app context whose
 // program runs under `env CUDA_VISIBLE_DEVICES=1,3`, so local rank i gets the i-th chosen GPU.
+//
+// Note [MCA variables]
+// mpirun reads OMPI_MCA_NAME=VALUE from its environment as `--mca NAME VALUE`, and exports every
+// OMPI_* variable to the ranks on all nodes by itself (mpirun(1), "Exported Environment
+// Variables"). zrt-launch leaves them alone, but they change what runs (transports, interfaces),
+// so the notes and the --dry-run text show them.
 #include "launch/plan.h"
 
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <set>
+#include <utility>
 
 #include "core/error.h"
+#include "launch/slurm.h"
 
 namespace zrt::launch {
 namespace {
@@ -32,7 +40,7 @@ const std::string* find_var(const EnvVars& vars, const std::string& name) {
 
 World local_pool(const LaunchOptions& options, const HostFacts& facts) {
   ZRT_CHECK_AS(UsageError, options.num_nodes <= 1, "--num_nodes ", options.num_nodes,
-               " needs a hostfile listing the nodes (--hostfile FILE)");
+               " needs a hostfile listing the nodes (--hostfile FILE) or a Slurm allocation");
   int slots = options.np > 0 ? options.np : options.num_gpus;
   if (slots <= 0) slots = facts.visible_gpus;
   ZRT_CHECK_AS(UsageError, slots > 0,
@@ -77,51 +85,12 @@ void append_app_contexts(const World& world, const LaunchPlan& plan,
   }
 }
 
-}  // namespace
-
-World select_world(const LaunchOptions& options, const HostFacts& facts,
-                   std::vector<std::string>* notes) {
-  ZRT_CHECK_AS(UsageError, options.np <= 0 || options.num_gpus <= 0,
-               "--np and --num_gpus are exclusive (got --np ", options.np, " and --num_gpus ",
-               options.num_gpus, ")");
-  ZRT_CHECK_AS(UsageError, options.include.empty() || options.exclude.empty(),
-               "--include and --exclude are exclusive (got --include '", options.include,
-               "' and --exclude '", options.exclude, "')");
-  ZRT_CHECK_AS(UsageError,
-               (options.include.empty() && options.exclude.empty()) ||
-                   (options.num_nodes <= 0 && options.num_gpus <= 0),
-               "--num_nodes/--num_gpus cannot be combined with --include/--exclude (as in "
-               "DeepSpeed): name the slots in the spec instead");
-  std::string hostfile = options.hostfile;
-  std::error_code ec;
-  if (hostfile.empty() && !options.default_hostfile.empty() &&
-      std::filesystem::exists(options.default_hostfile, ec)) {
-    hostfile = options.default_hostfile;
-    notes->push_back("using the default hostfile " + hostfile);
-  }
-  const bool from_hostfile = !hostfile.empty();
-  World world =
-      from_hostfile ? world_from_hostfile(read_hostfile(hostfile)) : local_pool(options, facts);
-  if (!options.include.empty()) world = include_slots(world, options.include);
-  if (!options.exclude.empty()) world = exclude_slots(world, options.exclude);
-  if (options.num_nodes > 0) world = first_hosts(world, options.num_nodes);
-  if (options.num_gpus > 0) world = first_slots_per_host(world, options.num_gpus);
-  if (options.np > 0 && from_hostfile) world = first_ranks(world, options.np);
-  return world;
-}
-
-LaunchPlan build_plan(const World& world, const LaunchOptions& options, const HostFacts& facts,
-                      const EnvFiles& env_files, const std::string& mpirun) {
-  ZRT_CHECK_AS(UsageError, !options.program.empty(),
-               "no program to run (usage: zrt-launch [options] -- PROGRAM ARGS...)");
-  ZRT_INTERNAL_ASSERT(world.num_ranks() > 0, "empty world");
-  LaunchPlan plan;
-  plan.world = world;
-  plan.single_node = world.hosts.size() == 1 && is_local_host(world.hosts[0].host, facts.hostname);
-  const int ranks = world.num_ranks();
-  const int per_node = world.max_ranks_per_host();
-
-  // Environment additions, in the order they are printed.
+// What every rank gets on top of the launcher's environment (root-allow variables, env files,
+// MASTER_ADDR, ZRT_PROGRESS, OMP_NUM_THREADS) in the order it is printed, and the OMPI_MCA_*
+// variables mpirun will read from the launcher's own environment.
+void add_environment(const LaunchOptions& options, const HostFacts& facts,
+                     const EnvFiles& env_files, int per_node, LaunchPlan* out) {
+  LaunchPlan& plan = *out;
   if (facts.is_root) {
     set_var(&plan.env, "OMPI_ALLOW_RUN_AS_ROOT", "1");
     set_var(&plan.env, "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
@@ -150,6 +119,66 @@ LaunchPlan build_plan(const World& world, const LaunchOptions& options, const Ho
                              plan.single_node ? "" : ", assuming every node has as many cores",
                              ")"));
   }
+  for (const auto& [name, value] : facts.env) {  // Note [MCA variables]
+    if (name.rfind(kMcaPrefix, 0) == 0 && find_var(plan.env, name) == nullptr) {
+      plan.mpi_env.emplace_back(name, value);
+      plan.notes.push_back("mpirun reads " + name + "=" + value + " from the environment");
+    }
+  }
+}
+
+}  // namespace
+
+World select_world(const LaunchOptions& options, const HostFacts& facts,
+                   std::vector<std::string>* notes) {
+  ZRT_CHECK_AS(UsageError, options.np <= 0 || options.num_gpus <= 0,
+               "--np and --num_gpus are exclusive (got --np ", options.np, " and --num_gpus ",
+               options.num_gpus, ")");
+  ZRT_CHECK_AS(UsageError, options.include.empty() || options.exclude.empty(),
+               "--include and --exclude are exclusive (got --include '", options.include,
+               "' and --exclude '", options.exclude, "')");
+  ZRT_CHECK_AS(UsageError,
+               (options.include.empty() && options.exclude.empty()) ||
+                   (options.num_nodes <= 0 && options.num_gpus <= 0),
+               "--num_nodes/--num_gpus cannot be combined with --include/--exclude (as in "
+               "DeepSpeed): name the slots in the spec instead");
+  std::string hostfile = options.hostfile;
+  std::error_code ec;
+  if (hostfile.empty() && !options.default_hostfile.empty() &&
+      std::filesystem::exists(options.default_hostfile, ec)) {
+    hostfile = options.default_hostfile;
+    notes->push_back("using the default hostfile " + hostfile);
+  }
+  // The pool to narrow: the hostfile, else the Slurm allocation, else this machine alone.
+  World world;
+  bool from_hosts = true;
+  if (!hostfile.empty()) {
+    world = world_from_hostfile(read_hostfile(hostfile));
+  } else if (auto slurm = slurm_allocation(facts.env)) {
+    world = std::move(slurm->world);
+    notes->insert(notes->end(), slurm->notes.begin(), slurm->notes.end());
+  } else {
+    world = local_pool(options, facts);
+    from_hosts = false;
+  }
+  if (!options.include.empty()) world = include_slots(world, options.include);
+  if (!options.exclude.empty()) world = exclude_slots(world, options.exclude);
+  if (options.num_nodes > 0) world = first_hosts(world, options.num_nodes);
+  if (options.num_gpus > 0) world = first_slots_per_host(world, options.num_gpus);
+  if (options.np > 0 && from_hosts) world = first_ranks(world, options.np);
+  return world;
+}
+
+LaunchPlan build_plan(const World& world, const LaunchOptions& options, const HostFacts& facts,
+                      const EnvFiles& env_files, const std::string& mpirun) {
+  ZRT_CHECK_AS(UsageError, !options.program.empty(),
+               "no program to run (usage: zrt-launch [options] -- PROGRAM ARGS...)");
+  ZRT_INTERNAL_ASSERT(world.num_ranks() > 0, "empty world");
+  LaunchPlan plan;
+  plan.world = world;
+  plan.single_node = world.hosts.size() == 1 && is_local_host(world.hosts[0].host, facts.hostname);
+  const int ranks = world.num_ranks();
+  add_environment(options, facts, env_files, world.max_ranks_per_host(), &plan);
 
   plan.argv = {mpirun};
   plan.argv.insert(plan.argv.end(), {"--bind-to", "none"});  // Note [Binding and threads]
@@ -161,6 +190,11 @@ LaunchPlan build_plan(const World& world, const LaunchOptions& options, const Ho
   }
   if (options.timeout_s > 0)
     plan.argv.insert(plan.argv.end(), {"--timeout", std::to_string(options.timeout_s)});
+  if (!options.launcher_args.empty()) {
+    plan.argv.insert(plan.argv.end(), options.launcher_args.begin(), options.launcher_args.end());
+    plan.notes.push_back("mpirun options from --launcher_args: " +
+                         shell_join(options.launcher_args));
+  }
   std::set<std::string> forwarded;
   for (const auto& [name, value] : facts.env) {
     if (is_forwarded_name(name)) forwarded.insert(name);
@@ -204,6 +238,8 @@ std::string format_dry_run(const LaunchPlan& plan) {
   const std::size_t nodes = plan.world.hosts.size();
   std::string text = str("# ", plan.world.num_ranks(), " rank(s) on ", nodes,
                          nodes == 1 ? " node" : " nodes", ": ", plan.world.describe(), "\n");
+  for (const auto& [name, value] : plan.mpi_env)
+    text += "# from the environment: export " + name + "=" + shell_quote(value) + "\n";
   for (const auto& [name, value] : plan.env)
     text += "export " + name + "=" + shell_quote(value) + "\n";
   return text + shell_join(plan.argv) + "\n";

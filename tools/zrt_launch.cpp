@@ -1,11 +1,12 @@
 // zrt-launch: starts PROGRAM on every rank with Open MPI's mpirun (see launch/README.md).
 //
 //   zrt-launch [--np N | --num_gpus N] [--num_nodes N] [--hostfile FILE] [--include SPEC]
-//       [--exclude SPEC] [--master_addr A] [--timeout S] [--oversubscribe] [--dry-run]
-//       [--mpirun PATH] -- PROGRAM ARGS...
+//       [--exclude SPEC] [--master_addr A] [--timeout S] [--oversubscribe]
+//       [--launcher_args ARGS] [--dry-run] [--mpirun PATH] -- PROGRAM ARGS...
 //
 // Exit status: the job's, 1 for bad options or a program that does not exist, 2 for a bad
-// hostfile, spec or env file, 130 when interrupted (Ctrl-C), after the ranks have ended.
+// hostfile, spec, env file or Slurm variable, 130 when interrupted (Ctrl-C), after the ranks have
+// ended.
 #include <cstdio>
 #include <cstdlib>
 #include <string>

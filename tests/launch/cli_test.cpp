@@ -1,5 +1,5 @@
 // The zrt-launch command line: DeepSpeed spellings and dashed aliases, `-np`, the program after
-// `--`, and usage errors that name the flag.
+// `--`, --launcher_args and its shell-like word splitting, and usage errors that name the flag.
 #include "launch/cli.h"
 
 #include <string>
@@ -64,6 +64,48 @@ TEST(Cli, Help) {
   for (const char* part : {"--num_gpus", "--hostfile", "--include", "--exclude", "--dry-run",
                            "--timeout", "--oversubscribe", "-- PROGRAM", ".zrt_env"}) {
     EXPECT_NE(help.find(part), std::string::npos) << part;
+  }
+}
+
+TEST(Cli, LauncherArgsAreSplitIntoWords) {
+  for (const char* flag : {"--launcher_args", "--launcher-args"}) {
+    const LaunchOptions o =
+        parse_launch_args(
+            {flag, "--mca btl tcp,self --mca btl_tcp_if_include 10.0.0.0/24", "--", "p"})
+            .options;
+    EXPECT_EQ(o.launcher_args,
+              (Args{"--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "10.0.0.0/24"}));
+  }
+  EXPECT_EQ(parse_launch_args({"--launcher_args=-x FOO", "--", "p"}).options.launcher_args,
+            (Args{"-x", "FOO"}));
+  // DeepSpeed's default is "": no words, not an error.
+  EXPECT_TRUE(parse_launch_args({"--launcher_args", "", "--", "p"}).options.launcher_args.empty());
+  EXPECT_TRUE(parse_launch_args({"--", "p"}).options.launcher_args.empty());
+}
+
+TEST(Cli, ShellWordSplitting) {
+  auto split = [](const std::string& text) { return split_shell_words(text, "--launcher_args"); };
+  EXPECT_EQ(split(""), Args{});
+  EXPECT_EQ(split(" \t\n "), Args{});
+  EXPECT_EQ(split("  a  b\tc\nd "), (Args{"a", "b", "c", "d"}));
+  EXPECT_EQ(split("--mca btl 'tcp, self'"), (Args{"--mca", "btl", "tcp, self"}));
+  EXPECT_EQ(split("a'b c'd"), (Args{"ab cd"}));            // quotes join with their neighbours
+  EXPECT_EQ(split("'' \"\" x"), (Args{"", "", "x"}));      // empty quoted words are words
+  EXPECT_EQ(split("'a\\b \"c\"'"), (Args{"a\\b \"c\""}));  // single quotes keep everything
+  EXPECT_EQ(split("\"a \\\"b\\\" \\$HOME \\x 'y'\""), (Args{"a \"b\" $HOME \\x 'y'"}));
+  EXPECT_EQ(split("a\\ b \\'c\\' \\\\"), (Args{"a b", "'c'", "\\"}));
+  EXPECT_EQ(split("a\\\nb"), (Args{"ab"}));  // backslash-newline continues the line
+}
+
+TEST(Cli, ShellWordSplittingErrorsNameTheFlag) {
+  for (const std::string& text : {"--mca 'btl", "\"a", "a'b'c'", "\"a\\\"", "trailing\\"}) {
+    const std::string msg = error_message<UsageError>([&] {
+      parse_launch_args({"--launcher_args", text, "--", "p"});
+    });
+    EXPECT_EQ(msg.rfind("--launcher_args '" + text + "': ", 0), 0u) << msg;
+    const bool backslash = text.back() == '\\' && text.front() != '"';
+    EXPECT_NE(msg.find(backslash ? "backslash at the end" : "unbalanced"), std::string::npos)
+        << msg;
   }
 }
 

@@ -1,6 +1,7 @@
 // Building the mpirun command: root-allow variables, --oversubscribe and --bind-to rules,
-// --timeout, --host for multi-node jobs, app contexts for non-prefix slots, environment
-// forwarding, env files, the OMP_NUM_THREADS default, and the --dry-run text.
+// --timeout, --launcher_args, --host for multi-node jobs, app contexts for non-prefix slots,
+// environment forwarding, env files, the OMP_NUM_THREADS default, OMPI_MCA_* in the environment,
+// and the --dry-run text.
 #include "launch/plan.h"
 
 #include <algorithm>
@@ -329,6 +330,48 @@ TEST(ShellQuote, QuotesOnlyWhatNeedsIt) {
   EXPECT_EQ(shell_join({"sh", "-c", "exit 3"}), "sh -c 'exit 3'");
 }
 
+// DeepSpeed's OpenMPI runner puts --launcher_args after its own mpirun options and before the
+// exports; so does zrt-launch (after --bind-to/--oversubscribe/--timeout, before -x and -np).
+TEST_F(PlanTest, LauncherArgsFollowOurOwnMpirunOptions) {
+  options.np = 2;
+  options.timeout_s = 30;
+  options.oversubscribe = true;
+  options.launcher_args = {"--mca", "btl", "tcp,self", "--report-bindings"};
+  const LaunchPlan p = plan();
+  EXPECT_EQ(p.argv, (Argv{"mpirun", "--bind-to", "none", "--oversubscribe", "--timeout", "30",
+                          "--mca", "btl", "tcp,self", "--report-bindings", "-x", "OMP_NUM_THREADS",
+                          "-np", "2", "./train", "--deepspeed", "ds config.json"}));
+  EXPECT_TRUE(
+      has_note(p, "mpirun options from --launcher_args: --mca btl tcp,self --report-bindings"));
+  options.launcher_args = {"--mca", "btl_tcp_if_include", "a b"};  // shown shell-quoted
+  EXPECT_TRUE(has_note(plan(), "--launcher_args: --mca btl_tcp_if_include 'a b'"));
+}
+
+// Note [MCA variables]: shown, not set and not forwarded; an env file's value is an ordinary
+// addition instead.
+TEST_F(PlanTest, McaVariablesFromTheEnvironmentAreShownNotForwarded) {
+  options.np = 1;
+  facts.env["OMPI_MCA_btl"] = "tcp,self";
+  facts.env["OMPI_MCA_btl_tcp_if_include"] = "eth0";
+  facts.env["OMPI_COMM_WORLD_SIZE"] = "4";  // not an MCA setting
+  LaunchPlan p = plan();
+  EXPECT_EQ(p.mpi_env,
+            (EnvVars{{"OMPI_MCA_btl", "tcp,self"}, {"OMPI_MCA_btl_tcp_if_include", "eth0"}}));
+  EXPECT_FALSE(forwards(p.argv, "OMPI_MCA_btl"));
+  EXPECT_EQ(env_value(p, "OMPI_MCA_btl"), "<unset>");
+  EXPECT_TRUE(has_note(p, "mpirun reads OMPI_MCA_btl=tcp,self from the environment"));
+  const std::string text = format_dry_run(p);
+  EXPECT_NE(text.find("\n# from the environment: export OMPI_MCA_btl=tcp,self\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("\nexport OMPI_MCA"), std::string::npos) << text;  // not set again
+  dir.write(".zrt_env", "OMPI_MCA_btl=self,vader\n");
+  p = plan();
+  EXPECT_EQ(p.mpi_env, (EnvVars{{"OMPI_MCA_btl_tcp_if_include", "eth0"}}));
+  EXPECT_EQ(env_value(p, "OMPI_MCA_btl"), "self,vader");
+  EXPECT_TRUE(forwards(p.argv, "OMPI_MCA_btl"));
+}
+
 TEST_F(PlanTest, DryRunText) {
   options.np = 2;
   options.timeout_s = 30;
@@ -343,6 +386,20 @@ TEST_F(PlanTest, DryRunText) {
             "mpirun --bind-to none --oversubscribe --timeout 30 -x OMPI_ALLOW_RUN_AS_ROOT "
             "-x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM -x OMP_NUM_THREADS -np 2 /bin/sh -c "
             "'echo $OMPI_COMM_WORLD_RANK'\n");
+}
+
+TEST_F(PlanTest, DryRunTextShowsMcaVariablesAsComments) {
+  options.np = 1;
+  facts.env["OMPI_MCA_btl"] = "tcp,self";
+  facts.env["OMPI_MCA_pml"] = "ob1 x";
+  options.launcher_args = {"--mca", "btl_tcp_if_include", "10.0.0.0/24"};
+  EXPECT_EQ(format_dry_run(plan()),
+            "# 1 rank(s) on 1 node: localhost:0\n"
+            "# from the environment: export OMPI_MCA_btl=tcp,self\n"
+            "# from the environment: export OMPI_MCA_pml='ob1 x'\n"
+            "export OMP_NUM_THREADS=8\n"
+            "mpirun --bind-to none --mca btl_tcp_if_include 10.0.0.0/24 -x OMP_NUM_THREADS -np 1 "
+            "./train --deepspeed 'ds config.json'\n");
 }
 
 }  // namespace

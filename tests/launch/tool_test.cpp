@@ -1,6 +1,7 @@
 // End-to-end runs of the zrt-launch binary: exit codes (0, the job's code, 1 for bad flags, 2 for
-// bad input, 128+N for a signal), --dry-run text, the environment mpirun receives (checked with a
-// fake mpirun script), signal forwarding, and real Open MPI jobs (skipped without mpirun).
+// bad input, 128+N for a signal), --dry-run text (also inside a fabricated Slurm allocation), the
+// environment mpirun receives (checked with a fake mpirun script), signal forwarding, and real
+// Open MPI jobs (skipped without mpirun).
 // Every real job passes --timeout so nothing can hang.
 #include <chrono>
 #include <cstdlib>
@@ -15,13 +16,17 @@
 
 #include <gtest/gtest.h>
 
+#include "launch/env_file.h"
 #include "launch/host_facts.h"
+#include "launch/plan.h"
 #include "launch/process.h"
 #include "launch_test_util.h"
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+extern char** environ;
 
 namespace zrt::launch {
 namespace {
@@ -45,11 +50,14 @@ std::string read_text(const std::string& path) {
 }
 
 // Starts zrt-launch with `args` in `cwd` (HOME too, so no user env file is read) with the
-// current environment changed by `env`; stdout/stderr go to files in `cwd`.
+// current environment changed by `env`; stdout/stderr go to files in `cwd`. Unless `env` sets
+// them, the Slurm nodelist variables are unset, so that tests run inside a Slurm job still plan
+// local jobs.
 pid_t start_tool(const Args& args, const std::string& cwd, EnvChanges env) {
   env.emplace("HOME", cwd);
-  for (const char* name : {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
-                           "OMP_NUM_THREADS", "ZRT_ENV_FILE", "DS_ENV_FILE"}) {
+  for (const char* name :
+       {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "OMP_NUM_THREADS",
+        "ZRT_ENV_FILE", "DS_ENV_FILE", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
     env.emplace(name, std::nullopt);
   }
   const pid_t pid = fork();
@@ -120,6 +128,18 @@ struct ToolTest : ::testing::Test {
   }
 };
 
+// Unsets whatever in this process's environment would change a plan: forwarded names, MCA
+// settings, Slurm variables.
+EnvChanges without_launch_variables() {
+  EnvChanges changes;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string name = std::string(*e).substr(0, std::string(*e).find('='));
+    if (is_forwarded_name(name) || name.rfind("OMPI_MCA_", 0) == 0 || name.rfind("SLURM_", 0) == 0)
+      changes.emplace(name, std::nullopt);
+  }
+  return changes;
+}
+
 #define SKIP_WITHOUT_MPIRUN() \
   if (const auto reason = real_job_skip_reason()) GTEST_SKIP() << *reason
 
@@ -175,6 +195,79 @@ TEST_F(ToolTest, DryRunPrintsTheCommandAndEnvironment) {
   EXPECT_NE(r.out.find(" -np 4 --host worker-0:2,worker-1:2 ./train --tag 'a b'\n"),
             std::string::npos)
       << r.out;
+}
+
+// Inside a (fabricated) Slurm allocation the nodes come from SLURM_JOB_NODELIST and the slots from
+// SLURM_TASKS_PER_NODE; --launcher_args words follow zrt-launch's own mpirun options; an
+// OMPI_MCA_* setting is shown, not forwarded; no SLURM_* variable is forwarded.
+TEST_F(ToolTest, DryRunInsideASlurmAllocation) {
+  if (std::filesystem::exists("/job/hostfile")) GTEST_SKIP() << "/job/hostfile exists";
+  EnvChanges env = without_launch_variables();
+  env["PATH"] = "/nonexistent";
+  env["ZRT_PROBE"] = "1";
+  env["OMPI_MCA_pml"] = "ob1";
+  env["SLURM_JOB_ID"] = "4242";
+  env["SLURM_JOB_NODELIST"] = "gpu-a[1-2],gpu-b07";
+  env["SLURM_NODELIST"] = "ignored[1-9]";
+  env["SLURM_TASKS_PER_NODE"] = "2(x2),1";
+  env["SLURM_NTASKS_PER_NODE"] = "9";
+  const ToolRun r = run({"--num_nodes", "2", "--timeout", "60", "--launcher_args",
+                         "--mca btl tcp,self --mca btl_tcp_if_include '10.0.0.0/24'", "--mpirun",
+                         "/opt/mpi/bin/mpirun", "--dry-run", "--", "./train", "--tag", "a b"},
+                        env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("zrt-launch: Slurm allocation: 3 node(s) from "
+                       "SLURM_JOB_NODELIST=gpu-a[1-2],gpu-b07, 2,2,1 task(s) per node from "
+                       "SLURM_TASKS_PER_NODE=2(x2),1\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("zrt-launch: mpirun reads OMPI_MCA_pml=ob1 from the environment\n"),
+            std::string::npos)
+      << r.err;
+  const std::string root_x =
+      geteuid() == 0 ? "-x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM " : "";
+  const std::string command =
+      "/opt/mpi/bin/mpirun --bind-to none --timeout 60 --mca btl tcp,self --mca "
+      "btl_tcp_if_include 10.0.0.0/24 " +
+      root_x +
+      "-x OMP_NUM_THREADS -x ZRT_PROBE -x ZRT_PROGRESS -np 4 --host gpu-a1:2,gpu-a2:2 ./train "
+      "--tag 'a b'\n";
+  EXPECT_NE(r.out.find("# 4 rank(s) on 2 nodes: gpu-a1:0,1 gpu-a2:0,1\n"
+                       "# from the environment: export OMPI_MCA_pml=ob1\n"),
+            std::string::npos)
+      << r.out;
+  ASSERT_GE(r.out.size(), command.size()) << r.out;
+  EXPECT_EQ(r.out.substr(r.out.size() - command.size()), command) << r.out;
+}
+
+TEST_F(ToolTest, SlurmErrorsAndPrecedence) {
+  EnvChanges env = without_launch_variables();
+  env["SLURM_JOB_NODELIST"] = "gpu[1-2";
+  ToolRun r = run({"--dry-run", "--", "./train"}, env);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("zrt-launch: error: SLURM_JOB_NODELIST='gpu[1-2': '[' without ']'"),
+            std::string::npos)
+      << r.err;
+  env["SLURM_JOB_NODELIST"] = "gpu[1-2]";
+  env["SLURM_TASKS_PER_NODE"] = "4(x2";
+  r = run({"--dry-run", "--", "./train"}, env);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("SLURM_TASKS_PER_NODE='4(x2'"), std::string::npos) << r.err;
+  // A --hostfile wins: the allocation's variables are not even read.
+  const std::string hosts = dir.write("hosts", "w0 slots=2\n");
+  r = run({"-H", hosts, "--dry-run", "--", "./train"}, env);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("Slurm"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find(" -np 2 --host w0:2 ./train\n"), std::string::npos) << r.out;
+}
+
+TEST_F(ToolTest, UnbalancedLauncherArgsExitOne) {
+  const ToolRun r = run({"--np", "1", "--launcher_args", "--mca btl 'tcp", "--dry-run", "--", "p"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("zrt-launch: error: --launcher_args '--mca btl 'tcp': unbalanced single "
+                       "quote"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST_F(ToolTest, MissingMpirunNamesThePackage) {
