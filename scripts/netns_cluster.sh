@@ -14,8 +14,9 @@
 #                                                 (e.g. 1gbit 2ms); "none" removes it
 #   scripts/netns_cluster.sh kill HOST            SIGKILL every process of HOST
 #   scripts/netns_cluster.sh hostfile FILE SLOTS [HOSTS...]  a DeepSpeed hostfile of the hosts
-#   scripts/netns_cluster.sh mca                  the OMPI_MCA_* settings that keep Open MPI on
-#                                                 the bridge, over TCP only (eval-able lines)
+#   scripts/netns_cluster.sh mpirun-args          the mpirun options that start orted through
+#                                                 `agent` and keep Open MPI on the bridge, TCP
+#                                                 only (for zrt-launch --launcher_args)
 #
 # Addresses: 10.213.0.1 is the bridge (this machine's root namespace), host i is 10.213.0.(10+i).
 # Test traffic goes only to these addresses and loopback. Needs root (ip, unshare).
@@ -83,6 +84,10 @@ up() {
     ip -n "$ns" addr add "$NET.$((10 + i))/24" dev eth0
     ip -n "$ns" link set eth0 up
     ip -n "$ns" link set lo up
+    # Give up on an unanswered TCP connection after ~13 s instead of Linux's ~15 min
+    # (tcp_retries2=15): how long mpirun and its daemons take to notice a host that dropped off
+    # the network. A cluster that wants jobs to fail fast sets the same; see launch/README.md.
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_retries2="${ZRT_NETNS_TCP_RETRIES2:-5}"
     mkdir -p "$ETC_NETNS/$ns"
     {
       echo "127.0.0.1 localhost"
@@ -145,10 +150,10 @@ case "$cmd" in
     list=("$@"); [[ ${#list[@]} -gt 0 ]] || mapfile -t list < <(hosts)
     : >"$file"
     for h in "${list[@]}"; do echo "$(ns_of "$h") slots=$slots" >>"$file"; done ;;
-  mca)
+  mpirun-args)
     # TCP only (no shared memory between "hosts"), on the bridge's subnet only; rsh agent = us.
-    echo "export OMPI_MCA_plm_rsh_agent='$(readlink -f "${BASH_SOURCE[0]}") agent'"
-    echo "export OMPI_MCA_btl=tcp,self OMPI_MCA_pml=ob1"
-    echo "export OMPI_MCA_btl_tcp_if_include=$NET.0/24 OMPI_MCA_oob_tcp_if_include=$NET.0/24" ;;
+    echo "--mca plm_rsh_agent '$(readlink -f "${BASH_SOURCE[0]}") agent'" \
+         "--mca btl tcp,self --mca pml ob1" \
+         "--mca btl_tcp_if_include $NET.0/24 --mca oob_tcp_if_include $NET.0/24" ;;
   *) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; [[ -z "$cmd" ]] || exit 2 ;;
 esac
