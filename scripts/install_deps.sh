@@ -16,7 +16,7 @@ PACKAGES=(
   nlohmann-json3-dev libcxxopts-dev
   googletest libgtest-dev
   python3 python3-venv python3-dev
-  iproute2 iputils-ping
+  iproute2 iputils-ping iptables libnetfilter-queue-dev bc
 )
 
 missing=()

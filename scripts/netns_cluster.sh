@@ -10,8 +10,9 @@
 #   scripts/netns_cluster.sh agent HOST CMD...    the same, in the form Open MPI's rsh agent is
 #                                                 called (plm_rsh_agent): how mpirun starts orted
 #   scripts/netns_cluster.sh link HOST up|down    the host's network link
-#   scripts/netns_cluster.sh shape HOST RATE DELAY  tc netem on both ends of HOST's link
-#                                                 (e.g. 1gbit 2ms); "none" removes it
+#   scripts/netns_cluster.sh shape HOST RATE DELAY  HOST's link: RATE each way (e.g. 1gbit,
+#                                                 none) and DELAY one way out of HOST (e.g.
+#                                                 2ms, 0); "shape HOST none" removes both
 #   scripts/netns_cluster.sh kill HOST            SIGKILL every process of HOST
 #   scripts/netns_cluster.sh hostfile FILE SLOTS [HOSTS...]  a DeepSpeed hostfile of the hosts
 #   scripts/netns_cluster.sh mpirun-args          the mpirun options that start orted through
@@ -55,6 +56,7 @@ kill_host() {  # kill every process in the namespace, wait until none is left (5
 down() {
   local ns status=0
   for ns in $(hosts); do
+    unshape "$ns"
     kill_host "$ns" || status=1
     ip link del "${ns}b" 2>/dev/null || true
     ip netns del "$ns" || status=1
@@ -110,18 +112,64 @@ run_in() {
   exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$0"; exec sh -c "$1"' "$ns" "$*"
 }
 
+# The kernel here has no netem, so a link is shaped with what it has: a token bucket (tbf) on
+# both ends of the host's veth pair for the rate, and scripts/netdelay.c (an NFQUEUE program in
+# the host's namespace, fed by an iptables rule on eth0's output) for the one-way delay.
+to_bps() {  # 10gbit, 100mbit, 1.5gbit -> bits/s
+  local v="$1"
+  [[ "$v" =~ ^([0-9.]+)(k|m|g)?bit$ ]] || die "rate '$v': expected e.g. 100mbit, 1gbit, 10gbit"
+  local mult=1
+  case "${BASH_REMATCH[2]}" in k) mult=1000 ;; m) mult=1000000 ;; g) mult=1000000000 ;; esac
+  echo "${BASH_REMATCH[1]} * $mult / 1" | bc
+}
+to_us() {  # 2ms, 0.2ms, 200us, 0 -> microseconds
+  local v="$1"
+  [[ "$v" =~ ^([0-9.]+)(ms|us)?$ ]] || die "delay '$v': expected e.g. 0.2ms, 2ms, 200us or 0"
+  if [[ "${BASH_REMATCH[2]}" == ms ]]; then echo "${BASH_REMATCH[1]} * 1000 / 1" | bc
+  else echo "${BASH_REMATCH[1]} / 1" | bc; fi
+}
+netdelay_bin() {  # compiled once per source version, outside the clone
+  local src; src="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/netdelay.c"
+  local bin; bin="${XDG_CACHE_HOME:-$HOME/.cache}/zrt/netdelay-$(sha256sum "$src" | cut -c1-12)"
+  if [[ ! -x "$bin" ]]; then
+    mkdir -p "$(dirname "$bin")"
+    cc -O2 -Wall -o "$bin.tmp.$$" "$src" -lnetfilter_queue -lnfnetlink ||
+      die "cannot build $src (needs libnetfilter-queue-dev; scripts/install_deps.sh installs it)"
+    mv "$bin.tmp.$$" "$bin"
+  fi
+  echo "$bin"
+}
+unshape() {
+  local ns="$1"
+  tc qdisc del dev "${ns}b" root 2>/dev/null || true
+  ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
+  ip netns exec "$ns" iptables -w -F OUTPUT 2>/dev/null || true
+  if [[ -f "/run/zrt-netdelay-$ns.pid" ]]; then
+    kill -9 "$(cat "/run/zrt-netdelay-$ns.pid")" 2>/dev/null || true
+    rm -f "/run/zrt-netdelay-$ns.pid" "/run/zrt-netdelay-$ns.log"
+  fi
+}
 shape() {
-  local ns="$1" rate="$2" delay="${3:-}" dev
-  for dev in "root:${ns}b" "$ns:eth0"; do
-    local where="${dev%%:*}" ifc="${dev#*:}" tcx=(tc)
-    [[ "$where" != root ]] && tcx=(ip netns exec "$where" tc)
-    "${tcx[@]}" qdisc del dev "$ifc" root 2>/dev/null || true
-    if [[ "$rate" != none ]]; then
-      [[ -n "$delay" ]] || die "shape: give RATE and DELAY (e.g. 1gbit 2ms) or 'none'"
-      # netem's own rate limit; the queue holds a few hundred ms of packets at the rate.
-      "${tcx[@]}" qdisc add dev "$ifc" root netem delay "$delay" rate "$rate" limit 100000
-    fi
-  done
+  local ns="$1" rate="$2" delay="${3:-0}"
+  unshape "$ns"
+  if [[ "$rate" != none ]]; then
+    local bps burst
+    bps="$(to_bps "$rate")"
+    burst=$(( bps / 8 / 1000 > 131072 ? bps / 8 / 1000 : 131072 ))  # 1 ms of data, >= 128 KiB
+    tc qdisc add dev "${ns}b" root tbf rate "$bps" burst "$burst" latency 50ms
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$bps" burst "$burst" latency 50ms
+  fi
+  local us; us="$(to_us "$delay")"
+  if [[ "$us" -gt 0 ]]; then
+    local bin log="/run/zrt-netdelay-$ns.log" i
+    bin="$(netdelay_bin)"
+    ip netns exec "$ns" setsid "$bin" 0 "$us" >"$log" 2>&1 </dev/null &
+    echo $! >"/run/zrt-netdelay-$ns.pid"
+    for i in $(seq 50); do grep -q ready "$log" 2>/dev/null && break; sleep 0.1; done
+    grep -q ready "$log" || die "netdelay did not start in $ns: $(cat "$log")"
+    # iptables' NFQUEUE target (this kernel's nftables has no queue expression of its own).
+    ip netns exec "$ns" iptables -w -A OUTPUT -o eth0 -j NFQUEUE --queue-num 0
+  fi
 }
 
 cmd="${1:-}"; shift || true
@@ -141,8 +189,8 @@ case "$cmd" in
   link)
     [[ $# -eq 2 && ( "$2" == up || "$2" == down ) ]] || die "usage: link HOST up|down"
     ip -n "$(ns_of "$1")" link set eth0 "$2" ;;
-  shape) [[ $# -ge 2 ]] || die "usage: shape HOST RATE DELAY | shape HOST none"
-    shape "$(ns_of "$1")" "$2" "${3:-}" ;;
+  shape) [[ $# -ge 2 ]] || die "usage: shape HOST RATE|none [DELAY] | shape HOST none"
+    shape "$(ns_of "$1")" "$2" "${3:-0}" ;;
   kill) [[ $# -eq 1 ]] || die "usage: kill HOST"; kill_host "$(ns_of "$1")" ;;
   hostfile)
     [[ $# -ge 2 ]] || die "usage: hostfile FILE SLOTS [HOSTS...]"
@@ -155,5 +203,5 @@ case "$cmd" in
     echo "--mca plm_rsh_agent '$(readlink -f "${BASH_SOURCE[0]}") agent'" \
          "--mca btl tcp,self --mca pml ob1" \
          "--mca btl_tcp_if_include $NET.0/24 --mca oob_tcp_if_include $NET.0/24" ;;
-  *) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; [[ -z "$cmd" ]] || exit 2 ;;
+  *) sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; [[ -z "$cmd" ]] || exit 2 ;;
 esac
