@@ -3,15 +3,18 @@
 //   zrt-ckpt inspect DIR [--tag T] [--json]
 //   zrt-ckpt verify DIR [--tag T] [--allow_no_manifest]
 //   zrt-ckpt to-fp32 DIR OUT [--tag T] [--safetensors] [--exclude_frozen_parameters]
+//   zrt-ckpt --help, zrt-ckpt help, zrt-ckpt SUBCOMMAND --help
 //
+// Options are parsed with cxxopts, like the other zrt-* tools' (a path starting with '-' goes
+// after "--").
 // DIR is a save_dir with `latest` (an HF checkpoint-N folder is one), or a tag folder. Exit codes
 // (core/tool_main.h): 0 ok, 1 usage, 2 bad output path, 3 damaged or inconsistent checkpoint.
-#include <algorithm>
 #include <cstdio>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <cxxopts.hpp>
 
 #include "checkpoint/consolidate.h"
 #include "checkpoint/layout.h"
@@ -32,98 +35,172 @@ using zrt::UsageError;
 using zrt::tools::CheckpointLocation;
 using Args = std::vector<std::string>;
 
-// The command line of one subcommand: positional arguments, --name VALUE options, --flags.
+// One option of a subcommand. `names` is cxxopts' spelling ("long,alias"); the dashed aliases
+// keep the spellings the tool accepted before it used cxxopts. `arg` is nullptr for a switch.
+struct Flag {
+  const char* names;
+  const char* arg;
+  const char* help;
+};
+
+// A subcommand: its positional arguments (all required), its options and its usage text.
+struct Command {
+  const char* name;
+  std::vector<const char*> positional;
+  const char* synopsis;  // the usage line after "zrt-ckpt NAME"
+  const char* about;
+  std::vector<Flag> flags;
+};
+
+const Flag kTagFlag = {"tag", "T", "the tag folder to read (default: the one DIR/latest names)"};
+
+const Command kInspect = {
+    "inspect",
+    {"DIR"},
+    "DIR [--tag T] [--json]",
+    "Shows the ZeRO stage, world size, dtype, steps, parameter count, optimizer, writer and\n"
+    "every file of a checkpoint tag with its size and keys (tensor bytes are not read).",
+    {kTagFlag, {"json", nullptr, "print the inspection as JSON"}}};
+
+const Command kVerify = {
+    "verify",
+    {"DIR"},
+    "DIR [--tag T] [--allow_no_manifest]",
+    "Checks completeness (zrt_manifest.json: every file with its size and CRC-32), that every\n"
+    "file reads, that the files agree on stage and world size, that shapes match param_shapes\n"
+    "and that every rank's partition adds up. Exit 0, or 3 with the list of problems.",
+    {kTagFlag,
+     {"allow_no_manifest,allow-no-manifest", nullptr,
+      "check a checkpoint written by DeepSpeed (which writes no manifest)"}}};
+
+const Command kToFp32 = {
+    "to-fp32",
+    {"DIR", "OUT"},
+    "DIR OUT [--tag T] [--safetensors] [--exclude_frozen_parameters]",
+    "Consolidates the ZeRO partitions into full fp32 weights (DeepSpeed's zero_to_fp32) and\n"
+    "writes OUT atomically as a torch.save state dict, or as safetensors with --safetensors or\n"
+    "an OUT ending in .safetensors. OUT may be a directory: then pytorch_model.bin or\n"
+    "model.safetensors is written into it.",
+    {kTagFlag,
+     {"safetensors", nullptr, "write safetensors (also chosen by an OUT ending in .safetensors)"},
+     {"exclude_frozen_parameters,exclude-frozen-parameters", nullptr,
+      "leave out the parameters with requires_grad false"}}};
+
+const char kDirNote[] =
+    "DIR is a save_dir with a 'latest' file (e.g. an HF checkpoint-N folder) or a tag folder.\n";
+
+std::string usage() {
+  std::string text = "usage: zrt-ckpt <subcommand> ...\n       zrt-ckpt <subcommand> --help\n";
+  text += "  inspect   what a checkpoint holds\n"
+          "  verify    check a checkpoint for damage and consistency\n"
+          "  to-fp32   consolidate into one fp32 state dict (.pt or .safetensors)\n";
+  text += kDirNote;
+  for (const Command* c : {&kInspect, &kVerify, &kToFp32}) {
+    text += zrt::str("\nusage: zrt-ckpt ", c->name, " ", c->synopsis, "\n", c->about, "\n");
+  }
+  return text;
+}
+
+cxxopts::Options make_options(const Command& c) {
+  cxxopts::Options options(zrt::str("zrt-ckpt ", c.name), zrt::str(c.about, "\n"));
+  std::string positional;
+  for (const char* p : c.positional) positional += zrt::str(p, " ");
+  options.custom_help(positional + "[options]");
+  options.set_width(100);
+  auto add = options.add_options();
+  add("h,help", "print this help");
+  for (const Flag& f : c.flags) {
+    if (f.arg != nullptr) {
+      add(f.names, f.help, cxxopts::value<std::string>(), f.arg);
+    } else {
+      add(f.names, f.help);
+    }
+  }
+  return options;
+}
+
+[[noreturn]] void usage_error(const Command& c, const std::string& what) {
+  throw UsageError(zrt::str(c.name, ": ", what, "\nusage: zrt-ckpt ", c.name, " ", c.synopsis,
+                            "\n(zrt-ckpt ", c.name, " --help describes every option)"));
+}
+
+// cxxopts' message for a bad command line, naming the option as it is typed ('--tag', '-x').
+std::string option_message(const cxxopts::exceptions::exception& e) {
+  std::string what = e.what();
+  const std::string open = "\u2018", close = "\u2019";  // cxxopts' quotes outside Windows
+  const size_t a = what.find(open);
+  const size_t b = a == std::string::npos ? a : what.find(close, a + open.size());
+  const std::string name =
+      b == std::string::npos ? "" : what.substr(a + open.size(), b - a - open.size());
+  const std::string typed = name.size() == 1 ? "-" + name : "--" + name;
+  if (!name.empty() && dynamic_cast<const cxxopts::exceptions::no_such_option*>(&e)) {
+    return zrt::str("unknown option '", typed, "'");
+  }
+  if (!name.empty() && dynamic_cast<const cxxopts::exceptions::invalid_option_syntax*>(&e)) {
+    return zrt::str("unknown option '", name, "'");
+  }
+  if (!name.empty() && dynamic_cast<const cxxopts::exceptions::missing_argument*>(&e)) {
+    return zrt::str(typed, " needs a value");
+  }
+  if (!name.empty() && dynamic_cast<const cxxopts::exceptions::incorrect_argument_type*>(&e)) {
+    return zrt::str("a switch takes no value (or true/false), got '", name, "'");
+  }
+  for (const std::string& q : {open, close}) {
+    for (size_t at = what.find(q); at != std::string::npos; at = what.find(q, at)) {
+      what.replace(at, q.size(), "'");
+    }
+  }
+  return what;
+}
+
+// The command line of one subcommand, parsed by cxxopts; the positional arguments are the
+// arguments cxxopts does not match (also those after "--", for a path that starts with '-').
 struct Parsed {
+  cxxopts::ParseResult result;
   std::vector<std::string> positional;
-  std::map<std::string, std::string> options;
-  std::map<std::string, bool> flags;
   bool help = false;
 
   std::optional<std::string> option(const std::string& name) const {
-    auto it = options.find(name);
-    return it == options.end() ? std::nullopt : std::optional<std::string>(it->second);
+    if (result.count(name) == 0) return std::nullopt;
+    return result[name].as<std::string>();
   }
-  bool flag(const std::string& name) const { return flags.count(name) != 0; }
+  bool flag(const std::string& name) const { return result[name].as<bool>(); }
 };
 
-Parsed parse_args(const Args& args, const std::vector<std::string>& value_options,
-                  const std::vector<std::string>& flag_options, size_t num_positional,
-                  const std::string& usage) {
-  auto known = [](const std::vector<std::string>& list, const std::string& name) {
-    return std::find(list.begin(), list.end(), name) != list.end();
-  };
+// Parses `args` (after the subcommand). With --help, prints the subcommand's help: `help` is set
+// and the positional arguments are not checked. Bad command lines throw UsageError (exit 1).
+Parsed parse_args(const Command& c, const Args& args) {
+  cxxopts::Options options = make_options(c);
+  std::vector<const char*> argv = {"zrt-ckpt"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
   Parsed p;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      p.help = true;
-      continue;
-    }
-    if (a.rfind("--", 0) != 0 || a == "--") {
-      p.positional.push_back(a);
-      continue;
-    }
-    std::string name = a.substr(2);
-    std::optional<std::string> value;
-    if (const size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    }
-    std::replace(name.begin(), name.end(), '-', '_');
-    if (known(value_options, name)) {
-      if (!value) {
-        if (i + 1 >= args.size()) throw UsageError(zrt::str("--", name, " needs a value\n", usage));
-        value = args[++i];
-      }
-      p.options[name] = *value;
-    } else if (known(flag_options, name)) {
-      if (value) throw UsageError(zrt::str("--", name, " takes no value\n", usage));
-      p.flags[name] = true;
-    } else {
-      throw UsageError(zrt::str("unknown option '", a, "'\n", usage));
-    }
+  try {
+    p.result = options.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    usage_error(c, option_message(e));
   }
-  if (!p.help && p.positional.size() != num_positional) {
-    throw UsageError(zrt::str("expected ", num_positional, " argument",
-                              num_positional == 1 ? "" : "s", ", got ", p.positional.size(), "\n",
-                              usage));
+  if (p.result["help"].as<bool>()) {
+    std::printf("%s\n%s", options.help().c_str(), kDirNote);
+    p.help = true;
+    return p;
+  }
+  p.positional = p.result.unmatched();
+  if (p.positional.size() < c.positional.size()) {
+    usage_error(c, zrt::str("missing argument ", c.positional[p.positional.size()]));
+  }
+  if (p.positional.size() > c.positional.size()) {
+    usage_error(c, zrt::str("unexpected argument '", p.positional[c.positional.size()],
+                            "' (it takes ", c.positional.size() == 1 ? "only DIR" : "DIR and OUT",
+                            ")"));
   }
   return p;
-}
-
-const char* kInspectUsage =
-    "usage: zrt-ckpt inspect DIR [--tag T] [--json]\n"
-    "  Shows the ZeRO stage, world size, dtype, steps, parameter count, optimizer, writer and\n"
-    "  every file of a checkpoint tag with its size and keys (tensor bytes are not read).\n";
-const char* kVerifyUsage =
-    "usage: zrt-ckpt verify DIR [--tag T] [--allow_no_manifest]\n"
-    "  Checks completeness (zrt_manifest.json: every file with its size and CRC-32), that every\n"
-    "  file reads, that the files agree on stage and world size, that shapes match param_shapes\n"
-    "  and that every rank's partition adds up. Exit 0, or 3 with the list of problems.\n"
-    "  --allow_no_manifest checks a checkpoint written by DeepSpeed (which writes no manifest).\n";
-const char* kToFp32Usage =
-    "usage: zrt-ckpt to-fp32 DIR OUT [--tag T] [--safetensors] [--exclude_frozen_parameters]\n"
-    "  Consolidates the ZeRO partitions into full fp32 weights (DeepSpeed's zero_to_fp32) and\n"
-    "  writes OUT atomically as a torch.save state dict, or as safetensors with --safetensors or\n"
-    "  an OUT ending in .safetensors. OUT may be a directory: then pytorch_model.bin or\n"
-    "  model.safetensors is written into it.\n";
-
-std::string usage() {
-  return std::string(
-             "usage: zrt-ckpt <subcommand> ...\n"
-             "  inspect   what a checkpoint holds\n"
-             "  verify    check a checkpoint for damage and consistency\n"
-             "  to-fp32   consolidate into one fp32 state dict (.pt or .safetensors)\n"
-             "DIR is a save_dir with a 'latest' file (e.g. an HF checkpoint-N folder) or a tag "
-             "folder.\n\n") +
-         kInspectUsage + kVerifyUsage + kToFp32Usage;
 }
 
 std::optional<std::string> tag_option(const Parsed& p) { return p.option("tag"); }
 
 int run_inspect(const Args& args) {
-  const Parsed p = parse_args(args, {"tag"}, {"json"}, 1, kInspectUsage);
-  if (p.help) return std::printf("%s", kInspectUsage), 0;
+  const Parsed p = parse_args(kInspect, args);
+  if (p.help) return 0;
   const CheckpointLocation loc = zrt::tools::locate_checkpoint(p.positional[0], tag_option(p));
   const zrt::tools::Inspection in = zrt::tools::inspect_checkpoint(loc);
   if (p.flag("json")) {
@@ -140,8 +217,8 @@ int run_inspect(const Args& args) {
 }
 
 int run_verify(const Args& args) {
-  const Parsed p = parse_args(args, {"tag"}, {"allow_no_manifest"}, 1, kVerifyUsage);
-  if (p.help) return std::printf("%s", kVerifyUsage), 0;
+  const Parsed p = parse_args(kVerify, args);
+  if (p.help) return 0;
   const CheckpointLocation loc = zrt::tools::locate_checkpoint(p.positional[0], tag_option(p));
   zrt::tools::VerifyOptions options;
   options.allow_no_manifest = p.flag("allow_no_manifest");
@@ -190,9 +267,8 @@ std::string output_path(const std::string& out, bool safetensors) {
 }
 
 int run_to_fp32(const Args& args) {
-  const Parsed p =
-      parse_args(args, {"tag"}, {"safetensors", "exclude_frozen_parameters"}, 2, kToFp32Usage);
-  if (p.help) return std::printf("%s", kToFp32Usage), 0;
+  const Parsed p = parse_args(kToFp32, args);
+  if (p.help) return 0;
   const bool safetensors = p.flag("safetensors") || ends_with(p.positional[1], ".safetensors");
   const std::string out = output_path(p.positional[1], safetensors);
   const CheckpointLocation loc = zrt::tools::locate_checkpoint(p.positional[0], tag_option(p));

@@ -4,7 +4,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -196,6 +199,83 @@ TEST(ZrtCkpt, UsageErrors) {
   r = ckpt_tool("verify /nonexistent/zrt/ckpt");
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("no such checkpoint directory"), std::string::npos) << r.output;
+}
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// `zrt-ckpt --help`, `zrt-ckpt help` and `zrt-ckpt SUB --help` (or -h) print usage and exit 0,
+// whatever else is on the line; each subcommand's help names all of its options.
+TEST(ZrtCkpt, HelpForTheToolAndEverySubcommand) {
+  for (const char* line : {"--help", "-h", "help"}) {
+    const ToolResult r = ckpt_tool(line);
+    EXPECT_EQ(r.exit_code, 0) << line << ": " << r.output;
+    for (const char* sub : {"inspect", "verify", "to-fp32"}) {
+      EXPECT_TRUE(has(r.output, std::string("zrt-ckpt ") + sub)) << line << ": " << r.output;
+    }
+  }
+  const std::map<std::string, std::vector<std::string>> options = {
+      {"inspect", {"DIR", "--tag", "--json", "--help"}},
+      {"verify", {"DIR", "--tag", "--allow_no_manifest", "--help"}},
+      {"to-fp32", {"DIR OUT", "--tag", "--safetensors", "--exclude_frozen_parameters", "--help"}}};
+  for (const auto& [sub, names] : options) {
+    for (const std::string& args : {sub + " --help", sub + " -h", sub + " x y z --help"}) {
+      const ToolResult r = ckpt_tool(args);
+      EXPECT_EQ(r.exit_code, 0) << args << ": " << r.output;
+      EXPECT_TRUE(has(r.output, "zrt-ckpt " + sub)) << args << ": " << r.output;
+      for (const std::string& name : names) {
+        EXPECT_TRUE(has(r.output, name)) << args << ": no " << name << " in " << r.output;
+      }
+    }
+  }
+}
+
+// Bad command lines exit 1 with a message that names the subcommand and what is wrong.
+TEST(ZrtCkpt, BadCommandLinesNameTheOptionOrArgument) {
+  struct Bad {
+    const char* args;
+    std::vector<std::string> message;
+  };
+  const std::vector<Bad> cases = {
+      {"inspect --bogus x", {"inspect: unknown option '--bogus'", "usage: zrt-ckpt inspect"}},
+      {"verify x --json", {"verify: unknown option '--json'", "usage: zrt-ckpt verify"}},
+      {"to-fp32 a b -q", {"to-fp32: unknown option '-q'"}},
+      {"inspect x --tag", {"inspect: --tag needs a value"}},
+      {"inspect x --json=maybe", {"inspect: a switch takes no value", "'maybe'"}},
+      {"verify", {"verify: missing argument DIR"}},
+      {"inspect --json", {"inspect: missing argument DIR"}},
+      {"to-fp32 dir", {"to-fp32: missing argument OUT"}},
+      {"verify a b", {"verify: unexpected argument 'b'"}},
+      {"to-fp32 a b c", {"to-fp32: unexpected argument 'c'"}},
+      {"frobnicate x", {"unknown subcommand 'frobnicate'"}},
+      {"", {"missing subcommand"}},
+  };
+  for (const Bad& c : cases) {
+    const ToolResult r = ckpt_tool(c.args);
+    EXPECT_EQ(r.exit_code, 1) << c.args << ": " << r.output;
+    for (const std::string& part : c.message) {
+      EXPECT_TRUE(has(r.output, part)) << c.args << ": no \"" << part << "\" in " << r.output;
+    }
+  }
+}
+
+// The old spellings still work: dashed option names, --name=value, and "--" before a path.
+TEST(ZrtCkpt, OptionSpellings) {
+  ScratchDir dir;
+  make_engine_checkpoint(dir / "s", {2, 1, false, 1});
+  const std::string save = shell_quote(dir / "s");
+  ToolResult r = ckpt_tool("verify --tag=global_step1 " + save);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = ckpt_tool("verify --allow-no-manifest -- " + save);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = ckpt_tool("inspect " + save + " --json");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "\"tag\": \"global_step1\"")) << r.output;
+  r = ckpt_tool("to-fp32 --exclude-frozen-parameters " + save + " " +
+                shell_quote(dir / "w.safetensors"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "w.safetensors"));
 }
 
 TEST(ZrtCkpt, OutputFolderMustExistAndNothingIsWrittenOnFailure) {
