@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -173,10 +176,56 @@ constexpr int kTagRing = 7301;
 constexpr int64_t kRingMinBytesReduceScatter = 32 * 1024;
 constexpr int64_t kRingMinBytesAllGather = 4 * 1024 * 1024;
 
+// Note [Deadline of the communicator's set-up]
+// MPI_Comm_dup and MPI_Comm_split_type are collectives: with a peer that cannot be reached (a
+// firewall between hosts, a wrong interface) they block forever, before the OpQueue that enforces
+// Note [Collective deadlines] exists. A blocked MPI call cannot be interrupted, so a watchdog
+// thread ends the process with the communication exit code and a message naming what hung.
+class SetupDeadline {
+ public:
+  SetupDeadline(int rank, double seconds) {
+    watchdog_ = std::thread([this, rank, seconds] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) {
+        return;
+      }
+      const std::string message = str(
+          "zrt: error: [rank ", rank, "] communication timeout: setting up the MPI communicator "
+          "(MPI_Comm_dup, MPI_Comm_split_type over all ranks) did not complete after ", seconds,
+          " s (ZRT_COMM_TIMEOUT or zrt.comm_timeout). Some rank cannot reach another: a firewall "
+          "between the hosts, or Open MPI using an interface the others cannot reach "
+          "(btl_tcp_if_include).");
+      std::fprintf(stderr, "%s\n", message.c_str());
+      std::fflush(stderr);
+      append_to_rank_log_file(message);
+      std::_Exit(static_cast<int>(ExitCode::kComm));
+    });
+  }
+  ~SetupDeadline() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    watchdog_.join();
+  }
+  SetupDeadline(const SetupDeadline&) = delete;
+  SetupDeadline& operator=(const SetupDeadline&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread watchdog_;
+};
+
 class MpiComm final : public Comm {
  public:
   explicit MpiComm(const CommOptions& options)
       : runtime_(MpiRuntime::get()), algo_(algo_from_env()) {
+    int world_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    const SetupDeadline deadline(world_rank, options.timeout_seconds);
     ZRT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
     ZRT_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     ZRT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));

@@ -7,7 +7,8 @@
 #  2. a link goes down in the middle of a step / a host is killed (every process, SIGKILL):
 #     every rank exits with a named error, the job ends within a stated deadline, no process is
 #     left on any host, every committed checkpoint verifies, and the job resumes from the last one
-#     on 3 hosts (a different world size) with the same result as a 3-rank run on one host.
+#     on 3 hosts (a different world size) with the same result as a 3-rank run on one host;
+#  3. a firewall that blocks the ranks' own connections ends every rank with a named error.
 #   multinode_test.sh BIN_DIR SOURCE_DIR        (exit 77 = skipped: needs root and ip netns)
 set -uo pipefail
 BIN="$1"
@@ -127,11 +128,13 @@ fault_trial() {
     # The killed host's ranks die without a word. Its kernel closes their sockets and the
     # daemon's, so either mpirun ("ORTE has lost communication with a remote daemon ... on node
     # zrt-h2") or the survivors' Open MPI ("peer process has unexpectedly disconnected ... Peer
-    # host: zrt-h2") ends the job at once, naming the host; whichever notices first.
+    # host: zrt-h2") ends the job at once, naming the host; whichever notices first. When mpirun
+    # sees its rsh agent die first, it says "ORTE was unable to reliably start one or more
+    # daemons" without the host (an ssh client would outlive its remote host; ours does not).
     local said
-    said=$(grep -m1 -E "Remote daemon: .* on node zrt-h2|Peer host: *zrt-h2" "$out.log")
+    said=$(grep -m1 -E "Remote daemon: .* on node zrt-h2|Peer host: *zrt-h2|ORTE was unable to reliably start" "$out.log")
     if [[ -n "$said" ]]; then
-      echo "  Open MPI names the lost host: ${said//  / }"
+      echo "  Open MPI ends the job: ${said//  / }"
     elif [[ $named -lt 2 ]]; then
       fail "$name: neither a named timeout nor Open MPI naming the lost host: $(tail -20 "$out.log")"
     fi
@@ -166,6 +169,29 @@ fault_trial() {
 }
 fault_trial link_down link
 fault_trial host_killed kill
+
+# A firewall that lets mpirun's daemons in (a fixed port) but not the ranks' own connections: the
+# communicator's set-up blocks in MPI; its deadline must end every rank with a named error.
+echo "== firewall between the ranks"
+fw="--mca oob_tcp_static_ipv4_ports 30000"
+ip netns exec zrt-h1 iptables -w -A INPUT -p tcp --syn -s 10.213.0.12 ! --dport 30000 -j DROP
+ip netns exec zrt-h2 iptables -w -A INPUT -p tcp --syn -s 10.213.0.11 -j DROP
+t0=$(date +%s.%N)
+MPIRUN_ARGS="$MPIRUN_ARGS $fw" ZRT_COMM_TIMEOUT=$COMM_TIMEOUT ZRT_LOG_DIR="$WORK/fw.ranklogs" \
+  on_hosts "$WORK/fw" "$WORK/hosts2x2" 2 4
+rc=$?
+elapsed=$(echo "$(date +%s.%N) - $t0" | bc)
+ip netns exec zrt-h1 iptables -w -F INPUT
+ip netns exec zrt-h2 iptables -w -F INPUT
+echo "  job ended with exit $rc after $elapsed s (deadline $((COMM_TIMEOUT + 10)) s)"
+[[ $rc -ne 0 ]] || fail "firewall: the job exited 0"
+(( $(echo "$elapsed <= $COMM_TIMEOUT + 10" | bc) )) || fail "firewall: ended after $elapsed s"
+named=$(grep -l "setting up the MPI communicator" "$WORK/fw.ranklogs"/*.log 2>/dev/null | wc -l)
+echo "  $named of 4 ranks named the set-up timeout"
+[[ $named -eq 4 ]] || fail "firewall: $named of 4 ranks named it: $(tail -5 "$WORK/fw.log")"
+for h in zrt-h1 zrt-h2; do
+  [[ -z "$(ip netns pids "$h")" ]] || fail "firewall: processes left on $h"
+done
 
 "$CLUSTER" down || fail "netns_cluster down failed"
 [[ -z "$(ip netns list | grep zrt-h)" ]] || fail "namespaces left behind"
