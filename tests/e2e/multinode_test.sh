@@ -44,7 +44,7 @@ MODEL=(--width 32 --layers 2 --heads 2 --context 16 --corpus_bytes 20000 --seed 
 on_hosts() {
   local out="$1" hosts="$2" stage="$3" steps="$4"; shift 4
   "$CLUSTER" exec zrt-h1 "$(printf '%q ' "$BIN/zrt-launch" -H "$hosts" --timeout 300 \
-    --launcher_args "$MPIRUN_ARGS" -- "$BIN/zrt-train" \
+    ${LAUNCH_EXTRA:-} --launcher_args "$MPIRUN_ARGS" -- "$BIN/zrt-train" \
     --deepspeed "$SRC/examples/configs/zero$stage.json" --output_dir "$out" \
     --max_steps "$steps" "${MODEL[@]}" "$@")" >"$out.log" 2>&1
 }
@@ -67,7 +67,7 @@ same_files() {  # same_files DIR_A DIR_B WHAT: every .pt of A byte-identical in 
 rx_bytes() { cat "/sys/class/net/zrt-h2b/statistics/rx_bytes"; }
 
 "$CLUSTER" hostfile "$WORK/hosts2x2" 2 zrt-h1 zrt-h2
-"$CLUSTER" hostfile "$WORK/hosts3x1" 1 zrt-h1 zrt-h3 zrt-h4
+"$CLUSTER" hostfile "$WORK/hosts4x1" 1 zrt-h1 zrt-h2 zrt-h3 zrt-h4
 
 echo "== 2 hosts x 2 ranks = 1 host x 4 ranks"
 for stage in 2 3; do
@@ -153,15 +153,19 @@ fault_trial() {
   done
   echo "  $verified committed checkpoint(s) verify"
   [[ "$action" == link ]] && "$CLUSTER" link zrt-h2 up
-  # Resume on 3 hosts (h2 left out) and, for reference, on 3 ranks of one host, from a copy.
+  # Resume on 3 hosts (--exclude drops the failed zrt-h2 from the 4-host hostfile) and, for
+  # reference, on 3 ranks of one host, from a copy.
   local last; last=$(ls -d "$out"/checkpoint-* | sort -t- -k2 -n | tail -1)
   local step=${last##*-} to=$(( ${last##*-} + 4 ))
   mkdir -p "$out.ref" && cp -r "$last" "$out.ref/"
   mv "$out.log" "$out.fault.log"
-  on_hosts "$out" "$WORK/hosts3x1" 3 $to --save_steps 4 --resume_from_checkpoint last ||
+  LAUNCH_EXTRA="--exclude zrt-h2" \
+    on_hosts "$out" "$WORK/hosts4x1" 3 $to --save_steps 4 --resume_from_checkpoint last ||
     { fail "$name: resume on 3 hosts failed: $(tail -5 "$out.log")"; return; }
   one_host "$out.ref" 3 3 $to --save_steps 4 --resume_from_checkpoint last ||
     { fail "$name: reference resume failed: $(tail -5 "$out.ref.log")"; return; }
+  grep -q "3 rank(s) on 3 node(s): zrt-h1:0 zrt-h3:0 zrt-h4:0" "$out.log" ||
+    fail "$name: --exclude zrt-h2 did not give zrt-h1, zrt-h3, zrt-h4: $(grep 'rank(s) on' "$out.log")"
   grep -q "train: 4 steps ($((step + 1)) to $to)" "$out.log" ||
     fail "$name: the 3-host job did not resume at step $((step + 1)): $(grep '^train' "$out.log")"
   same_files "$out.ref/checkpoint-$to/global_step$to" "$out/checkpoint-$to/global_step$to" \
