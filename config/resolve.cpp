@@ -201,6 +201,17 @@ ResolvedConfig resolve_config(const Json& config, const ResolveOptions& options)
   return out;
 }
 
+comm::CommOptions resolve_comm_options(const Json& config) {
+  if (!config.is_object()) {
+    throw ConfigError(str("a DeepSpeed config must be a JSON object, got ", config.type_name()));
+  }
+  Diagnostics diag;
+  comm::CommOptions out;
+  detail::resolve_zrt(config, diag, out);
+  diag.throw_if_errors();
+  return out;
+}
+
 namespace detail {
 
 const Json* section_object(const Json& root, const char* key, Diagnostics& diag) {

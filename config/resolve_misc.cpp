@@ -85,6 +85,8 @@ void resolve_monitor(const Json& root, const char* key, Diagnostics& diag, Monit
   if (auto v = r.get_string("job_name")) out.job_name = *v;
 }
 
+}  // namespace
+
 void resolve_zrt(const Json& root, Diagnostics& diag, comm::CommOptions& out) {
   try {
     if (auto t = env::get_double(env::kCommTimeout)) {
@@ -105,8 +107,6 @@ void resolve_zrt(const Json& root, Diagnostics& diag, comm::CommOptions& out) {
   if (auto v = r.get_number("comm_timeout", NumberRange::positive())) out.timeout_seconds = *v;
   if (auto v = r.get_bool("debug_collectives")) out.debug_collectives = *v;
 }
-
-}  // namespace
 
 void resolve_misc_sections(const Json& root, Diagnostics& diag, ResolvedConfig& out) {
   resolve_checkpoint(root, diag, out.checkpoint);

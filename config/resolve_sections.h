@@ -24,6 +24,8 @@ void resolve_scheduler_section(const Json& root, Diagnostics& diag, ResolvedConf
 
 // checkpoint, data_types, tensorboard, csv_monitor, zrt.
 void resolve_misc_sections(const Json& root, Diagnostics& diag, ResolvedConfig& out);
+// The "zrt" section and the environment's communicator variables (part of the above).
+void resolve_zrt(const Json& root, Diagnostics& diag, comm::CommOptions& out);
 
 // The section object at `key`: nullptr when absent or null, and when invalid ("auto", or not an
 // object), which is reported in `diag`.

@@ -116,6 +116,12 @@ struct ResolveOptions {
 // Types, applies defaults and validates. Throws ConfigError listing every problem.
 ResolvedConfig resolve_config(const Json& config, const ResolveOptions& options = {});
 
+// The communicator options alone (the environment's ZRT_COMM_TIMEOUT / ZRT_DEBUG_COLLECTIVES, then
+// the config's "zrt" section), parsed exactly as resolve_config parses them, for creating the
+// communicator before the world size (and so the rest of the config) is known. Throws
+// ConfigError for a bad "zrt" section or environment value; the rest of the config is not read.
+comm::CommOptions resolve_comm_options(const Json& config);
+
 // The resolved config as a DeepSpeed JSON config with every effective value written out
 // (defaults included, "auto" gone, aliases and deprecated keys replaced by their canonical
 // names). Resolving the dump again gives the same ResolvedConfig.

@@ -161,14 +161,16 @@ int run(int argc, char** argv) {
   config::TrainingArguments targs = config::parse_training_arguments(result);
   ZRT_CHECK_AS(UsageError, targs.deepspeed.has_value(),
                "--deepspeed CONFIG is required (see examples/configs/)");
-  auto comm =
-      comm::init_from_env(comm_options_for_config(config::load_config_source(*targs.deepspeed)));
+  // Loaded once: the communicator's "zrt" options from it here, the rest by the Trainer.
+  const Json ds_config = config::load_config_source(*targs.deepspeed);
+  auto comm = comm::init_from_env(comm_options_for_config(ds_config));
   torch::manual_seed(static_cast<uint64_t>(targs.seed));
   const std::string kind = result["model"].as<std::string>();
   const int64_t width = result["width"].as<int64_t>();
   const int64_t layers = result["layers"].as<int64_t>();
   TrainerOptions topts;
   topts.comm = comm;
+  topts.deepspeed_config = ds_config;
   topts.model_dims.hidden_size = width;
   std::shared_ptr<torch::nn::Module> model;
   std::shared_ptr<Dataset> train, eval;

@@ -22,18 +22,7 @@ std::shared_ptr<comm::Comm> comm_or_default(std::shared_ptr<comm::Comm> comm, co
 }  // namespace
 
 comm::CommOptions comm_options_for_config(const Json& config) {
-  comm::CommOptions options = comm::comm_options_from_env();
-  if (config.is_object() && config.contains("zrt") && config["zrt"].is_object()) {
-    const Json& z = config["zrt"];
-    if (z.contains("comm_timeout") && z["comm_timeout"].is_number() &&
-        z["comm_timeout"].get<double>() > 0) {
-      options.timeout_seconds = z["comm_timeout"].get<double>();
-    }
-    if (z.contains("debug_collectives") && z["debug_collectives"].is_boolean()) {
-      options.debug_collectives = z["debug_collectives"].get<bool>();
-    }
-  }
-  return options;
+  return config::resolve_comm_options(config);  // strict, as resolve_config reads it
 }
 
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model,
@@ -57,14 +46,17 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model,
                                    TrainerInitializeOptions options) {
   ZRT_CHECK_AS(UsageError, args.deepspeed.has_value(),
                "initialize(model, TrainingArguments): --deepspeed CONFIG is required");
-  std::shared_ptr<comm::Comm> comm =
-      comm_or_default(std::move(options.comm), config::load_config_source(*args.deepspeed));
+  // The config is loaded once: from options.deepspeed_config when the caller has it already.
+  config::DeepSpeedConfig ds = options.deepspeed_config
+                                   ? config::DeepSpeedConfig(*options.deepspeed_config)
+                                   : config::DeepSpeedConfig::from_source(*args.deepspeed);
+  std::shared_ptr<comm::Comm> comm = comm_or_default(std::move(options.comm), ds.json());
   config::TrainerConfigOptions tco;
   tco.world_size = comm->size();
   tco.model = options.model_dims;
   tco.num_training_steps = options.num_training_steps;
   tco.inference = options.inference;
-  config::TrainerConfig tc = config::prepare_trainer_config(args, tco);
+  config::TrainerConfig tc = config::prepare_trainer_config(args, tco, std::move(ds));
   EngineOptions eo;
   eo.param_groups = options.param_groups;
   if (eo.param_groups.empty() && args.weight_decay != 0.0) {

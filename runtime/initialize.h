@@ -25,8 +25,9 @@ struct InitializeOptions {
 };
 
 // Communicator options for a config: the environment's (ZRT_COMM_TIMEOUT, ZRT_DEBUG_COLLECTIVES)
-// overridden by the config's "zrt" section. For programs that create the communicator
-// themselves: comm::init_from_env(comm_options_for_config(config)).
+// overridden by the config's "zrt" section, parsed strictly (config::resolve_comm_options: a bad
+// value is a ConfigError naming the key). For programs that create the communicator themselves:
+// comm::init_from_env(comm_options_for_config(config)).
 comm::CommOptions comm_options_for_config(const Json& config);
 
 // Collective: every rank must call it. `config` is a file path, a JSON text or a urlsafe-base64
@@ -43,6 +44,9 @@ struct TrainerInitializeOptions {
   std::vector<ParamGroupRule> param_groups;   // default: HF's no decay for biases and norms
   // HF's deepspeed_init(inference=True): ZeRO-3 only, the optimizer and scheduler are dropped.
   bool inference = false;
+  // args.deepspeed already loaded (config::load_config_source) by a caller that needed it for
+  // the communicator; unset: loaded here. Either way the file is read once.
+  std::optional<Json> deepspeed_config;
 };
 
 // Collective. The HF-Trainer path: args.deepspeed's config filled from `args` (auto values,

@@ -98,6 +98,7 @@ void Trainer::ensure_engine(bool inference) {
   io.param_groups = options_.param_groups;
   io.inference = inference;
   io.num_training_steps = inference ? 0 : num_training_steps();
+  io.deepspeed_config = options_.deepspeed_config;
   engine_ = initialize(model_, args_, io);
 }
 

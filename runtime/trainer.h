@@ -43,6 +43,9 @@ struct TrainerOptions {
   config::ModelDims model_dims;      // for hidden-size "auto" keys
   std::vector<ParamGroupRule> param_groups;
   bool progress_bar = true;  // a live bar on rank 0 when progress_bar_wanted()
+  // args.deepspeed already loaded by the caller (e.g. to create `comm` from its "zrt" section);
+  // unset: the engine's initialize() loads it.
+  std::optional<Json> deepspeed_config;
 };
 
 // One entry of HF's log_history: a training log (loss, grad_norm, learning_rate), an evaluation

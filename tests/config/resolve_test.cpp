@@ -228,6 +228,35 @@ TEST(Resolve, MiscSections) {
             "zrt.comm_timeout: expected a positive number, got 0");
 }
 
+// The communicator is created from the "zrt" section before the world size is known; it must be
+// read as strictly as resolve_config reads it (it once ignored wrong types silently).
+TEST(Resolve, CommOptionsAloneAreReadAsStrictlyAsTheWholeConfig) {
+  auto comm_error = [](const std::string& text) -> std::string {
+    try {
+      resolve_comm_options(Json::parse(text));
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(comm_error(R"({"zrt": {"comm_timeout": "30"}})"),
+            resolve_error(R"({"train_batch_size": 8, "zrt": {"comm_timeout": "30"}})"));
+  EXPECT_CONTAINS(comm_error(R"({"zrt": {"comm_timeout": "30"}})"), "zrt.comm_timeout");
+  EXPECT_EQ(comm_error(R"({"zrt": {"comm_timout": 30}})"),
+            "zrt.comm_timout: unknown key (did you mean \"comm_timeout\"?)");
+  EXPECT_CONTAINS(comm_error(R"({"zrt": {"debug_collectives": 1}})"), "zrt.debug_collectives");
+  EXPECT_CONTAINS(comm_error(R"([1, 2])"), "must be a JSON object");
+  // The rest of the config is not this function's business: a bad batch size is not reported.
+  const comm::CommOptions o = resolve_comm_options(Json::parse(
+      R"({"train_batch_size": "many", "zrt": {"comm_timeout": 30, "debug_collectives": true}})"));
+  EXPECT_EQ(o.timeout_seconds, 30.0);
+  EXPECT_TRUE(o.debug_collectives);
+  const ResolvedConfig rc =
+      resolve(R"({"train_batch_size": 8, "zrt": {"comm_timeout": 30, "debug_collectives": true}})");
+  EXPECT_EQ(rc.comm.timeout_seconds, o.timeout_seconds);
+  EXPECT_EQ(rc.comm.debug_collectives, o.debug_collectives);
+}
+
 TEST(Resolve, DumpShowsEveryEffectiveValueAndRoundTrips) {
   const ResolvedConfig rc = resolve(R"({"train_micro_batch_size_per_gpu": 2,
       "fp16": {"enabled": true}, "optimizer": {"type": "Adam", "params": {"lr": 3e-4}},
