@@ -13,6 +13,7 @@
 #include "optim/optimizer.h"
 #include "runtime/fault_injection.h"
 #include "runtime/flat_model_states.h"
+#include "runtime/memory_report.h"
 #include "runtime/monitor.h"
 #include "runtime/stage3_model_states.h"
 #include "sched/lr_scheduler.h"
@@ -116,6 +117,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig 
                "zero_optimization.stage must be 0, 1, 2 or 3, got ", config_.zero.stage);
   model_dtype_ = scalar_type_of(config_.model_dtype);
   check_dtype_supported(model_dtype_, *model_);
+  see_memory_usage("ZeroRT Engine: before partitioning the model");
   model_->to(model_dtype_);
   check_and_broadcast_model();
 
@@ -144,6 +146,53 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig 
   build_optimizer(options);
   loss_scaler_ = std::make_unique<optim::LossScaler>(config_.effective_loss_scale());
   config::log_resolved_config(config_);
+  see_memory_usage("ZeroRT Engine: after building the model states and the optimizer");
+  if (config_.dump_state) dump_state();
+}
+
+void Engine::see_memory_usage(const char* where) {
+  if (!config_.memory_breakdown) return;
+  const runtime::ModelStateBytes bytes =
+      states_ ? model_state_bytes() : runtime::ModelStateBytes{};
+  for (const std::string& line :
+       runtime::format_memory_report(where, runtime::read_memory_usage(), bytes)) {
+    ZRT_LOG_INFO_ALL(line);
+  }
+  runtime::reset_peak_rss();
+}
+
+void Engine::dump_state() const {
+  if (comm_->rank() != 0) return;
+  const auto& b = config_.batch;
+  const runtime::ModelStateBytes bytes = model_state_bytes();
+  std::vector<std::pair<std::string, std::string>> items = {
+      {"zero_stage", str(config_.zero.stage)},
+      {"world_size", str(comm_->size())},
+      {"communicator", str(comm_->backend_name(), ", timeout ", comm_->timeout_seconds(), " s")},
+      {"model_dtype", std::string(c10::toString(model_dtype_))},
+      {"communication_data_type", dtype_name(config_.effective_communication_data_type())},
+      {"train_batch_size", str(b.train_batch_size)},
+      {"train_micro_batch_size_per_gpu", str(b.train_micro_batch_size_per_gpu)},
+      {"gradient_accumulation_steps", str(b.gradient_accumulation_steps)},
+      {"gradient_clipping", str(config_.gradient_clipping)},
+      {"optimizer", optimizer_ ? optimizer_->name() : "none (inference)"},
+      {"lr_scheduler", scheduler_ ? scheduler_->name() : "none"},
+      {"loss_scale", str(loss_scale())},
+      {"overlap_comm", config_.zero.effective_overlap_comm() ? "true" : "false"},
+      {"reduce_bucket_size", str(config_.zero.reduce_bucket_size)},
+      {"allgather_bucket_size", str(config_.zero.allgather_bucket_size)},
+      {"offload_optimizer", config_.zero.offload_optimizer_enabled() ? "cpu" : "none"},
+      {"model_state_bytes_rank0",
+       str("params ", bytes.params, ", grads ", bytes.grads, ", master ", bytes.master,
+           ", optimizer ", bytes.optimizer)},
+      {"global_steps", str(global_steps_)},
+      {"global_samples", str(global_samples_)},
+      {"micro_steps", str(micro_steps_)},
+      {"skipped_steps", str(skipped_steps_)},
+  };
+  for (const std::string& line : runtime::format_state_dump("ZeroRT Engine", std::move(items))) {
+    ZRT_LOG_INFO(line);
+  }
 }
 
 void Engine::build_flat(std::vector<std::vector<zero::NamedParam>> groups) {

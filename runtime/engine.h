@@ -199,6 +199,12 @@ class Engine {
   double global_norm_of_scaled_grads();
   void finish_boundary_step(bool skipped);
   void print_progress();
+  at::Tensor backward_impl(const at::Tensor& loss);
+  void step_impl();
+  // memory_breakdown: every rank logs DeepSpeed's see_memory_usage report (runtime/memory_report.h).
+  void see_memory_usage(const char* where);
+  // dump_state: rank 0 logs the engine's state at start, as DeepSpeed's print_configuration.
+  void dump_state() const;
   // Checkpoint helpers (runtime/engine_checkpoint.cpp).
   ckpt::Value model_states_value(bool with_module);
   ckpt::Value optim_states_value();

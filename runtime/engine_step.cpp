@@ -24,6 +24,19 @@ bool Engine::is_gradient_accumulation_boundary() const {
 void Engine::set_gradient_accumulation_boundary(bool boundary) { boundary_override_ = boundary; }
 
 at::Tensor Engine::backward(const at::Tensor& loss) {
+  see_memory_usage("Engine before backward");
+  at::Tensor out = backward_impl(loss);
+  see_memory_usage("Engine after backward");
+  return out;
+}
+
+void Engine::step() {
+  see_memory_usage("Engine before step");
+  step_impl();
+  see_memory_usage("Engine after step");
+}
+
+at::Tensor Engine::backward_impl(const at::Tensor& loss) {
   ZRT_CHECK(optimizer_ != nullptr,
             config_.zero.stage == 3
                 ? "this engine is in ZeRO-3 inference mode (no optimizer): backward() and step() "
@@ -85,7 +98,7 @@ double Engine::global_norm_of_scaled_grads() {
   return optim::sanitize_grad_norm(std::sqrt(total));
 }
 
-void Engine::step() {
+void Engine::step_impl() {
   ZRT_CHECK(optimizer_ != nullptr,
             "step() needs an optimizer (this engine was built for inference: the config has no "
             "\"optimizer\" section)");

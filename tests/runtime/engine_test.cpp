@@ -3,12 +3,14 @@
 // same global batch (plain LibTorch + torch::optim::AdamW); model-state bytes follow the ZeRO
 // formulas; bytes on the wire follow 2Ψ(N−1)/N; fp16 overflow skips the step identically on all
 // ranks; misuse gives clear errors.
+#include <algorithm>
 #include <map>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "core/logging.h"
 #include "optim/loss_scaler.h"
 #include "runtime/gathered_parameters.h"
 #include "runtime/initialize.h"
@@ -243,6 +245,57 @@ TEST(EngineMemory, ModelStateBytesFollowTheFormulas) {
       EXPECT_EQ(bytes.master, expect_master) << "stage " << stage << (bf16 ? " bf16" : "");
       EXPECT_EQ(bytes.optimizer, expect_optim) << "stage " << stage << (bf16 ? " bf16" : "");
     }
+  }
+}
+
+// memory_breakdown: DeepSpeed's see_memory_usage report on every rank at the engine's points;
+// dump_state: rank 0 prints the engine's state once, as DeepSpeed's print_configuration.
+TEST(EngineReports, MemoryBreakdownAndDumpState) {
+  for (bool on : {false, true}) {
+    std::vector<std::string> lines;
+    set_log_level(LogLevel::kInfo);
+    set_log_sink([&](LogLevel, const std::string& line) { lines.push_back(line); });
+    auto model = std::make_shared<test::TinyMlpImpl>(false);
+    Json cfg = config_for(Case{2, false, 1, false, false});
+    cfg["memory_breakdown"] = on;
+    cfg["dump_state"] = on;
+    InitializeOptions io;
+    io.comm = world_ptr();
+    auto engine = initialize(model, cfg, io);
+    auto [x, y] = test::tiny_batch(test::world().rank(), 0);
+    engine->backward(torch::mse_loss(model->forward(x), y));
+    engine->step();
+    set_log_sink(nullptr);
+    set_log_level(LogLevel::kWarn);
+    auto count = [&](const std::string& what) {
+      return std::count_if(lines.begin(), lines.end(),
+                           [&](const std::string& l) { return l.find(what) != std::string::npos; });
+    };
+    const int rank = test::world().rank();
+    if (!on) {
+      EXPECT_EQ(count("Max_MA"), 0);
+      EXPECT_EQ(count("ZeroRT Engine"), 0);
+      continue;
+    }
+    for (const char* where : {"Engine before backward", "Engine after backward",
+                              "Engine before step", "Engine after step",
+                              "ZeroRT Engine: before partitioning the model"}) {
+      EXPECT_EQ(count(where), 1) << where << " on rank " << rank;
+    }
+    EXPECT_EQ(count("CPU Virtual Memory:  used = "), 6) << "rank " << rank;
+    EXPECT_EQ(count("model states of this rank: params "), 6) << "rank " << rank;
+    // The resident set of a process running LibTorch is far above 0.00 GB.
+    const auto ma = std::find_if(lines.begin(), lines.end(),
+                                 [](const std::string& l) { return l.find("MA ") != l.npos; });
+    ASSERT_NE(ma, lines.end());
+    EXPECT_GT(std::stod(ma->substr(ma->find("MA ") + 3)), 0.0) << *ma;
+    const auto heading = std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
+      return l.size() >= 14 && l.compare(l.size() - 14, 14, "ZeroRT Engine:") == 0;
+    });
+    EXPECT_EQ(heading, rank == 0 ? 1 : 0);
+    EXPECT_EQ(count("  zero_stage ................... 2"), rank == 0 ? 1 : 0);
+    EXPECT_EQ(count("  world_size ................... " + std::to_string(test::world().size())),
+              rank == 0 ? 1 : 0);
   }
 }
 
