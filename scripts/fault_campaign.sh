@@ -8,8 +8,9 @@
 #   * resuming from the last complete checkpoint and training to the end gives files
 #     byte-identical to an uninterrupted run.
 # Then one trial each of: a stalled rank (SIGSTOP: the others report the timeout naming the op),
-# a full disk (a 1.5 MiB tmpfs; skipped when mounting is not allowed) and an unwritable output
-# directory: a clear error, earlier checkpoints untouched.
+# a full disk (a 1.5 MiB tmpfs; needs root) and an unwritable output directory: a clear error,
+# earlier checkpoints untouched. A trial whose fault did not happen (the job finished first, the
+# victim was not found, the tmpfs could not be mounted) is a failure, not a pass.
 #
 #   scripts/fault_campaign.sh [TRIALS] [BUILD_DIR]     (CI runs 3 trials; the full campaign 21)
 set -uo pipefail
@@ -98,17 +99,23 @@ for trial in $(seq 1 "$TRIALS"); do
   if [[ $kind -eq 0 ]]; then
     # A random point in the job, paced by its progress so that the kill lands inside the job
     # on fast and slow machines: soon after a random checkpoint appeared (a random 0-99 ms later).
-    wait_for "$out/checkpoint-$((2 * (1 + RANDOM % (STEPS / 2 - 3))))/latest"
+    target="$out/checkpoint-$((2 * (1 + RANDOM % (STEPS / 2 - 3))))/latest"
+    wait_for "$target" || fail "trial $trial: $target never appeared (the job made no progress)"
     sleep "0.0$((RANDOM % 10))"
     victim=$(pgrep -f "^$BIN/zrt-train .*--output_dir $out " | sed -n "$((rank + 1))p")
-    [[ -n "$victim" ]] && kill -9 "$victim"
+    if [[ -n "$victim" ]]; then
+      kill -9 "$victim"
+    else
+      fail "trial $trial: rank $rank's process was not found: the fault did not happen"
+    fi
     start=$(date +%s.%N)
   fi
   wait $job
   rc=$?
   elapsed=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   if grep -q "train: $STEPS steps" "$out.log"; then
-    echo "  the job finished before the fault (rc=$rc): nothing to check"
+    # A trial whose fault did not happen tested nothing: that is a failure of the trial.
+    fail "trial $trial: the job finished (rc=$rc): the fault never fired"
   else
     [[ $rc -ne 0 ]] || fail "trial $trial: the job exited 0 after a rank was killed"
     awk -v e="$elapsed" -v d="$DEADLINE" 'BEGIN { exit !(e <= d) }' ||
@@ -127,6 +134,7 @@ ZRT_COMM_TIMEOUT=5 train "$out" 2 2000 >"$out.log" 2>&1 &
 job=$!
 wait_for "$out/checkpoint-2/latest" || fail "stall: the job made no progress"
 victim=$(pgrep -f "^$BIN/zrt-train .*--output_dir $out " | sed -n 2p)
+[[ -n "$victim" ]] || fail "stall: rank 1's process was not found: the fault did not happen"
 kill -STOP "$victim" 2>/dev/null
 start=$(date +%s)
 wait $job
@@ -151,7 +159,7 @@ if mount -t tmpfs -o size=1536k tmpfs "$WORK/tiny" 2>/dev/null; then
   verify_all "$out"
   umount "$WORK/tiny"
 else
-  echo "  skipped: mounting a tmpfs is not allowed here"
+  fail "disk full: mounting a tmpfs is not allowed here (the trial needs root): not run"
 fi
 
 echo "unwritable output: checkpoint-4 is a file, not a directory"
