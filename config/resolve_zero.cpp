@@ -221,6 +221,13 @@ void resolve_zero_section(const Json& root, Diagnostics& diag, ResolvedConfig& o
     read_offload_optimizer(*o, diag, z.offload_optimizer);
   }
   read_count(r, "sub_group_size", z.sub_group_size);
+  if (r.has("sub_group_size")) {
+    // DeepSpeed steps stage 3's optimizer sub-group by sub-group to bound its temporary fp32
+    // buffers. ZeroRT's fused step reads each group's reduced gradient partition in place and
+    // allocates nothing per group on the CPU, so there is nothing for the key to bound.
+    diag.warn(str(kZeroPath, ".sub_group_size: accepted, no effect in ZeroRT (its fused optimizer "
+                             "step needs no per-sub-group buffer; config/KEYS.md)"));
+  }
   read_count(r, pick_name(r, "stage3_prefetch_bucket_size", "prefetch_bucket_size"),
              z.prefetch_bucket_size);
   read_count(r, pick_name(r, "stage3_param_persistence_threshold", "param_persistence_threshold"),

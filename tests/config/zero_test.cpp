@@ -244,5 +244,23 @@ TEST(Zero, InferenceModeIsStage3WithoutAnyOptimizer) {
                    .inference_mode());
 }
 
+// sub_group_size bounds nothing in ZeroRT (config/KEYS.md): accepted with a warning saying so,
+// and only when given.
+TEST(ZeroSection, SubGroupSizeIsAcceptedWithAWarningThatItHasNoEffect) {
+  auto warned = [](const ResolvedConfig& rc) {
+    for (const auto& w : rc.warnings) {
+      if (w.find("zero_optimization.sub_group_size: accepted, no effect") != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  };
+  const ResolvedConfig set =
+      resolve(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "sub_group_size": 1e8}})");
+  EXPECT_EQ(set.zero.sub_group_size, 100000000);
+  EXPECT_TRUE(warned(set));
+  EXPECT_FALSE(warned(resolve(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})")));
+}
+
 }  // namespace
 }  // namespace zrt::config
