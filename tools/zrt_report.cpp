@@ -4,10 +4,11 @@
 //   build/bin/zrt-report [--json]
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <cxxopts.hpp>
 
 #include <torch/torch.h>
 
@@ -68,18 +69,26 @@ zrt::Json venv_versions(std::string* python) {
 }
 
 int run(int argc, char** argv) {
-  bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0) {
-      json = true;
-    } else if (std::strcmp(argv[i], "-h") == 0 || std::strcmp(argv[i], "--help") == 0) {
-      std::printf("usage: zrt-report [--json]\n");
-      return 0;
-    } else {
-      throw zrt::UsageError(
-          zrt::str("unknown argument '", argv[i], "' (usage: zrt-report [--json])"));
-    }
+  cxxopts::Options options("zrt-report",
+                           "Prints what this ZeroRT build and machine have: LibTorch, MPI, CUDA, "
+                           "NCCL, the CPU Adam path, threads, the launch and the venv's peers.");
+  options.add_options()("json", "print JSON instead of the text report")("h,help",
+                                                                          "print this help");
+  cxxopts::ParseResult result;
+  try {
+    result = options.parse(argc, argv);
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw zrt::UsageError(zrt::str(e.what(), " (usage: zrt-report [--json])"));
   }
+  if (result.count("help")) {
+    std::printf("%s", options.help().c_str());
+    return 0;
+  }
+  if (!result.unmatched().empty()) {
+    throw zrt::UsageError(zrt::str("unexpected argument '", result.unmatched().front(),
+                                   "' (usage: zrt-report [--json])"));
+  }
+  const bool json = result.count("json") > 0;
   const int gpus = zrt::kernels::cuda_device_count();
   const zrt::comm::LaunchInfo launch = zrt::comm::detect_launch();
   std::string python;

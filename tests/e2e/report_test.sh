@@ -23,3 +23,11 @@ if lt["source"] == "venv wheel":
     assert lt["path"].endswith("site-packages/torch"), lt
 print("report_test: OK (libtorch", lt["version"], "from", lt["source"] + ")")
 PY
+# One option style for every tool (cxxopts): --help exits 0 naming the option, a bad one exits 1.
+"$REPORT" --help | grep -q -- "--json" || { echo "zrt-report --help does not list --json"; exit 1; }
+rc=0; "$REPORT" --bogus 2>/dev/null || rc=$?
+[[ $rc -eq 1 ]] || { echo "zrt-report --bogus exited $rc, expected 1"; exit 1; }
+rc=0; out=$("$REPORT" extra 2>&1) || rc=$?
+[[ $rc -eq 1 && "$out" == *"unexpected argument 'extra'"* ]] ||
+  { echo "zrt-report extra: exit $rc, $out"; exit 1; }
+echo "report_test: --help and bad arguments OK"
