@@ -15,10 +15,7 @@
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
-namespace zrt::ckpt::test {
-
-using zrt::test::TempDir;
-using zrt::test::run_python;
+namespace zrt::test {
 
 #define ZRT_REQUIRE_PYTHON_TORCH() ZRT_REQUIRE_PYTHON("torch")
 
@@ -31,4 +28,4 @@ inline void write_all(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
-}  // namespace zrt::ckpt::test
+}  // namespace zrt::test

@@ -13,7 +13,7 @@
 namespace zrt::config {
 namespace {
 
-using testing::config_error;
+using test::config_error;
 
 // Loads `source` the way --deepspeed does, then resolves with world size 2.
 std::string load_and_resolve_error(const std::string& source) {
@@ -110,7 +110,7 @@ TEST(BadInput, EachIsAClearConfigError) {
   };
   for (const BadCase& c : cases) {
     const std::string message = load_and_resolve_error(c.source);
-    EXPECT_PRED2(testing::contains, message, c.expected) << "case: " << c.name;
+    EXPECT_PRED2(test::contains, message, c.expected) << "case: " << c.name;
     EXPECT_EQ(message.find("<no error>"), std::string::npos) << "case: " << c.name;
     EXPECT_EQ(message.find("<other:"), std::string::npos) << "case: " << c.name;
   }
@@ -182,7 +182,7 @@ TEST(BadInput, EveryLeafWithEveryWrongValueNeverCrashes) {
 TEST(BadInput, HfLayerOnMalformedSections) {
   // A section that is not an object where the HF layer must walk through it.
   EXPECT_EQ(config_error([] {
-              HfTrainerDeepSpeedConfig hf(DeepSpeedConfig(testing::J(R"({"optimizer": "adamw"})")));
+              HfTrainerDeepSpeedConfig hf(DeepSpeedConfig(test::J(R"({"optimizer": "adamw"})")));
               hf.trainer_config_process(TrainingArguments{}, 1);
             }),
             "cannot look up \"optimizer.params.lr\" in the DeepSpeed config: \"optimizer\" is "
@@ -190,7 +190,7 @@ TEST(BadInput, HfLayerOnMalformedSections) {
   EXPECT_EQ(config_error([] {
               TrainingArguments args;
               args.save_on_each_node = true;
-              HfTrainerDeepSpeedConfig hf(DeepSpeedConfig(testing::J(R"({"checkpoint": 3})")));
+              HfTrainerDeepSpeedConfig hf(DeepSpeedConfig(test::J(R"({"checkpoint": 3})")));
               hf.trainer_config_process(args, 1);
             }),
             "checkpoint: expected an object, got 3");

@@ -8,9 +8,9 @@
 namespace zrt::config {
 namespace {
 
-using testing::config_error;
-using testing::resolve;
-using testing::resolve_error;
+using test::config_error;
+using test::resolve;
+using test::resolve_error;
 
 struct TriadCase {
   std::optional<int64_t> tbs, mbs, gas;

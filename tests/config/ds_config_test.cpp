@@ -8,8 +8,8 @@
 namespace zrt::config {
 namespace {
 
-using testing::config_error;
-using testing::J;
+using test::config_error;
+using test::J;
 
 TEST(DeepSpeedConfig, FindNodeAndGetValue) {
   DeepSpeedConfig c(J(R"({"optimizer": {"params": {"lr": 0.1, "eps": null}}, "x": 1})"));

@@ -123,7 +123,7 @@ TEST(Examples, Bf16Zero2NeedsBf16Flag) {
   const auto tc = prepare("bf16_zero2", args, 2);
   EXPECT_EQ(tc.resolved.model_dtype, DType::kBFloat16);
   EXPECT_EQ(tc.plan->which, OptimSchedCase::kConfigOptimizerHfScheduler);
-  EXPECT_CONTAINS(testing::config_error([] { prepare("bf16_zero2", TrainingArguments{}, 2); }),
+  EXPECT_CONTAINS(test::config_error([] { prepare("bf16_zero2", TrainingArguments{}, 2); }),
                   "- ds bf16.enabled=True vs hf bf16|bf16_full_eval=False");
 }
 
@@ -147,7 +147,7 @@ TEST(Examples, Zero3Inference) {
 }
 
 TEST(Examples, InferenceWithZero2ConfigIsRejected) {
-  EXPECT_EQ(testing::config_error(
+  EXPECT_EQ(test::config_error(
                 [] { prepare("zero2", TrainingArguments{}, 1, 1024, /*inference=*/true); }),
             "ZeRO inference only makes sense with ZeRO Stage 3 - please adjust your config");
 }

@@ -10,8 +10,8 @@
 namespace zrt::config {
 namespace {
 
-using testing::config_error;
-using testing::J;
+using test::config_error;
+using test::J;
 
 HfTrainerDeepSpeedConfig hf_config(const std::string& json) {
   return HfTrainerDeepSpeedConfig(DeepSpeedConfig(J(json)));

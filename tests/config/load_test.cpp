@@ -7,12 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/temp_dir.h"
+
 #include "test_util.h"
 
 namespace zrt::config {
 namespace {
 
-using testing::config_error;
+using test::config_error;
 
 std::string encode_base64(const std::string& bytes, bool urlsafe) {
   const char* alphabet = urlsafe
@@ -40,20 +42,14 @@ std::string encode_base64(const std::string& bytes, bool urlsafe) {
   return out;
 }
 
+// A JSON file in its own temp directory (test::TempDir), removed with it.
 class TempFile {
  public:
-  explicit TempFile(const std::string& content) {
-    static int counter = 0;
-    path_ =
-        (std::filesystem::temp_directory_path() / ("zrt_config_test_" + std::to_string(::getpid()) +
-                                                   "_" + std::to_string(counter++) + ".json"))
-            .string();
-    std::ofstream(path_, std::ios::binary) << content;
-  }
-  ~TempFile() { std::filesystem::remove(path_); }
+  explicit TempFile(const std::string& content) : path_(dir_.write("config.json", content)) {}
   const std::string& path() const { return path_; }
 
  private:
+  test::TempDir dir_{"zrt_config_test"};
   std::string path_;
 };
 

@@ -7,8 +7,8 @@
 namespace zrt::config {
 namespace {
 
-using testing::resolve;
-using testing::resolve_error;
+using test::resolve;
+using test::resolve_error;
 
 std::string with_optimizer(const std::string& optimizer, int stage = 0) {
   return R"({"train_batch_size": 8, "zero_optimization": {"stage": )" + std::to_string(stage) +

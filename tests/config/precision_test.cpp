@@ -7,8 +7,8 @@
 namespace zrt::config {
 namespace {
 
-using testing::resolve;
-using testing::resolve_error;
+using test::resolve;
+using test::resolve_error;
 
 constexpr const char* kZero2 =
     R"("optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 2}, "train_batch_size": 8)";

@@ -10,7 +10,7 @@
 namespace zrt::config {
 namespace {
 
-using testing::J;
+using test::J;
 
 TEST(PyFormat, FloatReprMatchesPython) {
   EXPECT_EQ(py_float_repr(5e-5), "5e-05");

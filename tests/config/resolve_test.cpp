@@ -9,9 +9,9 @@
 namespace zrt::config {
 namespace {
 
-using testing::J;
-using testing::resolve;
-using testing::resolve_error;
+using test::J;
+using test::resolve;
+using test::resolve_error;
 
 TEST(Resolve, CodeDefaultsNotDocsDefaults) {
   const ResolvedConfig rc = resolve(R"({"train_batch_size": 8})");

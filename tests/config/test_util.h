@@ -10,7 +10,12 @@
 #include "core/error.h"
 #include "core/json.h"
 
-namespace zrt::config::testing {
+namespace zrt::test {
+
+using config::ResolveOptions;
+using config::ResolvedConfig;
+using config::resolve_config;
+
 
 inline Json J(const std::string& text) { return Json::parse(text); }
 
@@ -44,7 +49,7 @@ inline bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
-}  // namespace zrt::config::testing
+}  // namespace zrt::test
 
 #define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_PRED2(::zrt::config::testing::contains, haystack, needle)
+  EXPECT_PRED2(::zrt::test::contains, haystack, needle)

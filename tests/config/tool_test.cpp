@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/temp_dir.h"
+
 #include "test_util.h"
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,9 +30,8 @@ std::string read_file(const std::string& path) {
 }
 
 ToolResult run_tool(const std::string& args) {
-  const std::string base =
-      (std::filesystem::temp_directory_path() / ("zrt_config_tool_" + std::to_string(::getpid())))
-          .string();
+  static const test::TempDir dir("zrt_config_tool");
+  const std::string base = dir / "run";
   const std::string command = std::string("'") + ZRT_CONFIG_TOOL + "' " + args + " >'" + base +
                               ".out' 2>'" + base + ".err'";
   const int status = std::system(command.c_str());
@@ -131,9 +132,8 @@ namespace zrt::config {
 namespace {
 
 TEST(Tool, SchedulePrintsCsvAndPlots) {
-  const std::string svg = (std::filesystem::temp_directory_path() /
-                           ("zrt_sched_" + std::to_string(::getpid()) + ".svg"))
-                              .string();
+  const test::TempDir dir("zrt_sched");
+  const std::string svg = dir / "lr.svg";
   const ToolResult r = run_tool("schedule --deepspeed " + example("zero2") +
                                 " --num_training_steps 6 --learning_rate 1 --warmup_steps 4 "
                                 "--plot '" +
@@ -143,17 +143,14 @@ TEST(Tool, SchedulePrintsCsvAndPlots) {
   EXPECT_EQ(r.out, "step,lr\n0,0\n1,0\n2,0.5\n3,0.7924812503605781\n4,1\n5,1\n");
   const std::string picture = read_file(svg);
   EXPECT_EQ(picture.rfind("<svg", 0), 0u) << picture.substr(0, 80);
-  std::filesystem::remove(svg);
 }
 
 TEST(Tool, ScheduleOneCycleHasMomentumAndNeedsSteps) {
-  const std::string cfg =
-      (std::filesystem::temp_directory_path() / ("zrt_oc_" + std::to_string(::getpid()) + ".json"))
-          .string();
-  std::ofstream(cfg) << R"({"train_micro_batch_size_per_gpu": 1,
+  const test::TempDir dir("zrt_oc");
+  const std::string cfg = dir.write("ds.json", R"({"train_micro_batch_size_per_gpu": 1,
     "optimizer": {"type": "Adam", "params": {"lr": 0.1}},
     "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.1, "cycle_max_lr": 1,
-      "cycle_first_step_size": 4, "decay_lr_rate": 0.5, "decay_step_size": 2}}})";
+      "cycle_first_step_size": 4, "decay_lr_rate": 0.5, "decay_step_size": 2}}})");
   const ToolResult r = run_tool("schedule --deepspeed '" + cfg + "' --num_training_steps 3 " +
                                 "--per_device_train_batch_size 1 --learning_rate 0.1");
   ASSERT_EQ(r.exit_code, 0) << r.err;

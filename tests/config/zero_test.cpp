@@ -8,8 +8,8 @@
 namespace zrt::config {
 namespace {
 
-using testing::resolve;
-using testing::resolve_error;
+using test::resolve;
+using test::resolve_error;
 
 // A valid config around a zero_optimization section.
 std::string with_zero(const std::string& zero) {
@@ -216,7 +216,7 @@ TEST(Zero, StageRules) {
             "optimizer: zero stage 1 requires an optimizer");
   ResolveOptions client;
   client.client_optimizer = true;
-  EXPECT_NO_THROW(resolve_config(testing::J(R"({"train_batch_size": 8,
+  EXPECT_NO_THROW(resolve_config(test::J(R"({"train_batch_size": 8,
       "zero_optimization": {"stage": 1}})"),
                                  client));
   EXPECT_EQ(resolve_error(with_zero(R"({"stage": 2})")), "<no error>");
@@ -238,7 +238,7 @@ TEST(Zero, InferenceModeIsStage3WithoutAnyOptimizer) {
   EXPECT_FALSE(resolve(with_zero(R"({"stage": 3})")).inference_mode());
   ResolveOptions client;
   client.client_optimizer = true;
-  EXPECT_FALSE(resolve_config(testing::J(R"({"train_batch_size": 8,
+  EXPECT_FALSE(resolve_config(test::J(R"({"train_batch_size": 8,
       "zero_optimization": {"stage": 3}})"),
                               client)
                    .inference_mode());

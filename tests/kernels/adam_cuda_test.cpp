@@ -19,7 +19,7 @@
 namespace zrt::kernels {
 namespace {
 
-using zrt::testing::bit_equal;
+using zrt::test::bit_equal;
 
 #define ZRT_SKIP_WITHOUT_GPU()                                                             \
   do {                                                                                     \

@@ -19,8 +19,8 @@
 namespace zrt::kernels {
 namespace {
 
-using zrt::testing::bit_equal;
-using zrt::testing::max_rel_diff;
+using zrt::test::bit_equal;
+using zrt::test::max_rel_diff;
 
 const std::vector<int64_t> kSizes = {0, 1, 7, 15, 16, 17, 1023, (1 << 20) + 3};
 

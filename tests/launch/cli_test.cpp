@@ -13,7 +13,7 @@
 namespace zrt::launch {
 namespace {
 
-using test_util::error_message;
+using test::error_message;
 using Args = std::vector<std::string>;
 
 TEST(Cli, ParsesEveryFlag) {

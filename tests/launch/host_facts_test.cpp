@@ -14,10 +14,10 @@
 namespace zrt::launch {
 namespace {
 
-using test_util::ScratchDir;
+using test::TempDir;
 
 // cpuN/topology/{physical_package_id,core_id} under `root`.
-void add_cpu(const ScratchDir& root, int cpu, int package, int core) {
+void add_cpu(const TempDir& root, int cpu, int package, int core) {
   const std::string topo = "cpu" + std::to_string(cpu) + "/topology";
   std::filesystem::create_directories(root.path() + "/" + topo);
   root.write(topo + "/physical_package_id", std::to_string(package) + "\n");
@@ -35,7 +35,7 @@ TEST(HostFacts, LocalHostNames) {
 }
 
 TEST(HostFacts, PhysicalCoresCountHyperthreadsOnce) {
-  const ScratchDir sys("zrt_host_facts_sys");
+  const TempDir sys("zrt_host_facts_sys");
   // Two packages with two cores each, every core with two hardware threads.
   int cpu = 0;
   for (int thread = 0; thread < 2; ++thread) {
@@ -53,7 +53,7 @@ TEST(HostFacts, PhysicalCoresCountHyperthreadsOnce) {
 }
 
 TEST(HostFacts, VisibleGpus) {
-  const ScratchDir dev("zrt_host_facts_dev");
+  const TempDir dev("zrt_host_facts_dev");
   for (const char* name : {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-caps"}) {
     dev.write(name, "");
   }
@@ -74,7 +74,7 @@ TEST(Process, FindExecutable) {
   EXPECT_EQ(find_executable("sh", "/nonexistent:/bin:/usr/bin").value_or(""), "/bin/sh");
   EXPECT_EQ(find_executable("/bin/sh", ""), "/bin/sh");
   EXPECT_FALSE(find_executable("no-such-program-zrt", "/bin:/usr/bin"));
-  const ScratchDir dir("zrt_find_executable");
+  const TempDir dir("zrt_find_executable");
   const std::string plain = dir.write("plain", "data\n");  // written without an x bit
   EXPECT_FALSE(find_executable(plain, "/bin"));
   EXPECT_FALSE(find_executable("plain", dir.path()));

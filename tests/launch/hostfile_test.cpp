@@ -12,8 +12,8 @@
 namespace zrt::launch {
 namespace {
 
-using test_util::error_message;
-using test_util::ScratchDir;
+using test::error_message;
+using test::TempDir;
 
 TEST(Hostfile, ParsesHostsInOrder) {
   const auto hosts = parse_hostfile("worker-0 slots=4\nworker-1 slots=2\n", "h");
@@ -62,7 +62,7 @@ TEST(Hostfile, EmptyFileIsAnError) {
 }
 
 TEST(Hostfile, ReadsFilesAndRejectsMissingOnes) {
-  const ScratchDir dir("zrt_hostfile_test");
+  const TempDir dir("zrt_hostfile_test");
   const std::string path = dir.write("hosts", "localhost slots=3\n");
   const auto hosts = read_hostfile(path);
   ASSERT_EQ(hosts.size(), 1u);

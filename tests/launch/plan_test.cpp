@@ -16,13 +16,13 @@
 namespace zrt::launch {
 namespace {
 
-using test_util::error_message;
-using test_util::ScratchDir;
+using test::error_message;
+using test::TempDir;
 using Argv = std::vector<std::string>;
 
 // A reproducible machine: not root, 8 cores, named "node-a", HOME and cwd in a scratch dir.
 struct PlanTest : ::testing::Test {
-  ScratchDir dir{"zrt_plan_test"};
+  TempDir dir{"zrt_plan_test"};
   HostFacts facts;
   LaunchOptions options;
 
@@ -216,7 +216,7 @@ TEST_F(PlanTest, EnvFilesAreExportedAndForwarded) {
   options.np = 1;
   dir.write(".deepspeed_env",
             "# comment\nLD_LIBRARY_PATH=/opt/torch/lib\nexport NCCL_IB_DISABLE=1\n");
-  ScratchDir work("zrt_plan_test_cwd");
+  TempDir work("zrt_plan_test_cwd");
   facts.cwd = work.path();
   work.write(".zrt_env", "NCCL_IB_DISABLE=0\nOMP_NUM_THREADS=\"2\"\n");
   facts.env["NCCL_IB_DISABLE"] = "7";

@@ -16,8 +16,8 @@
 namespace zrt::launch {
 namespace {
 
-using test_util::error_message;
-using test_util::ScratchDir;
+using test::error_message;
+using test::TempDir;
 using Names = std::vector<std::string>;
 using Counts = std::vector<int>;
 
@@ -206,7 +206,7 @@ TEST(SlurmAllocation, MalformedVariablesAreConfigErrors) {
 
 // select_world inside an allocation: no hostfile means the allocation, narrowed by the flags.
 struct SlurmWorldTest : ::testing::Test {
-  ScratchDir dir{"zrt_slurm_test"};
+  TempDir dir{"zrt_slurm_test"};
   HostFacts facts;
   LaunchOptions options;
   std::vector<std::string> notes;

@@ -31,7 +31,7 @@ extern char** environ;
 namespace zrt::launch {
 namespace {
 
-using test_util::ScratchDir;
+using test::TempDir;
 using Args = std::vector<std::string>;
 using EnvChanges = std::map<std::string, std::optional<std::string>>;  // nullopt: unset
 
@@ -89,7 +89,7 @@ ToolRun finish_tool(pid_t pid, const std::string& cwd,
 }
 
 struct ToolTest : ::testing::Test {
-  ScratchDir dir{"zrt_launch_tool_test"};
+  TempDir dir{"zrt_launch_tool_test"};
 
   ToolRun run(const Args& args, const EnvChanges& env = {}) {
     const auto start = std::chrono::steady_clock::now();

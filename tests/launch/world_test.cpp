@@ -12,7 +12,7 @@
 namespace zrt::launch {
 namespace {
 
-using test_util::error_message;
+using test::error_message;
 
 World four_by_four() {
   return world_from_hostfile(parse_hostfile(

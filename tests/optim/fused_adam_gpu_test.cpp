@@ -11,7 +11,7 @@
 namespace zrt::optim {
 namespace {
 
-using zrt::testing::bit_equal;
+using zrt::test::bit_equal;
 
 TEST(FusedAdamGpu, MatchesCpuBitwise) {
   if (!ZRT_TORCH_HAS_CUDA) GTEST_SKIP() << "built without CUDA LibTorch (LibTorch is CPU-only)";

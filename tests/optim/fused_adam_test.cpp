@@ -20,8 +20,8 @@ namespace {
 using test::clone_all;
 using test::grad_at;
 using test::make_params;
-using zrt::testing::bit_equal;
-using zrt::testing::max_rel_diff;
+using zrt::test::bit_equal;
+using zrt::test::max_rel_diff;
 
 struct GroupSpec {
   std::vector<int64_t> sizes;

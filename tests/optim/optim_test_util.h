@@ -11,7 +11,9 @@
 #include "optim/optimizer.h"
 #include "tests/support/tensor_compare.h"
 
-namespace zrt::optim::test {
+namespace zrt::test {
+
+using optim::OptimizerState;
 
 // Parameters of the given sizes with deterministic values (randn from `seed`).
 inline std::vector<at::Tensor> make_params(const std::vector<int64_t>& sizes, uint64_t seed) {
@@ -64,4 +66,4 @@ inline OptimizerState deep_copy(const OptimizerState& s) {
   return out;
 }
 
-}  // namespace zrt::optim::test
+}  // namespace zrt::test

@@ -15,7 +15,7 @@ namespace {
 using test::deep_copy;
 using test::grad_at;
 using test::make_params;
-using zrt::testing::bit_equal;
+using zrt::test::bit_equal;
 
 const std::vector<std::vector<int64_t>> kSizes = {{1000, 7}, {3}, {70000}};
 

@@ -14,7 +14,7 @@ namespace {
 
 using test::grad_at;
 using test::make_params;
-using zrt::testing::bit_equal;
+using zrt::test::bit_equal;
 
 TEST(Sgd, MatchesTorchSgdBitwise) {
   struct Case {

@@ -39,20 +39,6 @@ std::shared_ptr<comm::Comm> world_ptr() {
   return std::shared_ptr<comm::Comm>(&test::world(), [](comm::Comm*) {});
 }
 
-// A directory every rank agrees on (created by rank 0, name broadcast).
-std::string shared_dir(comm::Comm& comm, const std::string& label) {
-  std::string path;
-  if (comm.rank() == 0) {
-    std::string pattern = "/tmp/zrt_ckpt_" + label + "_XXXXXX";
-    ZRT_INTERNAL_ASSERT(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  at::Tensor bytes = at::zeros({256}, at::kByte);
-  if (comm.rank() == 0) std::memcpy(bytes.data_ptr(), path.data(), path.size());
-  comm.broadcast(bytes, 0);
-  return std::string(static_cast<const char*>(bytes.data_ptr()));
-}
-
 Json config(int stage, bool bf16, int world) {
   Json cfg = {
       {"train_micro_batch_size_per_gpu", 4},
@@ -110,7 +96,7 @@ TEST(EngineCheckpoint, ExactResumeIsBitIdentical) {
   const int k = 3;
   for (int stage : {0, 1, 2, 3}) {
     for (bool bf16 : {false, true}) {
-      const std::string dir = shared_dir(w, "resume");
+      const std::string dir = test::shared_temp_dir(w, "ckpt_resume");
       // Uninterrupted: 2k steps.
       auto model_a = std::make_shared<test::TinyStackImpl>(true);
       auto a = make(model_a, config(stage, bf16, n), world_ptr());
@@ -170,7 +156,7 @@ TEST(EngineCheckpoint, LoadsAtAnotherWorldSizeAndStage) {
   for (int stage : {1, 2, 3}) {
     const int new_stage = stage == 3 ? 1 : stage + 1;
     for (int target_stage : {stage, new_stage}) {
-      const std::string dir = shared_dir(w, "reshard");
+      const std::string dir = test::shared_temp_dir(w, "ckpt_reshard");
       auto model = std::make_shared<test::TinyStackImpl>(true);
       auto engine = make(model, config(stage, false, n), world_ptr());
       for (int s = 0; s < k; ++s) train_step(*engine, *model, s, w.rank(), n);
@@ -202,7 +188,7 @@ TEST(EngineCheckpoint, LoadsAtAnotherWorldSizeAndStage) {
 
 TEST(EngineCheckpoint, IncompleteTagsAndMissingLatest) {
   comm::Comm& w = test::world();
-  const std::string dir = shared_dir(w, "bad");
+  const std::string dir = test::shared_temp_dir(w, "ckpt_bad");
   auto model = std::make_shared<test::TinyStackImpl>(true);
   auto engine = make(model, config(2, false, w.size()), world_ptr());
   EXPECT_FALSE(engine->load_checkpoint(dir).has_value()) << "no latest: warning and nullopt";
@@ -225,7 +211,7 @@ TEST(EngineCheckpoint, IncompleteTagsAndMissingLatest) {
 
 TEST(EngineCheckpoint, ModuleOnlyLoadAndSixteenBitModel) {
   comm::Comm& w = test::world();
-  const std::string dir = shared_dir(w, "module");
+  const std::string dir = test::shared_temp_dir(w, "ckpt_module");
   for (int stage : {0, 2, 3}) {
     auto model = std::make_shared<test::TinyStackImpl>(true);
     auto engine = make(model, config(stage, true, w.size()), world_ptr());
@@ -261,7 +247,7 @@ TEST(EngineCheckpoint, PythonReadsEveryFileAndConsolidates) {
   comm::Comm& w = test::world();
   ZRT_REQUIRE_PYTHON("torch");
   for (int stage : {1, 2, 3}) {
-    const std::string dir = shared_dir(w, "python");
+    const std::string dir = test::shared_temp_dir(w, "ckpt_python");
     auto model = std::make_shared<test::TinyStackImpl>(true);
     auto engine = make(model, config(stage, true, w.size()), world_ptr());
     train_step(*engine, *model, 0, w.rank(), w.size());

@@ -192,8 +192,8 @@ TEST(EngineParity, StagesMatchSingleProcessTraining) {
               // Per element (tests/support/tensor_compare.h). fp32: the same math up to
               // summation order, 1e-5 relative, and a 1e-6 floor for weights near zero (a few
               // fp32 ulps of the 0.01-sized updates accumulated over 20 steps). bf16: see above.
-              EXPECT_TRUE(bf16 ? testing::all_close(a, p.value(), 0, 1e-2)
-                               : testing::all_close(a, p.value(), 1e-5, 1e-6))
+              EXPECT_TRUE(bf16 ? test::all_close(a, p.value(), 0, 1e-2)
+                               : test::all_close(a, p.value(), 1e-5, 1e-6))
                   << describe(c) << " parameter " << p.key();
             }
           }

@@ -38,20 +38,6 @@ class TinyData : public Dataset {
   int64_t n_;
 };
 
-std::string shared_dir(const std::string& label) {
-  comm::Comm& w = test::world();
-  std::string path;
-  if (w.rank() == 0) {
-    std::string pattern = "/tmp/zrt_trainer_" + label + "_XXXXXX";
-    ZRT_INTERNAL_ASSERT(mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  at::Tensor bytes = at::zeros({256}, at::kByte);
-  if (w.rank() == 0) std::memcpy(bytes.data_ptr(), path.data(), path.size());
-  w.broadcast(bytes, 0);
-  return std::string(static_cast<const char*>(bytes.data_ptr()));
-}
-
 std::string write_config(const std::string& dir) {
   const std::string path = dir + "/ds.json";
   if (test::world().rank() == 0) {
@@ -114,7 +100,7 @@ TEST(DistributedSampler, MatchesTorchSemantics) {
 }
 
 TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
-  const std::string dir = shared_dir("run");
+  const std::string dir = test::shared_temp_dir(test::world(), "trainer_run");
   config::TrainingArguments args = tiny_args(dir);
   args.gradient_accumulation_steps = 2;
   args.max_steps = 10;
@@ -206,7 +192,7 @@ TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
 // eval/save/logging by epoch, save_strategy "best", load_best_model_at_end, and the rotation
 // that keeps the best checkpoint: the HF Trainer's rules.
 TEST(Trainer, StrategiesAndBestModel) {
-  const std::string dir = shared_dir("strategies");
+  const std::string dir = test::shared_temp_dir(test::world(), "trainer_strategies");
   config::TrainingArguments args = tiny_args(dir);
   args.per_device_train_batch_size = 4;
   args.learning_rate = 0.02;
@@ -275,7 +261,7 @@ TEST(Trainer, StrategiesAndBestModel) {
 // trained model, bit for bit (one example per forward on both sides). A training engine can take
 // the weights on purpose (fine-tuning with a fresh optimizer and step counter).
 TEST(Trainer, Zero3InferenceFromCheckpointEqualsPlainForward) {
-  const std::string dir = shared_dir("infer");
+  const std::string dir = test::shared_temp_dir(test::world(), "trainer_infer");
   config::TrainingArguments args = tiny_args(dir);
   args.per_device_eval_batch_size = 1;
   args.learning_rate = 0.05;
@@ -376,7 +362,7 @@ TEST(Trainer, Zero3InferenceFromCheckpointEqualsPlainForward) {
 // num_batches = remainder for the last update of the epoch), so an epoch of 5 micro-batches with
 // gradient_accumulation_steps 2 has 3 steps and the next epoch starts a fresh accumulation.
 TEST(Trainer, AccumulationRemainderStepsAtTheEpochEnd) {
-  const std::string dir = shared_dir("remainder");
+  const std::string dir = test::shared_temp_dir(test::world(), "trainer_remainder");
   config::TrainingArguments args = tiny_args(dir);
   args.gradient_accumulation_steps = 2;
   args.num_train_epochs = 2;

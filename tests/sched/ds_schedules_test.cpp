@@ -15,10 +15,10 @@
 namespace zrt::sched {
 namespace {
 
-using testing::expect_curve;
-using testing::golden_trace;
-using testing::LogCapture;
-using testing::near_rel;
+using test::expect_curve;
+using test::golden_trace;
+using test::LogCapture;
+using test::near_rel;
 
 constexpr double kPi = 3.14159265358979323846;
 

@@ -11,7 +11,11 @@
 #include "core/logging.h"
 #include "sched/lr_scheduler.h"
 
-namespace zrt::sched::testing {
+namespace zrt::test {
+
+using sched::LRScheduler;
+using sched::SchedulerSpec;
+
 
 // |actual - expected| <= rel·|expected| (exact zero for expected 0 up to 1e-15).
 inline ::testing::AssertionResult near_rel(double actual, double expected, double rel = 1e-7) {
@@ -57,4 +61,4 @@ class LogCapture {
   std::vector<std::string> lines;
 };
 
-}  // namespace zrt::sched::testing
+}  // namespace zrt::test

@@ -15,7 +15,7 @@
 namespace zrt::sched {
 namespace {
 
-using testing::near_rel;
+using test::near_rel;
 
 HfScheduleOptions hf(HfScheduleType type, int64_t warmup, int64_t total) {
   HfScheduleOptions o;

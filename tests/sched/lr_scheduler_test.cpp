@@ -13,7 +13,7 @@
 namespace zrt::sched {
 namespace {
 
-using testing::expect_curve;
+using test::expect_curve;
 
 std::vector<SchedulerSpec> all_specs() {
   WarmupLROptions warmup;

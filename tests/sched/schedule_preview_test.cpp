@@ -13,7 +13,7 @@
 namespace zrt::sched {
 namespace {
 
-using testing::near_rel;
+using test::near_rel;
 
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;

@@ -2,6 +2,8 @@
 // usual gtest output, other ranks print only their failures (prefixed "[rank N]"). The process
 // exit code is non-zero on every rank if a test failed on any rank.
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 
 #include <gtest/gtest.h>
@@ -38,6 +40,19 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 comm::Comm& world() {
   ZRT_INTERNAL_ASSERT(g_world != nullptr, "world() used outside RUN_ALL_TESTS");
   return *g_world;
+}
+
+std::string shared_temp_dir(comm::Comm& comm, const std::string& label) {
+  std::string path;
+  if (comm.rank() == 0) {
+    std::string pattern = "/tmp/zrt_" + label + "_XXXXXX";
+    ZRT_INTERNAL_ASSERT(mkdtemp(pattern.data()) != nullptr, "mkdtemp failed for ", pattern);
+    path = pattern;
+  }
+  at::Tensor bytes = at::zeros({256}, at::kByte);
+  if (comm.rank() == 0) std::memcpy(bytes.data_ptr(), path.data(), path.size());
+  comm.broadcast(bytes, 0);
+  return std::string(static_cast<const char*>(bytes.data_ptr()));
 }
 
 }  // namespace zrt::test

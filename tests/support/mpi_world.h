@@ -2,11 +2,17 @@
 // the world communicator created by tests/support/mpi_main.cpp.
 #pragma once
 
+#include <string>
+
 #include "comm/comm.h"
 
 namespace zrt::test {
 
 // The MPI communicator of this test process (valid during RUN_ALL_TESTS).
 comm::Comm& world();
+
+// Collective: a fresh directory under /tmp that every rank of `comm` agrees on (rank 0 makes it
+// with mkdtemp, the name is broadcast). The caller removes it (rank 0).
+std::string shared_temp_dir(comm::Comm& comm, const std::string& label);
 
 }  // namespace zrt::test

@@ -8,7 +8,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-namespace zrt::testing {
+namespace zrt::test {
 
 // max |a − b| / max(max |b|, 1e-30), computed in double.
 //
@@ -78,4 +78,4 @@ inline ::testing::AssertionResult bit_equal(const at::Tensor& a, const at::Tenso
          << " elements differ in value, first at " << first;
 }
 
-}  // namespace zrt::testing
+}  // namespace zrt::test

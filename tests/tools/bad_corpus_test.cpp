@@ -70,7 +70,7 @@ TEST(BadInputCorpus, EveryCaseGivesItsDocumentedOutcome) {
   ASSERT_TRUE(in) << "cannot read " << kCorpusDir << "/cases.json";
   const Json doc = Json::parse(in);
   // ZRT_BAD_CORPUS_OUT=DIR keeps the damaged checkpoints in DIR (to look at them, or as seeds).
-  ScratchDir scratch_dir;
+  TempDir scratch_dir;
   const char* keep = std::getenv("ZRT_BAD_CORPUS_OUT");
   const std::string scratch = keep != nullptr ? std::string(keep) : scratch_dir.path();
   if (keep != nullptr) fs::create_directories(scratch);

@@ -33,10 +33,5 @@ using ToolResult = zrt::test::CommandResult;
 // Single-quotes `s` for the shell.
 std::string shell_quote(const std::string& s);
 
-// A fresh directory under the system temp dir, removed with its contents on destruction.
-class ScratchDir : public TempDir {
- public:
-  ScratchDir() : TempDir("zrt_tools") {}
-};
 
 }  // namespace zrt::test

@@ -54,7 +54,7 @@ class ZrtCkptTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ZrtCkptTest, InspectVerifyAndToFp32) {
   const Case c = GetParam();
-  ScratchDir dir;
+  TempDir dir;
   const std::string save = dir / "save";
   const MadeCheckpoint made = make_engine_checkpoint(save, {c.stage, c.world, c.bf16, 2});
   ASSERT_EQ(made.tag, "global_step2");
@@ -129,7 +129,7 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, ZrtCkptTest,
 TEST(ZrtCkpt, StageZeroIsInspectedVerifiedAndConsolidated) {
   for (bool bf16 : {false, true}) {
     SCOPED_TRACE(bf16 ? "bf16" : "fp32");
-    ScratchDir dir;
+    TempDir dir;
     const MadeCheckpoint made = make_engine_checkpoint(dir / "s", {0, 1, bf16, 3});
     ToolResult r = ckpt_tool("inspect " + shell_quote(dir / "s"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -162,7 +162,7 @@ TEST(ZrtCkpt, StageZeroIsInspectedVerifiedAndConsolidated) {
 // A damaged file fails both the manifest's CRC-32 and its own zip CRC: verify names it once; and
 // the ok line of a healthy checkpoint is a whole sentence.
 TEST(ZrtCkpt, VerifyNamesEachDamagedFileOnce) {
-  ScratchDir dir;
+  TempDir dir;
   make_engine_checkpoint(dir / "s", {2, 2, false, 2});
   ToolResult r = ckpt_tool("verify " + shell_quote(dir / "s"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -262,7 +262,7 @@ TEST(ZrtCkpt, BadCommandLinesNameTheOptionOrArgument) {
 
 // The old spellings still work: dashed option names, --name=value, and "--" before a path.
 TEST(ZrtCkpt, OptionSpellings) {
-  ScratchDir dir;
+  TempDir dir;
   make_engine_checkpoint(dir / "s", {2, 1, false, 1});
   const std::string save = shell_quote(dir / "s");
   ToolResult r = ckpt_tool("verify --tag=global_step1 " + save);
@@ -279,7 +279,7 @@ TEST(ZrtCkpt, OptionSpellings) {
 }
 
 TEST(ZrtCkpt, OutputFolderMustExistAndNothingIsWrittenOnFailure) {
-  ScratchDir dir;
+  TempDir dir;
   make_engine_checkpoint(dir / "s", {2, 1, false, 1});
   ToolResult r =
       ckpt_tool("to-fp32 " + shell_quote(dir / "s") + " " + shell_quote(dir / "no/w.bin"));
@@ -332,7 +332,7 @@ for f in glob.glob(os.path.join(d, "*_model_states.pt")):
 TEST(ZrtCkpt, DeepSpeedWrittenCheckpoint) {
   ZRT_REQUIRE_PYTHON("torch");
   for (int stage : {2, 3}) {
-    ScratchDir dir;
+    TempDir dir;
     const MadeCheckpoint made = make_engine_checkpoint(dir / "s", {stage, 2, false, 2});
     { std::ofstream(dir / "make.py") << kMakeDeepSpeedLike; }
     ToolResult r = run_command(zrt::test::python_path() + " " + shell_quote(dir / "make.py") + " " +
@@ -362,7 +362,7 @@ TEST(ZrtCkpt, DeepSpeedWrittenCheckpoint) {
 // --allow_no_manifest must exit 3.
 TEST(ZrtCkpt, VerifyWithoutManifestFindsWhatTorchLoadFinds) {
   ZRT_REQUIRE_PYTHON("torch");
-  ScratchDir dir;
+  TempDir dir;
   make_engine_checkpoint(dir / "s", {2, 2, false, 2});
   const std::string tag = dir / "s/global_step2";
   fs::remove(tag + "/zrt_manifest.json");
@@ -413,7 +413,7 @@ TEST(ZrtCkpt, VerifyWithoutManifestFindsWhatTorchLoadFinds) {
 
 TEST(ZrtCkpt, PythonLoadsToFp32Output) {
   ZRT_REQUIRE_PYTHON("torch");
-  ScratchDir dir;
+  TempDir dir;
   const MadeCheckpoint made = make_engine_checkpoint(dir / "s", {3, 3, false, 2});
   ASSERT_EQ(
       ckpt_tool("to-fp32 " + shell_quote(dir / "s") + " " + shell_quote(dir.path())).exit_code, 0);
@@ -432,7 +432,7 @@ TEST(ZrtCkpt, PythonLoadsToFp32Output) {
 #ifdef ZRT_MPIEXEC
 // An HF checkpoint-N folder written by the real zrt-train under mpirun.
 TEST(ZrtCkpt, HfCheckpointFolderFromZrtTrain) {
-  ScratchDir dir;
+  TempDir dir;
   const std::string cmd =
       std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + ZRT_MPIEXEC +
       " -np 2 --oversubscribe --bind-to none --timeout 240 " + ZRT_TRAIN_TOOL +
