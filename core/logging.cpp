@@ -6,10 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <string>
 
 #include <unistd.h>
-#include <mutex>
 
 namespace zrt {
 namespace {
