@@ -59,8 +59,11 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model,
   config::TrainerConfig tc = config::prepare_trainer_config(args, tco, std::move(ds));
   EngineOptions eo;
   eo.param_groups = options.param_groups;
-  if (eo.param_groups.empty() && args.weight_decay != 0.0) {
-    // HF's create_optimizer: no weight decay for biases and normalization weights.
+  const bool hf_optimizer = tc.plan && tc.plan->hf_optimizer;
+  if (eo.param_groups.empty() && args.weight_decay != 0.0 && hf_optimizer) {
+    // HF's create_optimizer: no weight decay for biases and normalization weights. Only when HF
+    // builds the optimizer: with an "optimizer" section transformers hands DeepSpeed all the
+    // parameters in one group (accelerate's DummyOptim), and the decay applies to every one.
     eo.param_groups.push_back(no_weight_decay_for({"bias", "norm", "LayerNorm", "ln_"}));
   }
   if (tc.plan) {

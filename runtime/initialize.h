@@ -41,7 +41,9 @@ struct TrainerInitializeOptions {
   std::shared_ptr<comm::Comm> comm;
   config::ModelDims model_dims;               // for the hidden-size "auto" keys
   std::optional<int64_t> num_training_steps;  // default: args.max_steps when > 0
-  std::vector<ParamGroupRule> param_groups;   // default: HF's no decay for biases and norms
+  // Default: as transformers, no weight decay for biases and norms when HF builds the optimizer
+  // (no "optimizer" section); one group, all decaying, when the config's optimizer is used.
+  std::vector<ParamGroupRule> param_groups;
   // HF's deepspeed_init(inference=True): ZeRO-3 only, the optimizer and scheduler are dropped.
   bool inference = false;
   // args.deepspeed already loaded (config::load_config_source) by a caller that needed it for
