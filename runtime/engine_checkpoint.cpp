@@ -42,8 +42,12 @@ Value Engine::module_state_dict() {
   Value module = Value::ordered_dict();
   for (const auto& p : model_->named_parameters()) {
     at::Tensor t = p.value().detach();
-    // Under ZeRO-3 a released parameter has no data: DeepSpeed writes an empty tensor there.
-    if (s3 != nullptr && !zero::storage_allocated(t)) t = at::empty({0}, t.options());
+    // Under ZeRO-3 DeepSpeed writes an empty tensor for every partitioned parameter, gathered or
+    // not (its load_checkpoint copies the module into parameters of shape [0] and refuses full
+    // shapes); the weights are in the optimizer files.
+    if (s3 != nullptr && (p.value().requires_grad() || !zero::storage_allocated(t))) {
+      t = at::empty({0}, t.options());
+    }
     module.set(p.key(), t);
   }
   for (const auto& b : model_->named_buffers()) module.set(b.key(), b.value().detach());

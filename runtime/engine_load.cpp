@@ -186,7 +186,12 @@ void Engine::assign_module_weights(const std::unordered_map<std::string, at::Ten
 void Engine::load_partitioned_state(const std::string& dir, const std::string& tag, int saved_stage,
                                     int saved_world, const Value& model_states) {
   at::NoGradGuard no_grad;
-  const ckpt::Manifest manifest = ckpt::read_manifest(ckpt::parent_dir(dir), tag, storage_.get());
+  // A DeepSpeed-written tag (the transformers Trainer's checkpoint-N) has no manifest: the one
+  // its files imply, and its files (DeepSpeed's pickled classes) read in tolerant mode.
+  const ckpt::Manifest manifest =
+      ckpt::open_tag(ckpt::parent_dir(dir), tag, ckpt::VerifyLevel::kSizes, storage_.get());
+  ckpt::ReadOptions ro;
+  if (manifest.derived) ro.mode = ckpt::ReadMode::kTolerant;
   const int rank = comm_->rank();
   const bool bf16 = model_dtype_ == at::kBFloat16;
   const bool same = saved_stage == config_.zero.stage && saved_world == comm_->size();
@@ -202,7 +207,7 @@ void Engine::load_partitioned_state(const std::string& dir, const std::string& t
     loss_scaler = opt["loss_scaler"].value();
   } else if (same) {
     const std::string name = find_optim_file(manifest, rank, bf16);
-    const Value file = ckpt::load_pt(ckpt::join_path(dir, name));
+    const Value file = ckpt::load_pt(ckpt::join_path(dir, name), ro);
     const ValueView osd = ValueView(file, name)["optimizer_state_dict"];
     const bool s3 = saved_stage == 3;
     const auto& flats = osd[s3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups"].items();
@@ -225,7 +230,8 @@ void Engine::load_partitioned_state(const std::string& dir, const std::string& t
     std::vector<Value> files;
     if (saved_stage > 0) {
       for (int r = 0; r < saved_world; ++r) {
-        files.push_back(ckpt::load_pt(ckpt::join_path(dir, find_optim_file(manifest, r, bf16))));
+        files.push_back(
+            ckpt::load_pt(ckpt::join_path(dir, find_optim_file(manifest, r, bf16)), ro));
       }
     }
     const Value stage0 =
@@ -276,6 +282,9 @@ void Engine::load_partitioned_state(const std::string& dir, const std::string& t
     ZRT_LOG_INFO("resharded checkpoint ", dir, " from stage ", saved_stage, " x ", saved_world,
                  " ranks to stage ", config_.zero.stage, " x ", comm_->size());
   }
+  // ZeroRT saves the scaler's attributes as a dict; DeepSpeed pickles its LossScaler object,
+  // whose attributes are the state its BUILD set.
+  if (loss_scaler.is_object()) loss_scaler = loss_scaler.as_object().state;
   if (!loss_scaler.is_none()) loss_scaler_->load_state_dict(ckpt::to_json(loss_scaler));
   params_from_masters(*states_);
   // Buffers (and frozen parameters) come from the model states.

@@ -315,6 +315,13 @@ TrainOutput Trainer::train() {
         ++epoch;
         skip = 0;
       }
+    } else {
+      // Written without ZeroRT's position (by the transformers Trainer or DeepSpeed): HF's rule
+      // from the global step, whole epochs and then the epoch's steps x GA micro-batches.
+      const int64_t ga = args_.gradient_accumulation_steps;
+      const int64_t per_epoch = std::max<int64_t>(1, (nb + ga - 1) / ga);
+      epoch = engine_->global_steps() / per_epoch;
+      skip = engine_->global_steps() % per_epoch * ga;
     }
     restore_state(*resume);
     ZRT_LOG_INFO("resumed from ", loaded->path, " at global step ", engine_->global_steps());

@@ -1,0 +1,169 @@
+"""Resuming across ZeroRT and DeepSpeed checkpoints (issue 14 section 3; label `peer`).
+
+ - zrt2ds: zrt-train trains the MLP of ckpt_common 6 steps on 2 ranks (ZeRO 1, 2, 3; fp32 and
+   bf16), saving checkpoint-3 and checkpoint-6. The real DeepSpeed loads checkpoint-3 with its
+   own engine.load_checkpoint (module, optimizer and scheduler state) and trains steps 4-6 on the
+   same batches. Its losses and learning rates must equal zrt-train's log of steps 4-6, and
+   DeepSpeed's weights after step 6 (its zero_to_fp32 of its own checkpoint) zrt-train's
+   checkpoint-6 (the same consolidation of it).
+ - ds2zrt: the mirror image on the checkpoints DeepSpeed wrote (tests/data/deepspeed, made by
+   make_ds_fixtures.py: stages 1-3 on 1-4 ranks in fp32, stages 1-3 on 2 ranks in bf16):
+   zrt-train --resume_from_checkpoint CASE/checkpoint-3 at the case's world size against what
+   DeepSpeed itself did after its step 3 (expected.json, final.safetensors).
+
+Tolerances, |zrt - ds| <= atol + rtol |ds| (those of training_parity.py, derived in
+docs/PEERS.md "Training parity"): the two sides run the same maths with their own kernels and
+summation orders, so fp32 agrees to rounding (loss and lr rtol 1e-5, weights rtol 1e-4 atol
+1e-6) and bf16 to bf16's rounding (loss rtol 2e-2, weights rtol 2e-2 atol 2e-3). The measured
+worst differences are printed.
+
+    python tests/peers/ckpt_resume.py --bin build/bin [--part zrt2ds|ds2zrt] [--dtype fp32|bf16]
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+import ckpt_common as cc
+from peer_launch import run_ranks
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "..", "data", "deepspeed")
+TOL = {False: (1e-5, 1e-4, 1e-6), True: (2e-2, 2e-2, 2e-3)}  # bf16 -> (loss, weights rtol, atol)
+
+
+def restore_loss_scaler_object(engine):
+    """The one documented difference (docs/PEERS.md, "Checkpoints both ways"): ZeroRT saves the
+    loss scaler as a dict of its attributes (every file loads with torch.load(weights_only=True)),
+    DeepSpeed pickles its LossScaler object and its ZeRO optimizers take whatever was saved as
+    their scaler. The object is rebuilt here from the saved attributes, nothing else changed."""
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    saved = getattr(engine.optimizer, "loss_scaler", None)
+    if isinstance(saved, dict):
+        if saved.get("dynamic") is not False:
+            raise SystemExit(f"a dynamic loss scaler in an fp32/bf16 checkpoint: {saved}")
+        engine.optimizer.loss_scaler = LossScaler(saved["cur_scale"])
+
+
+def rank_main(args):
+    """DeepSpeed loads ZeroRT's checkpoint-3 and trains steps 4-6 (one rank of it)."""
+    import torch
+    engine = cc.ds_engine(args.stage, args.bf16)
+    path, _ = engine.load_checkpoint(args.ckpt)
+    if path is None or engine.global_steps != cc.SAVE_AT:
+        raise SystemExit(f"DeepSpeed did not load {args.ckpt} (path {path}, "
+                         f"global_steps {engine.global_steps})")
+    restore_loss_scaler_object(engine)
+    losses, lrs = cc.ds_train(engine, cc.TOTAL_STEPS - cc.SAVE_AT)
+    engine.save_checkpoint(args.out)
+    if torch.distributed.get_rank() == 0:
+        with open(os.path.join(args.out, "continued.json"), "w") as f:
+            json.dump({"losses": losses, "learning_rates": lrs}, f)
+
+
+def compare(what, bf16, got, want, got_w, want_w):
+    """Failures (strings) of losses, learning rates and weights; prints the measured worst."""
+    loss_rtol, w_rtol, w_atol = TOL[bf16]
+    fails = []
+    if not cc.close_list(got[0], want[0], loss_rtol, 0.0):
+        fails.append(f"{what}: losses {got[0]} vs {want[0]} (rtol {loss_rtol})")
+    if not cc.close_list(got[1], want[1], 1e-6, 0.0):
+        fails.append(f"{what}: learning rates {got[1]} vs {want[1]}")
+    why = cc.close_diff(got_w, want_w, w_rtol, w_atol, what + ": weights after step 6")
+    if why:
+        fails.append(why)
+    worst_loss = max(abs(g - w) / abs(w) for g, w in zip(got[0], want[0])) if got[0] else -1
+    worst_w = max((got_w[k].double() - want_w[k].double()).abs().max().item() for k in want_w)
+    print(f"ckpt_resume: {what}: steps {cc.SAVE_AT + 1}-{cc.TOTAL_STEPS} losses rel. diff "
+          f"<= {worst_loss:.2g}, weights |diff| <= {worst_w:.2g}: "
+          f"{'OK' if not fails else 'MISMATCH'}")
+    return fails
+
+
+def zrt2ds(args, tmp):
+    fails = []
+    for bf16 in {"fp32": (False,), "bf16": (True,), None: (False, True)}[args.dtype]:
+        for stage in (1, 2, 3):
+            name = f"stage {stage} {'bf16' if bf16 else 'fp32'}"
+            config = os.path.join(tmp, f"c{stage}{bf16}.json")
+            with open(config, "w") as f:
+                json.dump(cc.ds_config(stage, 2, bf16), f)
+            out = os.path.join(tmp, f"z{stage}{bf16}")
+            cc.run_zrt(args.bin, 2, cc.zrt_train_args(config, out, bf16))
+            ds_out = os.path.join(tmp, f"d{stage}{bf16}")
+            argv = [os.path.abspath(__file__), "--rank-main", "--stage", str(stage), "--ckpt",
+                    os.path.join(out, f"checkpoint-{cc.SAVE_AT}"), "--out", ds_out]
+            if run_ranks(argv + (["--bf16"] if bf16 else []), 2, args.timeout, "ckpt_resume"):
+                fails.append(f"ZeroRT -> DeepSpeed {name}: DeepSpeed failed (its output above)")
+                continue
+            with open(os.path.join(ds_out, "continued.json")) as f:
+                ds = json.load(f)
+            zrt = cc.logged(os.path.join(out, "trainer_state.json"), cc.SAVE_AT + 1)
+            fails += compare(f"ZeroRT -> DeepSpeed {name}, 2 ranks", bf16,
+                             (ds["losses"], ds["learning_rates"]), zrt, cc.ds_to_fp32(ds_out),
+                             cc.ds_to_fp32(os.path.join(out, f"checkpoint-{cc.TOTAL_STEPS}")))
+    return fails
+
+
+def ds2zrt(args, tmp):
+    from safetensors.torch import load_file
+    fails = []
+    names = sorted(n for n in os.listdir(FIXTURES) if n.startswith("ds_"))
+    if len(names) != 15:
+        return [f"expected 15 fixtures in {FIXTURES}, found {names}"]
+    for name in names:
+        case = os.path.join(FIXTURES, name)
+        with open(os.path.join(case, "expected.json")) as f:
+            want = json.load(f)
+        config = os.path.join(tmp, name + ".json")
+        with open(config, "w") as f:
+            json.dump(cc.ds_config(want["stage"], want["world_size"], want["bf16"]), f)
+        out = os.path.join(tmp, name)
+        zrt_args = cc.zrt_train_args(config, out, want["bf16"]) + [
+            "--resume_from_checkpoint", os.path.join(case, f"checkpoint-{cc.SAVE_AT}")]
+        try:
+            cc.run_zrt(args.bin, want["world_size"], zrt_args)
+        except RuntimeError as e:
+            fails.append(f"DeepSpeed -> ZeroRT {name}: {e}")
+            continue
+        got = cc.logged(os.path.join(out, "trainer_state.json"), cc.SAVE_AT + 1)
+        weights = cc.zrt_to_fp32(args.bin, os.path.join(out, f"checkpoint-{cc.TOTAL_STEPS}"),
+                                 out + ".safetensors")
+        fails += compare(f"DeepSpeed -> ZeroRT {name}", want["bf16"], got,
+                         (want["losses"], want["learning_rates"]), weights,
+                         load_file(os.path.join(case, "final.safetensors")))
+    return fails
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", help="ZeroRT's build/bin (required)")
+    parser.add_argument("--part", choices=("zrt2ds", "ds2zrt"), help="one direction only")
+    parser.add_argument("--dtype", choices=("fp32", "bf16"), help="zrt2ds in this dtype only")
+    parser.add_argument("--timeout", type=float, default=240)
+    parser.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--stage", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ckpt", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rank_main:
+        rank_main(args)
+        return 0
+    if not args.bin:
+        parser.error("--bin is required")
+    fails = []
+    with tempfile.TemporaryDirectory(prefix="zrt_resume_") as tmp:
+        if args.part in (None, "ds2zrt"):
+            fails += ds2zrt(args, tmp)
+        if args.part in (None, "zrt2ds"):
+            fails += zrt2ds(args, tmp)
+    for f in fails:
+        print("ckpt_resume: " + f)
+    print("ckpt_resume: " + ("OK" if not fails else f"FAILED ({len(fails)})"))
+    return 0 if not fails else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
