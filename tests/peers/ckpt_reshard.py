@@ -8,8 +8,7 @@ DeepSpeed wrote checkpoint-3 on 2 ranks (fixtures ds_s1_w2 and ds_s2_w2, tests/d
    conversion) and trains steps 4-6.
 Both take the 3-rank batches of zrt-train's sampler at steps 4-6 (transformers' rule for the
 position: the global step). The losses, learning rates and final weights must agree within
-ckpt_resume.py's fp32 tolerances. ZeRO-3 is not compared: DeepSpeed 0.19.8's ds_to_universal
-reads ZeRO-1/2 optimizer files (docs/PEERS.md).
+ckpt_resume.py's fp32 tolerances. ZeRO-3 is not compared (not tried yet; docs/PEERS.md).
 
     python tests/peers/ckpt_reshard.py --bin build/bin
 """
