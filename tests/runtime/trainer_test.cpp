@@ -388,5 +388,46 @@ TEST(Trainer, AccumulationRemainderStepsAtTheEpochEnd) {
   if (test::world().rank() == 0) fs::remove_all(dir);
 }
 
+// Weight decay groups as transformers + DeepSpeed choose them: with an "optimizer" section in
+// the config, transformers hands DeepSpeed every parameter in one group (accelerate's
+// DummyOptim), so biases decay too; without one, HF's create_optimizer exempts biases and norms.
+// A zero gradient leaves only the decay: p <- p (1 - lr wd) where it applies, p where not.
+TEST(Trainer, WeightDecayOfBiasesFollowsWhoBuildsTheOptimizer) {
+  const std::string dir = test::shared_temp_dir(test::world(), "trainer_decay");
+  const std::string hf_config = dir + "/hf_optimizer.json";
+  if (test::world().rank() == 0) {
+    std::ofstream(hf_config) << R"({"train_micro_batch_size_per_gpu": "auto",
+      "gradient_accumulation_steps": "auto", "train_batch_size": "auto",
+      "zero_optimization": {"stage": 2}})";
+  }
+  test::world().barrier();
+  for (const bool config_optimizer : {true, false}) {
+    config::TrainingArguments args = tiny_args(dir);
+    if (!config_optimizer) args.deepspeed = hf_config;
+    args.weight_decay = 0.1;
+    args.max_steps = 1;
+    auto model = std::make_shared<test::TinyMlpImpl>(false);
+    const at::Tensor bias0 = model->fc1->bias.detach().clone();
+    const at::Tensor weight0 = model->fc1->weight.detach().clone();
+    Trainer trainer(model, args, std::make_shared<TinyData>(8), nullptr, tiny_mse,
+                    quiet_options());
+    Engine& engine = trainer.engine();
+    auto [x, y] = TinyData(8).get(0);
+    engine.backward(model->forward(x.unsqueeze(0)).sum() * 0.0);  // zero gradients
+    engine.step();
+    // Stage 2: the module holds the parameters whole (looked up by name, as the engine sees them).
+    const at::Tensor bias = model->named_parameters()["fc1.bias"].detach();
+    const at::Tensor weight = model->named_parameters()["fc1.weight"].detach();
+    const double keep = 1.0 - 0.01 * 0.1;  // lr 0.01 (tiny_args), weight decay 0.1
+    EXPECT_TRUE(at::allclose(weight, weight0 * keep, 1e-6, 1e-7)) << "config optimizer "
+                                                                   << config_optimizer;
+    EXPECT_TRUE(at::allclose(bias, config_optimizer ? bias0 * keep : bias0, 1e-6, 1e-7))
+        << "fc1.bias with the config's optimizer: " << config_optimizer
+        << "; change from the initial bias: " << (bias - bias0).abs().max().item<double>();
+  }
+  test::world().barrier();
+  if (test::world().rank() == 0) fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace zrt
