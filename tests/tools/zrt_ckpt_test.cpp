@@ -1,6 +1,7 @@
 // zrt-ckpt, run as a binary on checkpoints the engine wrote (stages 0-3, 1-3 ranks, fp32 and
-// bf16), on a DeepSpeed-written copy (Python objects in the pickles, no manifest), and on an HF
+// bf16), on checkpoints the real DeepSpeed wrote (tests/data/deepspeed), and on an HF
 // checkpoint-N folder written by zrt-train under mpirun.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -288,71 +289,49 @@ TEST(ZrtCkpt, OutputFolderMustExistAndNothingIsWrittenOnFailure) {
   EXPECT_FALSE(fs::exists(dir / "no"));
 }
 
-// A DeepSpeed-written checkpoint: our files rewritten by Python with DeepSpeed's own objects (a
-// ZeroStageEnum member, a LossScaler instance, an argparse Namespace), no manifest, no RNG files.
-constexpr const char* kMakeDeepSpeedLike = R"PY(
-import argparse, enum, glob, os, sys, types, torch
-root = sys.argv[1]
-def module(name):
-    parts = name.split(".")
-    for i in range(1, len(parts) + 1):
-        sys.modules.setdefault(".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
-    return sys.modules[name]
-cfg = module("deepspeed.runtime.zero.config")
-class ZeroStageEnum(int, enum.Enum):
-    disabled = 0
-    optimizer_states = 1
-    gradients = 2
-    weights = 3
-ZeroStageEnum.__module__ = cfg.__name__
-cfg.ZeroStageEnum = ZeroStageEnum
-ls = module("deepspeed.runtime.fp16.loss_scaler")
-class LossScaler:
-    def __init__(self, scale): self.cur_scale = scale
-LossScaler.__module__ = ls.__name__
-ls.LossScaler = LossScaler
-tag = open(os.path.join(root, "latest")).read().strip()
-d = os.path.join(root, tag)
-os.remove(os.path.join(d, "zrt_manifest.json"))
-for f in glob.glob(os.path.join(d, "zrt_rng_state_*.pt")): os.remove(f)
-for f in glob.glob(os.path.join(d, "*_optim_states.pt")):
-    sd = torch.load(f)
-    osd = sd["optimizer_state_dict"]
-    osd["zero_stage"] = ZeroStageEnum(osd["zero_stage"])
-    osd["loss_scaler"] = LossScaler(1.0)
-    sd["ds_version"] = "0.14.4"
-    torch.save(sd, f)
-for f in glob.glob(os.path.join(d, "*_model_states.pt")):
-    sd = torch.load(f)
-    sd["ds_version"] = "0.14.4"
-    sd["args"] = argparse.Namespace(lr=0.1)
-    torch.save(sd, f)
-)PY";
-
+// Checkpoints the real DeepSpeed wrote (tests/data/deepspeed, made by
+// tests/peers/make_ds_fixtures.py with DeepSpeed 0.19.8: DeepSpeed's own objects in the pickles,
+// no manifest, no RNG files): inspect names the writer and stage, verify needs
+// --allow_no_manifest, and to-fp32 equals DeepSpeed's own zero_to_fp32 of them bit for bit
+// (fp32.safetensors, stored by the same script). No Python at test time.
 TEST(ZrtCkpt, DeepSpeedWrittenCheckpoint) {
-  ZRT_REQUIRE_PYTHON("torch");
-  for (int stage : {2, 3}) {
-    TempDir dir;
-    const MadeCheckpoint made = make_engine_checkpoint(dir / "s", {stage, 2, false, 2});
-    { std::ofstream(dir / "make.py") << kMakeDeepSpeedLike; }
-    ToolResult r = run_command(zrt::test::python_path() + " " + shell_quote(dir / "make.py") + " " +
-                               shell_quote(dir / "s"));
+  const fs::path data = fs::path(ZRT_SOURCE_DIR) / "tests/data/deepspeed";
+  int checked = 0;
+  for (const char* name : {"ds_s1_w1", "ds_s2_w2", "ds_s2_w4", "ds_s3_w3", "ds_s1_w2_bf16",
+                           "ds_s2_w2_bf16", "ds_s3_w2_bf16"}) {
+    SCOPED_TRACE(name);
+    const int stage = name[4] - '0';
+    const std::string ckpt = shell_quote((data / name / "checkpoint-3").string());
+    ToolResult r = ckpt_tool("inspect " + ckpt);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    r = ckpt_tool("inspect " + shell_quote(dir / "s"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("DeepSpeed (ds_version 0.14.4)"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("none: checkpoint tag 'global_step2'"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("DeepSpeed (ds_version 0.19.8)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("none: checkpoint tag 'global_step3'"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("zero stage    " + std::to_string(stage)), std::string::npos)
         << r.output;
-    r = ckpt_tool("verify " + shell_quote(dir / "s"));
+    r = ckpt_tool("verify " + ckpt);
     EXPECT_EQ(r.exit_code, 3) << r.output;
     EXPECT_NE(r.output.find("is incomplete"), std::string::npos) << r.output;
-    r = ckpt_tool("verify --allow_no_manifest " + shell_quote(dir / "s"));
+    r = ckpt_tool("verify --allow_no_manifest " + ckpt);
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    r = ckpt_tool("to-fp32 " + shell_quote(dir / "s") + " " + shell_quote(dir / "w.pt"));
+    TempDir dir;
+    r = ckpt_tool("to-fp32 " + ckpt + " " + shell_quote(dir / "w.safetensors"));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    expect_same_weights(made.weights, as_map(ckpt::load_pt(dir / "w.pt")), 0.0, "DeepSpeed-like");
+    std::map<std::string, at::Tensor> got, want;
+    for (auto& [k, t] : ckpt::load_safetensors(dir / "w.safetensors").tensors) got[k] = t;
+    for (auto& [k, t] : ckpt::load_safetensors((data / name / "fp32.safetensors").string()).tensors)
+      want[k] = t;
+    ASSERT_EQ(want.size(), 6u) << "the MLP of make_ds_fixtures.py has 6 parameters";
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [key, w] : want) {
+      ASSERT_EQ(got.count(key), 1u) << key;
+      const at::Tensor& g = got.at(key);
+      EXPECT_EQ(g.scalar_type(), at::kFloat) << key;
+      EXPECT_TRUE(g.sizes() == w.sizes() && torch::equal(g, w))
+          << key << ": zrt-ckpt to-fp32 differs from DeepSpeed's zero_to_fp32";
+    }
+    ++checked;
   }
+  EXPECT_EQ(checked, 7);
 }
 
 // Without a manifest, verify still finds every damage torch.load finds: two bytes flipped at
@@ -452,6 +431,59 @@ TEST(ZrtCkpt, HfCheckpointFolderFromZrtTrain) {
                 shell_quote(dir / "m.safetensors"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_GT(ckpt::load_safetensors(dir / "m.safetensors").tensors.size(), 0u);
+}
+
+// zrt-train resumes from checkpoints the real DeepSpeed wrote (tests/data/deepspeed: no manifest,
+// DeepSpeed's pickled LossScaler, no ZeroRT position in the data) and continues as DeepSpeed
+// itself did (expected.json, final.safetensors): losses of steps 4-6 within fp32 rounding (rtol
+// 1e-5) and the final weights within the training parity tolerance (rtol 1e-4, atol 1e-6). The
+// config and arguments are tests/peers/ckpt_common.py's.
+TEST(ZrtCkpt, ZrtTrainResumesFromDeepSpeedWrittenCheckpoint) {
+  const fs::path data = fs::path(ZRT_SOURCE_DIR) / "tests/data/deepspeed";
+  for (const char* name : {"ds_s1_w2", "ds_s2_w2", "ds_s3_w2"}) {
+    SCOPED_TRACE(name);
+    TempDir dir;
+    dir.write("ds.json", std::string(R"({"train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 1, "train_batch_size": 8, "gradient_clipping": 1.0,
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "betas": [0.9, 0.999],
+                      "eps": 1e-8, "weight_decay": 0.01}},
+        "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0,
+                      "warmup_max_lr": 0.01, "warmup_num_steps": 2, "total_num_steps": 6,
+                      "warmup_type": "linear"}},
+        "zero_optimization": {"stage": )") + name[4] + "}}");
+    const std::string cmd =
+        std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + ZRT_MPIEXEC +
+        " -np 2 --oversubscribe --bind-to none --timeout 240 " + ZRT_TRAIN_TOOL +
+        " --model mlp --width 8 --layers 1 --deepspeed " + shell_quote(dir / "ds.json") +
+        " --output_dir " + shell_quote(dir / "out") +
+        " --max_steps 6 --save_steps 3 --logging_steps 1 --learning_rate 0.01"
+        " --weight_decay 0.01 --warmup_steps 2 --per_device_train_batch_size 4"
+        " --report_to none --resume_from_checkpoint " +
+        shell_quote((data / name / "checkpoint-3").string());
+    ToolResult r = run_command(cmd);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const Json want = Json::parse(std::ifstream(data / name / "expected.json"));
+    const Json state = Json::parse(std::ifstream(dir / "out/trainer_state.json"));
+    std::vector<double> losses;
+    for (const Json& e : state["log_history"]) {
+      if (e.contains("loss") && e["step"].get<int>() >= 4) losses.push_back(e["loss"]);
+    }
+    ASSERT_EQ(losses.size(), 3u) << state.dump();
+    for (size_t i = 0; i < 3; ++i) {
+      const double w = want["losses"][i].get<double>();
+      EXPECT_LE(std::abs(losses[i] - w), 1e-5 * std::abs(w)) << "step " << i + 4;
+    }
+    r = ckpt_tool("to-fp32 " + shell_quote(dir / "out/checkpoint-6") + " " +
+                  shell_quote(dir / "w.safetensors"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::map<std::string, at::Tensor> got;
+    for (auto& [k, t] : ckpt::load_safetensors(dir / "w.safetensors").tensors) got[k] = t;
+    for (auto& [k, w] : ckpt::load_safetensors((data / name / "final.safetensors").string()).tensors) {
+      ASSERT_EQ(got.count(k), 1u) << k;
+      EXPECT_TRUE(((got[k] - w).abs() <= 1e-6 + 1e-4 * w.abs()).all().item<bool>())
+          << k << ": max |diff| " << (got[k] - w).abs().max().item<double>();
+    }
+  }
 }
 #endif
 
