@@ -160,6 +160,15 @@ DType ResolvedConfig::effective_grad_accum_dtype() const {
   return model_dtype;
 }
 
+zero::GradientOptions ResolvedConfig::gradient_options() const {
+  zero::GradientOptions g;
+  g.comm_dtype = effective_communication_data_type();
+  g.accum_dtype = effective_grad_accum_dtype();
+  g.prescale = prescale_gradients;
+  g.predivide_factor = gradient_predivide_factor;
+  return g;
+}
+
 bool ResolvedConfig::inference_mode() const {
   return zero.stage == 3 && !optimizer && !client_optimizer;
 }

@@ -101,6 +101,9 @@ struct ResolvedConfig {
   DType effective_communication_data_type() const;
   // Explicit grad_accum_dtype, else fp32 for bf16 without ZeRO, else the model dtype.
   DType effective_grad_accum_dtype() const;
+  // The effective dtypes above with prescale_gradients and gradient_predivide_factor: what the
+  // ZeRO components take beside `zero`.
+  zero::GradientOptions gradient_options() const;
   // ZeRO-3 with no optimizer at all: parameter partitioning only (spec §5.5).
   bool inference_mode() const;
   // fp16.loss_scale when fp16 is on; a static scale of 1 otherwise (bf16, fp32).

@@ -18,23 +18,12 @@
 #include "runtime/stage3_model_states.h"
 #include "sched/lr_scheduler.h"
 #include "zero/flat_layout.h"
+#include "zero/scalar_type.h"
 #include "zero/shard_unit.h"
 #include "zrt/build_config.h"
 
 namespace zrt {
 namespace {
-
-at::ScalarType scalar_type_of(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-      return at::kFloat;
-    case DType::kFloat16:
-      return at::kHalf;
-    case DType::kBFloat16:
-      return at::kBFloat16;
-  }
-  return at::kFloat;
-}
 
 // A 64-bit FNV-1a hash of every parameter's and buffer's name, shape and dtype.
 int64_t architecture_fingerprint(torch::nn::Module& model) {
@@ -115,7 +104,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig 
                " but the communicator has ", comm_->size(), " ranks");
   ZRT_CHECK_AS(ConfigError, config_.zero.stage >= 0 && config_.zero.stage <= 3,
                "zero_optimization.stage must be 0, 1, 2 or 3, got ", config_.zero.stage);
-  model_dtype_ = scalar_type_of(config_.model_dtype);
+  model_dtype_ = zero::scalar_type_of(config_.model_dtype);
   check_dtype_supported(model_dtype_, *model_);
   see_memory_usage("ZeroRT Engine: before partitioning the model");
   model_->to(model_dtype_);
@@ -196,18 +185,8 @@ void Engine::dump_state() const {
 }
 
 void Engine::build_flat(std::vector<std::vector<zero::NamedParam>> groups) {
-  runtime::FlatStatesOptions flat;
-  flat.reducer.policy = zero::StagePolicy::from_stage(config_.zero.stage);
-  flat.reducer.bucket_elements = std::max<int64_t>(1, config_.zero.reduce_bucket_size);
-  flat.reducer.overlap = config_.zero.effective_overlap_comm();
-  flat.reducer.comm_dtype = scalar_type_of(config_.effective_communication_data_type());
-  flat.reducer.accum_dtype = scalar_type_of(config_.effective_grad_accum_dtype());
-  flat.reducer.prescale = config_.prescale_gradients;
-  flat.reducer.predivide_factor = config_.gradient_predivide_factor;
-  flat.allgather_bucket_elements = std::max<int64_t>(1, config_.zero.allgather_bucket_size);
-  flat.offload_optimizer = config_.zero.offload_optimizer_enabled();
-  flat.pin_memory = config_.zero.offload_optimizer.pin_memory;
-  states_ = std::make_unique<runtime::FlatModelStates>(std::move(groups), comm_, flat);
+  states_ = std::make_unique<runtime::FlatModelStates>(std::move(groups), comm_, config_.zero,
+                                                       config_.gradient_options());
 }
 
 void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
@@ -244,17 +223,8 @@ void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
       comm_->rank(), z.param_persistence_threshold, z.model_persistence_threshold,
       z.offload_param_enabled());
   layout->partition();
-  runtime::Stage3StatesOptions s3;
-  s3.coordinator.prefetch_bucket_size = z.prefetch_bucket_size;
-  s3.coordinator.max_live_parameters = z.max_live_parameters;
-  s3.coordinator.max_reuse_distance = z.max_reuse_distance;
-  s3.coordinator.comm_dtype = scalar_type_of(config_.effective_communication_data_type());
-  s3.coordinator.accum_dtype = scalar_type_of(config_.effective_grad_accum_dtype());
-  s3.offload_optimizer = z.offload_optimizer_enabled();
-  s3.offload_param = z.offload_param_enabled();
-  s3.pin_memory = z.offload_optimizer.pin_memory || z.offload_param.pin_memory;
-  states_ =
-      std::make_unique<runtime::Stage3ModelStates>(std::move(layout), std::move(units), comm_, s3);
+  states_ = std::make_unique<runtime::Stage3ModelStates>(std::move(layout), std::move(units), comm_,
+                                                         z, config_.gradient_options());
 }
 
 Engine::~Engine() = default;

@@ -6,29 +6,33 @@
 namespace zrt::runtime {
 
 FlatModelStates::FlatModelStates(std::vector<std::vector<zero::NamedParam>> groups,
-                                 std::shared_ptr<comm::Comm> comm, FlatStatesOptions options)
-    : comm_(std::move(comm)), options_(options) {
+                                 std::shared_ptr<comm::Comm> comm,
+                                 const zero::ZeroOptions& zero,
+                                 const zero::GradientOptions& gradients)
+    : comm_(std::move(comm)), zero_(zero), policy_(zero::StagePolicy::from_stage(zero.stage)) {
   groups_.reserve(groups.size());
   for (auto& g : groups) {
     groups_.emplace_back(std::move(g), comm_->size());
     groups_.back().bind();
   }
-  reducer_ = std::make_unique<zero::GradReducer>(groups_, comm_, options_.reducer);
-  const bool sharded = options_.reducer.policy.shard_optimizer;
+  reducer_ = std::make_unique<zero::GradReducer>(groups_, comm_,
+                                                 zero::ReducerOptions::from(zero, gradients));
+  const bool sharded = policy_.shard_optimizer;
+  const bool offload = zero.offload_optimizer_enabled();
   for (size_t g = 0; g < groups_.size(); ++g) {
     const zero::FlatGroup& group = groups_[g];
     at::Tensor part = sharded ? group.partition_view(comm_->rank()) : group.flat();
     device_partitions_.push_back(part);
     OptimTarget t;
-    const bool alias = part.scalar_type() == at::kFloat && !options_.offload_optimizer;
+    const bool alias = part.scalar_type() == at::kFloat && !offload;
     master_aliases_params_.push_back(alias);
     if (alias) {
       t.master = part;
     } else {
       at::TensorOptions cpu = at::TensorOptions().dtype(at::kFloat).device(at::kCPU);
-      const bool pin = options_.offload_optimizer && options_.pin_memory && part.is_cuda();
+      const bool pin = offload && zero.offload_optimizer.pin_memory && part.is_cuda();
       t.master = at::empty({part.numel()}, cpu.pinned_memory(pin));
-      if (!options_.offload_optimizer) t.master = t.master.to(part.device());
+      if (!offload) t.master = t.master.to(part.device());
       t.master.copy_(part);
       if (part.scalar_type() != at::kFloat) {
         // Refreshed in the optimizer pass; a CPU staging copy when the device is not the CPU.
@@ -65,9 +69,9 @@ void FlatModelStates::after_optimizer_step() {
       part.copy_(t.lp);  // staging copy → device
     }
   }
-  if (options_.reducer.policy.shard_optimizer) {
+  if (policy_.shard_optimizer) {
     for (const zero::FlatGroup& group : groups_) {
-      zero::all_gather_flat(group, *comm_, options_.allgather_bucket_elements);
+      zero::all_gather_flat(group, *comm_, std::max<int64_t>(1, zero_.allgather_bucket_size));
     }
   }
 }

@@ -14,20 +14,14 @@
 
 namespace zrt::runtime {
 
-struct FlatStatesOptions {
-  zero::ReducerOptions reducer;
-  int64_t allgather_bucket_elements = 500000000;
-  bool offload_optimizer = false;
-  bool pin_memory = false;
-};
-
 class FlatModelStates final : public ModelStates {
  public:
   // Lays out and binds `groups` (parameters become views of flat buffers), then builds the
   // reducer and the fp32 masters. The parameters must already hold their final (broadcast)
-  // values.
+  // values. `zero` and `gradients` are the config's (ResolvedConfig::zero, gradient_options()).
   FlatModelStates(std::vector<std::vector<zero::NamedParam>> groups,
-                  std::shared_ptr<comm::Comm> comm, FlatStatesOptions options);
+                  std::shared_ptr<comm::Comm> comm, const zero::ZeroOptions& zero,
+                  const zero::GradientOptions& gradients);
 
   void begin_backward(bool boundary) override { reducer_->begin_backward(boundary); }
   void end_backward() override { reducer_->end_backward(); }
@@ -35,7 +29,7 @@ class FlatModelStates final : public ModelStates {
   void before_optimizer_step() override;
   void after_optimizer_step() override;
   void zero_grad() override { reducer_->zero_grad(); }
-  bool grads_replicated() const override { return !options_.reducer.policy.shard_optimizer; }
+  bool grads_replicated() const override { return !policy_.shard_optimizer; }
   ModelStateBytes memory() const override;
 
   const std::vector<zero::FlatGroup>& groups() const { return groups_; }
@@ -45,7 +39,8 @@ class FlatModelStates final : public ModelStates {
 
  private:
   std::shared_ptr<comm::Comm> comm_;
-  FlatStatesOptions options_;
+  zero::ZeroOptions zero_;
+  zero::StagePolicy policy_;
   std::vector<zero::FlatGroup> groups_;
   std::unique_ptr<zero::GradReducer> reducer_;
   std::vector<OptimTarget> targets_;

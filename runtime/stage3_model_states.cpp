@@ -6,22 +6,26 @@ namespace zrt::runtime {
 
 Stage3ModelStates::Stage3ModelStates(std::unique_ptr<zero::Stage3Layout> layout,
                                      std::vector<zero::ShardUnitBase*> units,
-                                     std::shared_ptr<comm::Comm> comm, Stage3StatesOptions options)
-    : layout_(std::move(layout)), units_(std::move(units)), options_(options) {
-  coordinator_ =
-      std::make_unique<zero::ParamCoordinator>(*layout_, std::move(comm), options_.coordinator);
+                                     std::shared_ptr<comm::Comm> comm,
+                                     const zero::ZeroOptions& zero,
+                                     const zero::GradientOptions& gradients)
+    : layout_(std::move(layout)), units_(std::move(units)) {
+  coordinator_ = std::make_unique<zero::ParamCoordinator>(
+      *layout_, std::move(comm), zero::CoordinatorOptions::from(zero, gradients));
+  const bool offload = zero.offload_optimizer_enabled();
   for (size_t u = 0; u < units_.size(); ++u) {
     units_[u]->attach(coordinator_.get(), static_cast<int>(u));
   }
   for (int g = 0; g < layout_->num_groups(); ++g) {
     const at::Tensor& lp = layout_->partition_flat(g);
     OptimTarget t;
-    if (lp.scalar_type() == at::kFloat && !options_.offload_optimizer) {
+    if (lp.scalar_type() == at::kFloat && !offload) {
       t.master = lp;  // pure fp32: the partitions are the masters
     } else {
-      const bool pin = options_.pin_memory && lp.is_cuda();
+      const bool pin =
+          (zero.offload_optimizer.pin_memory || zero.offload_param.pin_memory) && lp.is_cuda();
       t.master = at::empty({lp.numel()}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pin));
-      if (!options_.offload_optimizer) t.master = t.master.to(lp.device());
+      if (!offload) t.master = t.master.to(lp.device());
       t.master.copy_(lp);
       if (lp.scalar_type() != at::kFloat && lp.device() == t.master.device()) t.lp = lp;
     }

@@ -15,19 +15,13 @@
 
 namespace zrt::runtime {
 
-struct Stage3StatesOptions {
-  zero::CoordinatorOptions coordinator;
-  bool offload_optimizer = false;  // fp32 masters and moments on the CPU
-  bool offload_param = false;      // low-precision partitions on the CPU
-  bool pin_memory = false;
-};
-
 class Stage3ModelStates final : public ModelStates {
  public:
-  // Takes ownership of a partitioned layout and attaches the coordinator to `units`.
+  // Takes ownership of a partitioned layout and attaches the coordinator to `units`. `zero` and
+  // `gradients` are the config's (ResolvedConfig::zero, gradient_options()).
   Stage3ModelStates(std::unique_ptr<zero::Stage3Layout> layout,
                     std::vector<zero::ShardUnitBase*> units, std::shared_ptr<comm::Comm> comm,
-                    Stage3StatesOptions options);
+                    const zero::ZeroOptions& zero, const zero::GradientOptions& gradients);
   ~Stage3ModelStates() override;
 
   void begin_backward(bool boundary) override;
@@ -46,7 +40,6 @@ class Stage3ModelStates final : public ModelStates {
   std::unique_ptr<zero::Stage3Layout> layout_;
   std::unique_ptr<zero::ParamCoordinator> coordinator_;
   std::vector<zero::ShardUnitBase*> units_;
-  Stage3StatesOptions options_;
   std::vector<OptimTarget> targets_;
 };
 

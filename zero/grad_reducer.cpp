@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "zero/accumulator_hook.h"
+#include "zero/scalar_type.h"
 
 namespace zrt::zero {
 
@@ -64,6 +65,18 @@ class ReadyHook final : public torch::autograd::FunctionPostHook {
 }  // namespace
 
 struct GradReducer::HookHandle : AccumulatorHook {};
+
+ReducerOptions ReducerOptions::from(const ZeroOptions& zero, const GradientOptions& gradients) {
+  ReducerOptions o;
+  o.policy = StagePolicy::from_stage(zero.stage);
+  o.bucket_elements = std::max<int64_t>(1, zero.reduce_bucket_size);
+  o.overlap = zero.effective_overlap_comm();
+  o.comm_dtype = scalar_type_of(gradients.comm_dtype);
+  o.accum_dtype = scalar_type_of(gradients.accum_dtype);
+  o.prescale = gradients.prescale;
+  o.predivide_factor = gradients.predivide_factor;
+  return o;
+}
 
 GradReducer::GradReducer(std::vector<FlatGroup>& groups, std::shared_ptr<comm::Comm> comm,
                          ReducerOptions options)

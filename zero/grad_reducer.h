@@ -32,6 +32,9 @@ struct ReducerOptions {
   at::ScalarType accum_dtype = at::kFloat;
   bool prescale = false;          // prescale_gradients: divide by W before reducing
   double predivide_factor = 1.0;  // gradient_predivide_factor
+
+  // The reducer a config asks for: its stage, reduce_bucket_size, overlap_comm and gradient dtypes.
+  static ReducerOptions from(const ZeroOptions& zero, const GradientOptions& gradients);
 };
 
 struct ReducerStats {

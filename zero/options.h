@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "core/dtype.h"
+
 namespace zrt::zero {
 
 enum class OffloadDevice { kNone, kCpu, kNvme };
@@ -58,6 +60,16 @@ struct ZeroOptions {
     return offload_optimizer.device != OffloadDevice::kNone;
   }
   bool offload_param_enabled() const { return offload_param.device != OffloadDevice::kNone; }
+};
+
+// How gradients travel and accumulate: the config's effective communication_data_type and
+// data_types.grad_accum_dtype, prescale_gradients and gradient_predivide_factor. With ZeroOptions,
+// everything the ZeRO components read from a config (config/ produces both).
+struct GradientOptions {
+  DType comm_dtype = DType::kFloat32;
+  DType accum_dtype = DType::kFloat32;
+  bool prescale = false;          // divide by the world size before reducing
+  double predivide_factor = 1.0;  // gradient_predivide_factor
 };
 
 // Which model states are partitioned. The ZeRO stage is data: components are composed from

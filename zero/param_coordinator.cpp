@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "zero/accumulator_hook.h"
+#include "zero/scalar_type.h"
 #include "core/logging.h"
 
 namespace zrt::zero {
@@ -64,6 +65,17 @@ int64_t bytes_of(const Stage3Param& p) {
 }  // namespace
 
 struct ParamCoordinator::HookHandle : AccumulatorHook {};
+
+CoordinatorOptions CoordinatorOptions::from(const ZeroOptions& zero,
+                                            const GradientOptions& gradients) {
+  CoordinatorOptions o;
+  o.prefetch_bucket_size = zero.prefetch_bucket_size;
+  o.max_live_parameters = zero.max_live_parameters;
+  o.max_reuse_distance = zero.max_reuse_distance;
+  o.comm_dtype = scalar_type_of(gradients.comm_dtype);
+  o.accum_dtype = scalar_type_of(gradients.accum_dtype);
+  return o;
+}
 
 ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::Comm> comm,
                                    CoordinatorOptions options)

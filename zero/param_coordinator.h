@@ -18,6 +18,7 @@
 #include <ATen/ATen.h>
 
 #include "comm/comm.h"
+#include "zero/options.h"
 #include "zero/shard_unit.h"
 #include "zero/stage3_layout.h"
 
@@ -29,6 +30,9 @@ struct CoordinatorOptions {
   int64_t max_reuse_distance = 1000000000;   // keep a unit gathered if reused within this
   at::ScalarType comm_dtype = at::kFloat;    // gradient reduce-scatter dtype
   at::ScalarType accum_dtype = at::kFloat;   // gradient partition dtype
+
+  // The stage3_* prefetch and reuse limits of a config and its gradient dtypes.
+  static CoordinatorOptions from(const ZeroOptions& zero, const GradientOptions& gradients);
 };
 
 struct CoordinatorStats {
