@@ -1,7 +1,7 @@
-// The engine under mpirun (world sizes 1–4): ZeRO stages 0/1/2 × {fp32, bf16} × GA {1, 3} ×
-// clipping on/off × offload on/off train 20 steps and must match single-process training on the
-// same global batch (plain LibTorch + torch::optim::AdamW); model-state bytes follow the ZeRO
-// formulas; bytes on the wire follow 2Ψ(N−1)/N; fp16 overflow skips the step identically on all
+// The engine under mpirun (world sizes 1–4): ZeRO stages 0–3 × {fp32, bf16 with AdamW, bf16 with
+// bf16 gradients} × GA {1, 3} × clipping on/off × offload on/off train 20 steps and must match
+// single-process training on the same global batch (tests/runtime/parity.h); model-state bytes
+// follow the ZeRO formulas; bytes on the wire follow 2Ψ(N−1)/N; fp16 overflow skips the step identically on all
 // ranks; misuse gives clear errors.
 #include <algorithm>
 #include <map>
@@ -14,6 +14,7 @@
 #include "optim/loss_scaler.h"
 #include "runtime/gathered_parameters.h"
 #include "runtime/initialize.h"
+#include "tests/runtime/parity.h"
 #include "tests/support/mpi_world.h"
 #include "tests/support/tensor_compare.h"
 #include "tests/support/tiny_model.h"
@@ -21,181 +22,22 @@
 namespace zrt {
 namespace {
 
+using test::Case;
+using test::config_for;
+using test::Precision;
+
 std::shared_ptr<comm::Comm> world_ptr() {
   return std::shared_ptr<comm::Comm>(&test::world(), [](comm::Comm*) {});
 }
 
-struct Case {
-  int stage = 0;
-  bool bf16 = false;
-  int gas = 1;
-  bool clip = false;
-  bool offload = false;
-};
-
-std::string describe(const Case& c) {
-  return str("stage ", c.stage, c.bf16 ? " bf16" : " fp32", " gas ", c.gas, c.clip ? " clip" : "",
-             c.offload ? " offload" : "");
-}
-
-Json config_for(const Case& c) {
-  Json cfg = {
-      {"train_micro_batch_size_per_gpu", 4},
-      {"gradient_accumulation_steps", c.gas},
-      {"optimizer",
-       {{"type", "AdamW"},
-        {"params",
-         {{"lr", 0.01}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.01}}}}},
-      {"zero_optimization",
-       {{"stage", c.stage}, {"reduce_bucket_size", 20}, {"allgather_bucket_size", 30}}},
-  };
-  if (c.bf16) {
-    // Adam's first steps move every weight by ±lr whatever the gradient's size, so a gradient
-    // near zero whose sign bf16 rounding flips moves the weight the other way: Adam amplifies
-    // rounding differences. The bf16 parity runs use SGD with momentum, whose update is
-    // proportional to the gradient, so the comparison stays tight (fp32 runs cover Adam).
-    cfg["optimizer"] = {{"type", "SGD"}, {"params", {{"lr", 0.05}, {"momentum", 0.9}}}};
-    cfg["zero_allow_untested_optimizer"] = true;
-  }
-  if (c.stage == 3) {
-    // Gather and release every block (no small-parameter persistence), prefetch one block ahead.
-    cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0;
-    cfg["zero_optimization"]["stage3_prefetch_bucket_size"] = 100;
-    cfg["zero_optimization"]["stage3_max_reuse_distance"] = 0;
-  }
-  if (c.clip) cfg["gradient_clipping"] = 0.05;
-  if (c.bf16) cfg["bf16"] = {{"enabled", true}};
-  if (c.offload) cfg["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
-  return cfg;
-}
-
-// Single-process reference: one update per step (torch::optim::AdamW — the same decoupled-decay
-// math — in fp32, torch::optim::SGD with momentum in bf16) on the mean loss over every rank's
-// micro-batches of the step, with clipping by the global norm first. For bf16 it is mixed-precision
-// training done by hand: fp32 master weights copied into a bf16 model each step, forward and
-// backward in bf16, gradients averaged in fp32, the update on the fp32 masters.
-struct Reference {
-  std::vector<double> losses;
-  test::TinyStack model{false};  // fp32 (the masters, for bf16)
-};
-
-Reference train_reference(const Case& c, int world, int steps) {
-  Reference ref;
-  test::TinyStack lp{false};
-  if (c.bf16) {
-    // The engine casts the model to bf16 first; its fp32 masters start from the rounded values.
-    lp->to(at::kBFloat16);
-    torch::NoGradGuard no_grad;
-    auto m = ref.model->parameters();
-    auto l = lp->parameters();
-    for (size_t i = 0; i < m.size(); ++i) m[i].copy_(l[i]);
-  }
-  std::unique_ptr<torch::optim::Optimizer> opt;
-  if (c.bf16) {
-    opt = std::make_unique<torch::optim::SGD>(ref.model->parameters(),
-                                              torch::optim::SGDOptions(0.05).momentum(0.9));
-  } else {
-    opt = std::make_unique<torch::optim::AdamW>(
-        ref.model->parameters(),
-        torch::optim::AdamWOptions(0.01).betas({0.9, 0.999}).eps(1e-8).weight_decay(0.01));
-  }
-  auto masters = ref.model->parameters();
-  auto lows = lp->parameters();
-  for (int step = 0; step < steps; ++step) {
-    opt->zero_grad();
-    double mean_loss = 0;
-    for (int r = 0; r < world; ++r) {
-      for (int s = 0; s < c.gas; ++s) {
-        auto [x, y] = test::tiny_batch(r, step * c.gas + s);
-        auto out = c.bf16 ? lp->forward(x.to(at::kBFloat16)).to(at::kFloat) : ref.model->forward(x);
-        auto loss = torch::mse_loss(out, y);
-        if (c.bf16) {
-          for (auto& p : lows) p.mutable_grad() = at::Tensor();
-          (loss / (world * c.gas)).backward();
-          torch::NoGradGuard no_grad;
-          for (size_t i = 0; i < masters.size(); ++i) {
-            at::Tensor g = lows[i].grad().to(at::kFloat);
-            if (masters[i].grad().defined()) {
-              masters[i].mutable_grad().add_(g);
-            } else {
-              masters[i].mutable_grad() = g;
-            }
-          }
-        } else {
-          (loss / (world * c.gas)).backward();
-        }
-        mean_loss += loss.item<double>() / (world * c.gas);
-      }
-    }
-    if (c.clip) torch::nn::utils::clip_grad_norm_(ref.model->parameters(), 0.05);
-    opt->step();
-    if (c.bf16) {
-      torch::NoGradGuard no_grad;
-      for (size_t i = 0; i < masters.size(); ++i) lows[i].copy_(masters[i]);
-    }
-    ref.losses.push_back(mean_loss);
-  }
-  return ref;
-}
-
 TEST(EngineParity, StagesMatchSingleProcessTraining) {
-  const int world = test::world().size();
-  const int steps = 20;
   for (int stage : {0, 1, 2, 3}) {
-    for (bool bf16 : {false, true}) {
+    for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kBf16Adam}) {
       for (int gas : {1, 3}) {
         for (bool clip : {false, true}) {
           for (bool offload : {false, true}) {
             if (offload && stage == 0) continue;  // offload needs ZeRO (spec §1.6)
-            const Case c{stage, bf16, gas, clip, offload};
-            const Reference ref = train_reference(c, world, steps);
-            auto model = std::make_shared<test::TinyStackImpl>(false);
-            InitializeOptions io;
-            io.comm = world_ptr();
-            auto engine = initialize(model, config_for(c), io);
-            std::vector<double> losses;
-            for (int step = 0; step < steps; ++step) {
-              double mean = 0;
-              for (int s = 0; s < gas; ++s) {
-                auto [x, y] = test::tiny_batch(test::world().rank(), step * gas + s);
-                // LibTorch has no bf16 mse_loss on CPU: the loss is computed in fp32.
-                auto loss =
-                    torch::mse_loss(model->forward(engine->to_model_dtype(x)).to(at::kFloat), y);
-                engine->backward(loss);
-                engine->step();
-                mean += loss.item<double>() / gas;
-              }
-              at::Tensor m = at::full({1}, mean / world, at::kDouble);
-              test::world().all_reduce(m);
-              losses.push_back(m.item<double>());
-            }
-            EXPECT_EQ(engine->global_steps(), steps);
-            EXPECT_EQ(engine->global_samples(), int64_t{steps} * 4 * gas * world);
-            // fp32: the same math up to summation order → 1e-5 relative. bf16: the same
-            // mixed-precision math, but gradients are rounded to bf16 at different points
-            // (cross-rank reductions and, under ZeRO, gradient accumulation in bf16 as DeepSpeed
-            // does, 2^-9 relative each), so the fp32 masters, which move by ~0.1, agree to 1e-2
-            // absolute. The loss is evaluated with bf16 weights: a master that differs in the
-            // last bits can round to the neighbouring bf16 value (2^-8 relative), and the mean
-            // squared residual of this small model amplifies that to a few percent: 3e-2.
-            const double loss_tol = bf16 ? 3e-2 : 1e-5;
-            for (int s = 0; s < steps; ++s) {
-              EXPECT_NEAR(losses[s], ref.losses[s], loss_tol * std::abs(ref.losses[s]) + 1e-7)
-                  << describe(c) << " loss at step " << s;
-            }
-            std::optional<GatheredParameters> access;
-            if (stage == 3) access.emplace(*engine);  // whole parameters to compare
-            auto ours = model->named_parameters();
-            auto theirs = ref.model->named_parameters();
-            for (const auto& p : theirs) {
-              at::Tensor a = ours[p.key()].to(at::kFloat);
-              // Per element (tests/support/tensor_compare.h). fp32: the same math up to
-              // summation order, 1e-5 relative, and a 1e-6 floor for weights near zero (a few
-              // fp32 ulps of the 0.01-sized updates accumulated over 20 steps). bf16: see above.
-              EXPECT_TRUE(bf16 ? test::all_close(a, p.value(), 0, 1e-2)
-                               : test::all_close(a, p.value(), 1e-5, 1e-6))
-                  << describe(c) << " parameter " << p.key();
-            }
+            test::check_engine_parity(world_ptr(), Case{stage, precision, gas, clip, offload});
           }
         }
       }
@@ -213,7 +55,7 @@ TEST(EngineMemory, ModelStateBytesFollowTheFormulas) {
   for (bool bf16 : {true, false}) {
     for (int stage : {0, 1, 2}) {
       auto model = std::make_shared<test::TinyMlpImpl>(false);
-      Case c{stage, bf16, 1, false, false};
+      Case c{stage, bf16 ? Precision::kBf16 : Precision::kFp32, 1, false, false};
       Json cfg = config_for(c);
       cfg["zero_optimization"]["reduce_bucket_size"] = 1000000;
       cfg["optimizer"] = {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}};
@@ -259,7 +101,7 @@ TEST(EngineReports, MemoryBreakdownAndDumpState) {
     set_log_level(LogLevel::kInfo);
     set_log_sink([&](LogLevel, const std::string& line) { lines.push_back(line); });
     auto model = std::make_shared<test::TinyMlpImpl>(false);
-    Json cfg = config_for(Case{2, false, 1, false, false});
+    Json cfg = config_for(Case{2, Precision::kFp32, 1, false, false});
     cfg["memory_breakdown"] = on;
     cfg["dump_state"] = on;
     InitializeOptions io;
@@ -309,7 +151,7 @@ TEST(EngineVolume, WireBytesPerStepAreTwoPsi) {
   const int n = test::world().size();
   for (int stage : {0, 1, 2}) {
     auto model = std::make_shared<test::TinyMlpImpl>(false);
-    Case c{stage, true, 1, false, false};
+    Case c{stage, Precision::kBf16, 1, false, false};
     InitializeOptions io;
     io.comm = world_ptr();
     auto engine = initialize(model, config_for(c), io);
@@ -335,7 +177,7 @@ TEST(EngineFp16, LinearModelTrainsLikeFp32OrIsRefused) {
     std::map<std::string, at::Tensor> weights[2];
     for (int fp16 = 0; fp16 < 2; ++fp16) {
       auto model = std::make_shared<test::TinyStackImpl>(stage == 3);
-      Json cfg = config_for({stage, false, 1, false, false});
+      Json cfg = config_for({stage, Precision::kFp32, 1, false, false});
       if (fp16) cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 12}};
       InitializeOptions io;
       io.comm = world_ptr();
@@ -387,7 +229,7 @@ TEST(EngineFp16, InjectedOverflowSkipsTheStepOnEveryRank) {
   if (!cpu_half_matmul_supported()) GTEST_SKIP() << "this LibTorch refuses fp16 on the CPU";
   for (int stage : {0, 1, 2}) {
     auto model = std::make_shared<ElementwiseImpl>();
-    Json cfg = config_for({stage, false, 1, false, false});
+    Json cfg = config_for({stage, Precision::kFp32, 1, false, false});
     cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 8}, {"hysteresis", 1}};
     cfg["scheduler"] = {{"type", "WarmupLR"},
                         {"params",
@@ -432,7 +274,8 @@ TEST(EngineNumerics, NonFiniteGradientsAreReportedWithTheStep) {
       auto model = std::make_shared<test::TinyStackImpl>(false);
       InitializeOptions io;
       io.comm = world_ptr();
-      auto engine = initialize(model, config_for({stage, bf16, 1, false, false}), io);
+      const Case c{stage, bf16 ? Precision::kBf16 : Precision::kFp32, 1, false, false};
+      auto engine = initialize(model, config_for(c), io);
       auto [x, y] = test::tiny_batch(test::world().rank(), 0);
       auto loss = torch::mse_loss(model->forward(engine->to_model_dtype(x)).to(at::kFloat), y);
       engine->backward(loss);
@@ -460,7 +303,7 @@ TEST(EngineMisuse, ClearErrors) {
   auto model = std::make_shared<test::TinyMlpImpl>(false);
   InitializeOptions io;
   io.comm = world_ptr();
-  auto engine = initialize(model, config_for({1, false, 1, false, false}), io);
+  auto engine = initialize(model, config_for({1, Precision::kFp32, 1, false, false}), io);
   auto [x, y] = test::tiny_batch(0, 0);
   EXPECT_THROW(engine->step(), Error);  // step without backward
   engine->backward(torch::mse_loss(model->forward(x), y));
@@ -471,7 +314,7 @@ TEST(EngineMisuse, ClearErrors) {
     EXPECT_NE(std::string(e.what()).find("twice without step()"), std::string::npos);
   }
   engine->step();
-  Json bad = config_for({1, false, 1, false, false});
+  Json bad = config_for({1, Precision::kFp32, 1, false, false});
   bad["zero_optimization"]["stage"] = 4;
   EXPECT_THROW(initialize(std::make_shared<test::TinyMlpImpl>(false), bad, io), ConfigError);
 }
@@ -482,7 +325,7 @@ TEST(EngineMisuse, DifferentModelsAcrossRanksAreRejected) {
   InitializeOptions io;
   io.comm = world_ptr();
   try {
-    initialize(model, config_for({2, false, 1, false, false}), io);
+    initialize(model, config_for({2, Precision::kFp32, 1, false, false}), io);
     ADD_FAILURE() << "mismatched models accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("differs from the model on rank 0"), std::string::npos)

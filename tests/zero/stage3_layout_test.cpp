@@ -1,0 +1,215 @@
+// The stage-3 layout and the parameter coordinator on their own (no engine, no mpirun): partition
+// bounds and padding, group offsets, persistence rules, unit sums, storage release; gathering
+// and releasing units, the reuse distance, gather_all, and the gradient reduce-scatter into each
+// rank's partition, with ranks as threads over the in-process backend.
+#include <map>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "comm/local_comm.h"
+#include "zero/grad_reducer.h"
+#include "zero/param_coordinator.h"
+#include "zero/stage3_layout.h"
+
+namespace zrt::zero {
+namespace {
+
+// Parameters with values 1..numel scaled by `scale` (distinct per parameter), so that a wrong
+// slice or a wrong offset shows up as a wrong value.
+struct Params {
+  std::map<std::string, at::Tensor> t;
+  Params() {
+    add("a.w", {2, 5}, 1);    // 10 elements: pads at W = 3 and 4
+    add("a.b", {3}, 100);     // small: persistent at threshold 3
+    add("b.w", {4, 2}, 1000); // 8 elements
+    add("top", {7}, 10000);   // outside every unit
+  }
+  void add(const std::string& name, std::vector<int64_t> shape, float scale) {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    t[name] = (torch::arange(1, n + 1, torch::kFloat) * scale).view(shape).requires_grad_();
+  }
+  std::vector<std::vector<NamedParam>> groups() {
+    return {{{"a.w", t["a.w"]}, {"a.b", t["a.b"]}}, {{"b.w", t["b.w"]}, {"top", t["top"]}}};
+  }
+};
+
+const std::vector<std::pair<std::string, int>> kUnits = {{"a.w", 0}, {"a.b", 0}, {"b.w", 1}};
+
+Stage3Layout make_layout(Params& p, int world, int rank, int64_t threshold,
+                         int64_t model_threshold = std::numeric_limits<int64_t>::max()) {
+  return Stage3Layout(p.groups(), {}, kUnits, 2, world, rank, threshold, model_threshold);
+}
+
+const Stage3Param& find(const Stage3Layout& l, const std::string& name) {
+  for (const auto& p : l.params()) {
+    if (p.name == name) return p;
+  }
+  throw std::runtime_error("no parameter " + name);
+}
+
+TEST(Stage3Layout, PartitionsArePaddedSlicesAtTheirGroupOffsets) {
+  for (int world : {1, 3, 4}) {
+    std::vector<at::Tensor> pieces_aw;
+    for (int rank = 0; rank < world; ++rank) {
+      Params p;
+      const at::Tensor aw = p.t["a.w"].detach().clone();
+      Stage3Layout l = make_layout(p, world, rank, /*threshold=*/0);
+      l.partition();
+      const Stage3Param& w = find(l, "a.w");
+      const Stage3Param& b = find(l, "a.b");
+      EXPECT_EQ(w.pn, (10 + world - 1) / world);
+      EXPECT_EQ(b.pn, (3 + world - 1) / world);
+      EXPECT_EQ(w.group, 0);
+      EXPECT_EQ(b.group_offset, w.pn) << "a.b follows a.w in group 0's partition flat";
+      EXPECT_EQ(l.group_partition_numel(0), w.pn + b.pn);
+      EXPECT_EQ(find(l, "top").unit, 2) << "outside every unit: the root unit";
+      EXPECT_TRUE(find(l, "top").persistent);
+      // This rank's slice, zero-padded past the end.
+      const at::Tensor part = l.partition_of(0);
+      at::Tensor expect = torch::zeros({w.pn});
+      const int64_t n = std::max<int64_t>(0, std::min<int64_t>(w.pn, 10 - rank * w.pn));
+      if (n > 0) expect.narrow(0, 0, n).copy_(aw.reshape(-1).narrow(0, rank * w.pn, n));
+      EXPECT_TRUE(torch::equal(part, expect)) << "W=" << world << " rank " << rank;
+      pieces_aw.push_back(part);
+      EXPECT_FALSE(storage_allocated(p.t["a.w"])) << "released after partition()";
+      EXPECT_EQ(p.t["a.w"].sizes(), at::IntArrayRef({2, 5})) << "keeps its shape";
+    }
+    EXPECT_TRUE(torch::equal(torch::cat(pieces_aw).narrow(0, 0, 10),
+                             torch::arange(1, 11, torch::kFloat)));
+  }
+}
+
+TEST(Stage3Layout, PersistenceThresholdsAndUnitSums) {
+  Params p;
+  Stage3Layout l = make_layout(p, 2, 0, /*threshold=*/3);
+  l.partition();
+  EXPECT_TRUE(find(l, "a.b").persistent) << "numel 3 <= threshold 3";
+  EXPECT_FALSE(find(l, "a.w").persistent);
+  EXPECT_TRUE(storage_allocated(p.t["a.b"])) << "persistent parameters stay gathered";
+  EXPECT_EQ(l.persistent_numel(), 3 + 7);
+  const Stage3Unit& u0 = l.units()[0];
+  EXPECT_EQ(u0.gather_numel, 10) << "persistent a.b is not gathered with its unit";
+  EXPECT_EQ(u0.gather_partition, 5);
+  EXPECT_EQ(u0.reduce_partition, 5 + 2) << "but its gradient is reduced with it";
+  EXPECT_EQ(l.num_units(), 2);
+
+  // The model-wide cap: no small parameter persists once the cap would be passed.
+  Params q;
+  Stage3Layout capped = make_layout(q, 2, 0, /*threshold=*/3, /*model_threshold=*/2);
+  capped.partition();
+  EXPECT_FALSE(find(capped, "a.b").persistent);
+  EXPECT_FALSE(storage_allocated(q.t["a.b"]));
+}
+
+// Each rank (a thread) builds the same parameters, partitions them and drives a coordinator.
+void run_coordinator(int world, const std::function<void(Params&, Stage3Layout&,
+                                                         ParamCoordinator&, int)>& body,
+                     CoordinatorOptions options = {}) {
+  comm::run_local_world(world, [&](comm::Comm& c) {
+    std::shared_ptr<comm::Comm> comm(&c, [](comm::Comm*) {});
+    Params p;
+    Stage3Layout l = make_layout(p, world, c.rank(), /*threshold=*/0);
+    l.partition();
+    ParamCoordinator coordinator(l, comm, options);
+    body(p, l, coordinator, c.rank());
+  });
+}
+
+TEST(ParamCoordinator, GathersAndReleasesUnits) {
+  run_coordinator(3, [](Params& p, Stage3Layout&, ParamCoordinator& co, int) {
+    at::NoGradGuard no_grad;  // a forward-only pass: no order recorded, nothing reused
+    EXPECT_EQ(co.stats().gathered_bytes, 0) << "nothing is gathered after partitioning";
+    co.reset_peak();
+    co.pre_forward(0);
+    ASSERT_TRUE(storage_allocated(p.t["a.w"]));
+    EXPECT_TRUE(torch::equal(p.t["a.w"].reshape(-1), torch::arange(1, 11, torch::kFloat)));
+    EXPECT_FALSE(storage_allocated(p.t["b.w"])) << "unit 1 is not gathered with unit 0";
+    EXPECT_EQ(co.stats().gathered_bytes, (10 + 3) * 4) << "a.w and a.b, fp32";
+    co.post_forward(0);
+    EXPECT_FALSE(storage_allocated(p.t["a.w"]));
+    EXPECT_EQ(co.stats().gathered_bytes, 0);
+    // The peak includes the all-gather's receive buffer, alive while it is copied out: W ranks'
+    // chunks of pn(a.w) + pn(a.b) = 4 + 1 elements.
+    EXPECT_EQ(co.stats().peak_gathered_bytes, (10 + 3) * 4 + 3 * (4 + 1) * 4);
+    co.gather_all();
+    EXPECT_TRUE(torch::equal(p.t["b.w"].reshape(-1), torch::arange(1, 9, torch::kFloat) * 1000));
+    co.release_all();
+    EXPECT_FALSE(storage_allocated(p.t["b.w"]));
+    EXPECT_EQ(co.stats().all_gathers, 3);
+  });
+}
+
+TEST(ParamCoordinator, GradientsAreAveragedIntoEachRanksPartition) {
+  const int world = 3;
+  run_coordinator(world, [&](Params& p, Stage3Layout& l, ParamCoordinator& co, int rank) {
+    co.begin_backward();
+    for (size_t i = 0; i < l.params().size(); ++i) {
+      const Stage3Param& sp = l.params()[i];
+      // Rank r's gradient: (r + 1) times a ramp; the average over ranks is 2 times the ramp.
+      p.t[sp.name].mutable_grad() =
+          torch::arange(sp.numel, torch::kFloat).view(sp.shape) * static_cast<float>(rank + 1);
+      co.on_grad_ready(static_cast<int>(i));
+    }
+    co.end_backward();
+    for (const Stage3Param& sp : l.params()) {
+      at::Tensor expect = torch::zeros({sp.pn});
+      const int64_t n = std::max<int64_t>(0, std::min<int64_t>(sp.pn, sp.numel - rank * sp.pn));
+      if (n > 0) expect.narrow(0, 0, n).copy_(torch::arange(rank * sp.pn, rank * sp.pn + n) * 2.0);
+      const at::Tensor got = co.grad_partition(sp.group).narrow(0, sp.group_offset, sp.pn);
+      EXPECT_TRUE(torch::allclose(got, expect)) << sp.name << " rank " << rank << ": " << got;
+    }
+    EXPECT_EQ(co.stats().reduce_scatters, 3) << "two units and the root unit";
+    co.zero_grad();
+    EXPECT_EQ(co.grad_partition(0).abs().sum().item<float>(), 0.0f);
+  });
+}
+
+TEST(ParamCoordinator, ReuseDistanceKeepsAUnitGathered) {
+  CoordinatorOptions keep;
+  keep.max_reuse_distance = 1000;  // every other unit fits: nothing is released between uses
+  keep.prefetch_bucket_size = 0;
+  run_coordinator(2, [](Params& p, Stage3Layout&, ParamCoordinator& co, int) {
+    // The first training forward records the order; from then on a unit reused within the
+    // distance stays gathered after its forward.
+    co.begin_backward();
+    for (int u : {0, 1}) {
+      co.pre_forward(u);
+      co.post_forward(u);
+    }
+    co.end_backward();  // releases everything; the order is now complete
+    co.pre_forward(0);
+    co.post_forward(0);
+    EXPECT_TRUE(storage_allocated(p.t["a.w"])) << "reused within max_reuse_distance";
+    co.release_all();
+  }, keep);
+}
+
+TEST(ComponentOptions, FollowTheConfigsZeroSection) {
+  ZeroOptions z;
+  z.stage = 2;
+  z.reduce_bucket_size = 0;  // clamped to one element
+  z.prefetch_bucket_size = 123;
+  z.max_live_parameters = 456;
+  z.max_reuse_distance = 789;
+  GradientOptions g{DType::kBFloat16, DType::kFloat32, true, 2.0};
+  const ReducerOptions r = ReducerOptions::from(z, g);
+  EXPECT_TRUE(r.policy.shard_optimizer && r.policy.shard_grads && !r.policy.shard_params);
+  EXPECT_EQ(r.bucket_elements, 1);
+  EXPECT_FALSE(r.overlap) << "overlap_comm unset: on only at stage 3";
+  EXPECT_EQ(r.comm_dtype, at::kBFloat16);
+  EXPECT_EQ(r.accum_dtype, at::kFloat);
+  EXPECT_TRUE(r.prescale);
+  EXPECT_EQ(r.predivide_factor, 2.0);
+  z.stage = 3;
+  EXPECT_TRUE(ReducerOptions::from(z, g).overlap);
+  const CoordinatorOptions c = CoordinatorOptions::from(z, g);
+  EXPECT_EQ(c.prefetch_bucket_size, 123);
+  EXPECT_EQ(c.max_live_parameters, 456);
+  EXPECT_EQ(c.max_reuse_distance, 789);
+  EXPECT_EQ(c.comm_dtype, at::kBFloat16);
+}
+
+}  // namespace
+}  // namespace zrt::zero
