@@ -83,8 +83,9 @@ class Dict {
   Dict& operator=(Dict&& other) noexcept;
   ~Dict();
 
-  size_t size() const { return items_.size(); }
-  bool empty() const { return items_.empty(); }
+  // Defined after Value: clang instantiates vector<Item>::size() here, where Value is incomplete.
+  size_t size() const;
+  bool empty() const;
   bool contains(const Key& key) const { return index_.count(key) != 0; }
   const Value* find(const Key& key) const;
   Value* find(const Key& key);
@@ -197,6 +198,9 @@ class Value {
   Value& operator=(Value&& other) noexcept = default;
   ~Value();
 };
+
+inline size_t Dict::size() const { return items_.size(); }
+inline bool Dict::empty() const { return items_.empty(); }
 
 struct ObjectData {
   std::string type;
