@@ -17,6 +17,7 @@ PACKAGES=(
   googletest libgtest-dev
   python3 python3-venv python3-dev
   iproute2 iputils-ping iptables libnetfilter-queue-dev bc
+  clang libclang-rt-14-dev
 )
 
 missing=()
