@@ -244,7 +244,8 @@ def ds_case(case, work):
         # None (NaN here) where DeepSpeed computed no norm (stage 0 fp32 without clipping).
         rec["grad_norm"].append(float(norm) if norm is not None else float("nan"))
         scale = getattr(engine.optimizer, "cur_scale", getattr(engine.optimizer, "loss_scale", 1.0))
-        rec["loss_scale"].append(float(scale))
+        # DeepSpeed's bf16 optimizers keep no loss scale (None); unscaled is 1, as ZeroRT reports.
+        rec["loss_scale"].append(float(scale) if scale is not None else 1.0)
     rec["skipped"] = int(engine.skipped_steps)
     if rank == 0:
         rec.update(monitor_files(monitor))
