@@ -1,5 +1,7 @@
 #include "runtime/flat_model_states.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "zero/param_gather.h"
 
@@ -9,7 +11,9 @@ FlatModelStates::FlatModelStates(std::vector<std::vector<zero::NamedParam>> grou
                                  std::shared_ptr<comm::Comm> comm,
                                  const zero::ZeroOptions& zero,
                                  const zero::GradientOptions& gradients)
-    : comm_(std::move(comm)), zero_(zero), policy_(zero::StagePolicy::from_stage(zero.stage)) {
+    : comm_(std::move(comm)),
+      policy_(zero::StagePolicy::from_stage(zero.stage)),
+      allgather_bucket_elements_(std::max<int64_t>(1, zero.allgather_bucket_size)) {
   groups_.reserve(groups.size());
   for (auto& g : groups) {
     groups_.emplace_back(std::move(g), comm_->size());
@@ -71,7 +75,7 @@ void FlatModelStates::after_optimizer_step() {
   }
   if (policy_.shard_optimizer) {
     for (const zero::FlatGroup& group : groups_) {
-      zero::all_gather_flat(group, *comm_, std::max<int64_t>(1, zero_.allgather_bucket_size));
+      zero::all_gather_flat(group, *comm_, allgather_bucket_elements_);
     }
   }
 }

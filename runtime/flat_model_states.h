@@ -39,8 +39,8 @@ class FlatModelStates final : public ModelStates {
 
  private:
   std::shared_ptr<comm::Comm> comm_;
-  zero::ZeroOptions zero_;
   zero::StagePolicy policy_;
+  int64_t allgather_bucket_elements_ = 1;  // allgather_bucket_size, at least 1
   std::vector<zero::FlatGroup> groups_;
   std::unique_ptr<zero::GradReducer> reducer_;
   std::vector<OptimTarget> targets_;
