@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "config/section_reader.h"
 #include "core/error.h"
 
 namespace zrt::config {
@@ -18,6 +19,9 @@ void Diagnostics::error(std::string_view path, std::string_view message) {
 void Diagnostics::error_text(std::string line) { errors_.push_back(std::move(line)); }
 void Diagnostics::warn(std::string line) { warnings_.push_back(std::move(line)); }
 void Diagnostics::note(std::string line) { notes_.push_back(std::move(line)); }
+void Diagnostics::auto_error(std::string_view dotted_key) {
+  errors_.push_back(auto_error_message(dotted_key, hf_trainer_));
+}
 
 void Diagnostics::throw_if_errors() const {
   if (errors_.empty()) return;

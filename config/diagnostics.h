@@ -20,6 +20,11 @@ class Diagnostics {
   void error_text(std::string line);
   void warn(std::string line);
   void note(std::string line);
+  // Records the error for a leftover "auto" at `dotted_key` (auto_error_message, worded for the
+  // HF-Trainer path or for a config used directly; see set_hf_trainer).
+  void auto_error(std::string_view dotted_key);
+  // Whether the config went through the HF-Trainer layer (ResolveOptions::hf_trainer).
+  void set_hf_trainer(bool hf_trainer) { hf_trainer_ = hf_trainer; }
 
   bool has_errors() const { return !errors_.empty(); }
   const std::vector<std::string>& errors() const { return errors_; }
@@ -34,6 +39,7 @@ class Diagnostics {
   std::vector<std::string> errors_;
   std::vector<std::string> warnings_;
   std::vector<std::string> notes_;
+  bool hf_trainer_ = false;
 };
 
 // Joins a section path and a key: ("zero_optimization", "stage") -> "zero_optimization.stage".

@@ -1,5 +1,6 @@
 #include "config/hf_plan.h"
 
+#include "config/hf_accelerate.h"
 #include "config/section_reader.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -80,8 +81,11 @@ sched::HfScheduleOptions hf_schedule_from_args(const TrainingArguments& args,
   }
   Diagnostics diag;
   SectionReader r(args.lr_scheduler_kwargs.is_object() ? args.lr_scheduler_kwargs : empty_object(),
-                  "lr_scheduler_kwargs", AutoPolicy::kError, diag);
-  r.check_unknown_keys(kwargs, /*strict=*/true);
+                  "lr_scheduler_kwargs", diag);
+  // get_scheduler passes no kwargs to the two constant schedules (so nothing there is refused).
+  if (o.type != HfScheduleType::kConstant && o.type != HfScheduleType::kConstantWithWarmup) {
+    r.check_unknown_keys(kwargs, /*strict=*/true);
+  }
   if (type == "cosine_with_restarts") {
     if (auto v = r.get_int("num_cycles", 1)) o.num_cycles = static_cast<double>(*v);
   } else if (auto v = r.get_number("num_cycles", NumberRange::positive()); v && type == "cosine") {
@@ -159,6 +163,8 @@ TrainerConfig prepare_trainer_config(const TrainingArguments& args,
   }
   HfTrainerDeepSpeedConfig hf(std::move(*ds));
   hf.trainer_config_process(args, options.world_size, args.auto_find_batch_size);
+  accelerate_plugin_rules(hf);
+  accelerate_mixed_precision(hf, args);
   std::optional<int64_t> steps = options.num_training_steps;
   if (!steps && args.max_steps > 0) steps = args.max_steps;
   if (!steps && options.inference) steps = 0;  // the Trainer's evaluate/predict path
@@ -170,6 +176,7 @@ TrainerConfig prepare_trainer_config(const TrainingArguments& args,
     ResolveOptions as_is;
     as_is.world_size = options.world_size;
     as_is.client_optimizer = true;  // whether an optimizer is needed is not the question here
+    as_is.hf_trainer = true;
     try {
       resolve_config(hf.json(), as_is);
     } catch (const ConfigError& others) {
@@ -180,17 +187,27 @@ TrainerConfig prepare_trainer_config(const TrainingArguments& args,
   }
 
   TrainerConfig out;
+  AcceleratePrepareInputs prepare;
+  prepare.world_size = options.world_size;
+  prepare.model = options.model;
+  prepare.num_training_steps_known = steps.has_value();
   if (options.inference) {
     prepare_inference(hf);
   } else {
+    prepare.config_optimizer = hf.json().contains("optimizer");
+    prepare.config_scheduler = hf.json().contains("scheduler");
     out.plan = deepspeed_optim_sched(hf, args, steps);
     ZRT_LOG_INFO("optimizer/scheduler: ", optim_sched_case_name(out.plan->which));
     for (const auto& note : out.plan->notes) ZRT_LOG_INFO(note);
+    // The lr of the optimizer the Trainer hands to accelerate: DummyOptim's 0.001, or HF's.
+    prepare.optimizer_lr = prepare.config_optimizer ? 0.001 : args.learning_rate;
   }
+  accelerate_prepare_fill(hf, args, prepare);
   out.filled = hf.json();
   ResolveOptions resolve_options;
   resolve_options.world_size = options.world_size;
   resolve_options.client_optimizer = out.plan && out.plan->hf_optimizer.has_value();
+  resolve_options.hf_trainer = true;
   out.resolved = resolve_config(out.filled, resolve_options);
   return out;
 }

@@ -1,6 +1,7 @@
 // What the HF Trainer builds around a DeepSpeed config (spec/deepspeed.md §3.5, §3.6): who
 // creates the optimizer and the LR scheduler, ZeRO-3 inference mode, and one call that runs the
-// whole HF-Trainer path (process -> finalize -> plan or inference -> resolve).
+// whole HF-Trainer path (process -> accelerate -> finalize -> plan or inference -> accelerate ->
+// resolve).
 //
 // Inference mode faithfully deletes the sections "optimizer" and "lr_scheduler", as transformers
 // does. DeepSpeed's scheduler key is "scheduler", so a "scheduler" section survives inference
@@ -72,8 +73,11 @@ struct TrainerConfig {
   ResolvedConfig resolved;
 };
 
-// The HF-Trainer path in one call, on `ds` (or on args.deepspeed loaded with
-// DeepSpeedConfig::from_source when ds is not given; UsageError if neither).
+// The HF-Trainer path in one call, in the Trainer's order: trainer_config_process, accelerate's
+// DeepSpeedPlugin rules and mixed precision (hf_accelerate.h), trainer_config_finalize, inference
+// or the optimizer/scheduler plan, accelerate's last fill, resolve_config. On `ds` (or on
+// args.deepspeed loaded with DeepSpeedConfig::from_source when ds is not given; UsageError if
+// neither).
 TrainerConfig prepare_trainer_config(const TrainingArguments& args,
                                      const TrainerConfigOptions& options,
                                      std::optional<DeepSpeedConfig> ds = std::nullopt);

@@ -69,8 +69,6 @@ void HfTrainerDeepSpeedConfig::trainer_config_process(const TrainingArguments& a
   fill_only("scheduler.params.warmup_min_lr", 0);
   fill_match("scheduler.params.warmup_max_lr", args.learning_rate, "learning_rate");
 
-  const bool half = args.fp16 || args.fp16_full_eval;
-  const std::string backend = !half ? "" : (args.fp16_backend == "apex" ? "apex" : "amp");
   if (args.save_on_each_node) {
     Json& root = config_.json();
     auto it = root.find("checkpoint");
@@ -81,17 +79,16 @@ void HfTrainerDeepSpeedConfig::trainer_config_process(const TrainingArguments& a
     }
     root["checkpoint"]["use_node_local_storage"] = true;
   }
-  fill_match("fp16.enabled", half && backend == "amp", "fp16|fp16_full_eval+fp16_backend(amp)");
-  fill_match("amp.enabled", backend == "apex", "fp16+fp16_backend(apex)");
-  fill_match("amp.opt_level", args.fp16_opt_level, "fp16_opt_level");
+  // transformers 5 fills no "amp" section (DeepSpeed 0.19 removed apex AMP).
+  fill_match("fp16.enabled", args.fp16 || args.fp16_full_eval, "fp16|fp16_full_eval");
   fill_match("bf16.enabled", args.bf16 || args.bf16_full_eval, "bf16|bf16_full_eval");
 
   if (config_.is_true("bf16.enabled")) {
     dtype_ = DType::kBFloat16;
-  } else if (config_.is_false("fp16.enabled")) {
-    dtype_ = DType::kFloat32;
-  } else {
+  } else if (config_.is_true("fp16.enabled")) {
     dtype_ = DType::kFloat16;
+  } else {
+    dtype_ = DType::kFloat32;
   }
 }
 
@@ -131,8 +128,9 @@ void HfTrainerDeepSpeedConfig::trainer_config_finalize(const TrainingArguments& 
   if (num_training_steps) {
     fill_match("scheduler.params.total_num_steps", *num_training_steps,
                "num_training_steps (calculated)");
-    fill_match("scheduler.params.warmup_num_steps", args.get_warmup_steps(*num_training_steps),
-               "warmup_steps");
+    // transformers 5: at least 1 (DeepSpeed >= 0.19.6 refuses warmup_num_steps <= 0).
+    fill_match("scheduler.params.warmup_num_steps",
+               std::max<int64_t>(1, args.get_warmup_steps(*num_training_steps)), "warmup_steps");
   }
   if (!mismatches_.empty()) {
     std::string lines;

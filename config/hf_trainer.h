@@ -1,5 +1,6 @@
-// HfTrainerDeepSpeedConfig: the HF Trainer's side of a DeepSpeed config (transformers'
-// HfTrainerDeepSpeedConfig, spec/deepspeed.md §3.2-§3.4). It replaces "auto" values from the
+// HfTrainerDeepSpeedConfig: the HF Trainer's side of a DeepSpeed config (transformers 5.24's
+// HfTrainerDeepSpeedConfig, spec/deepspeed.md §3.2-§3.4; tests/peers/config_differential.py
+// checks it against the installed transformers). It replaces "auto" values from the
 // TrainingArguments and records every explicit value that disagrees with them:
 //
 //   HfTrainerDeepSpeedConfig hf(DeepSpeedConfig::from_source(*args.deepspeed));
@@ -38,8 +39,8 @@ class HfTrainerDeepSpeedConfig {
   DeepSpeedConfig& config() { return config_; }
   const Json& json() const { return config_.json(); }
 
-  // bf16 if bf16.enabled is true; fp32 if fp16.enabled is explicitly false; else fp16 (also
-  // when neither section exists). Throws before trainer_config_process().
+  // bf16 if bf16.enabled is true, else fp16 if fp16.enabled is true, else fp32 (transformers 5).
+  // Throws before trainer_config_process().
   DType dtype() const;
 
   bool is_auto(std::string_view dotted) const;

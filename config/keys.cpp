@@ -19,7 +19,10 @@ std::vector<std::string> supported_keys() {
   add(out, "fp16.", keys::kFp16);
   add(out, "bf16.", keys::kBf16);
   add(out, "bfloat16.", keys::kBf16);
-  out.push_back("amp.enabled");
+  for (const keys::RemovedKey& r : keys::kRemovedTopLevel) out.emplace_back(r.key);
+  for (const keys::RemovedKey& r : keys::kRemovedZero) {
+    out.push_back("zero_optimization." + std::string(r.key));
+  }
   add(out, "zero_optimization.", keys::kZero);
   add(out, "zero_optimization.offload_param.", keys::kOffloadParam);
   add(out, "zero_optimization.offload_optimizer.", keys::kOffloadOptimizer);

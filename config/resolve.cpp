@@ -65,9 +65,6 @@ void resolve_scalars(SectionReader& top, ResolvedConfig& out) {
                     low));
     }
   }
-  if (auto v = top.get_bool("sparse_gradients"); v && *v) {
-    top.error("sparse_gradients", "sparse gradient all-reduce is not supported by ZeroRT");
-  }
   if (auto v = top.get_bool("zero_allow_untested_optimizer")) {
     out.zero_allow_untested_optimizer = *v;
   }
@@ -75,9 +72,22 @@ void resolve_scalars(SectionReader& top, ResolvedConfig& out) {
   if (auto v = top.get_bool("dataloader_drop_last")) out.dataloader_drop_last = *v;
 }
 
+// A key DeepSpeed 0.19 removed, as its DeepSpeedConfig refuses it (any value).
+bool report_removed(const std::vector<keys::RemovedKey>& removed, std::string_view key,
+                    const std::string& path, Diagnostics& diag) {
+  for (const keys::RemovedKey& r : removed) {
+    if (r.key == key) {
+      diag.error(path, str(r.message, " See ", keys::kRemovedFeaturesIssue, "."));
+      return true;
+    }
+  }
+  return false;
+}
+
 void check_top_level_keys(const Json& root, Diagnostics& diag) {
   for (const auto& [key, value] : root.items()) {
     if (listed(keys::kTopLevel, key)) continue;
+    if (report_removed(keys::kRemovedTopLevel, key, key, diag)) continue;
     if (listed(keys::kIgnoredTopLevel, key)) {
       diag.warn(str(key, ": DeepSpeed section ignored by ZeroRT"));
       continue;
@@ -104,8 +114,9 @@ void check_top_level_keys(const Json& root, Diagnostics& diag) {
 
 void check_cross_section_rules(Diagnostics& diag, ResolvedConfig& out) {
   const int stage = out.zero.stage;
-  if ((stage == 1 || stage == 2) && out.zero.reduce_scatter) {
-    const std::string name = stage == 2 ? "ZeRO-2" : "ZeRO-1";
+  // DeepSpeed 0.19 checks these where gradients are partitioned (stage 2) only.
+  if (stage == 2 && out.zero.reduce_scatter) {
+    const std::string name = "ZeRO-2";
     if (out.gradient_predivide_factor != 1.0) {
       diag.error("gradient_predivide_factor",
                  str("gradient_predivide_factor != 1.0 is not yet supported with ", name,
@@ -116,8 +127,9 @@ void check_cross_section_rules(Diagnostics& diag, ResolvedConfig& out) {
                                            " with reduce scatter enabled"));
     }
   }
-  // Which wrapper DeepSpeed would build without ZeRO (spec §1.12).
-  if (stage == 0) {
+  // Which wrapper DeepSpeed would build without ZeRO (spec §1.12); without an optimizer it
+  // builds none, and nothing checks the dtypes.
+  if (stage == 0 && (out.optimizer || out.client_optimizer)) {
     const DType m = out.model_dtype;
     const DType g = out.effective_grad_accum_dtype();
     if (m == DType::kBFloat16 && g == DType::kBFloat16) {
@@ -140,7 +152,15 @@ void check_cross_section_rules(Diagnostics& diag, ResolvedConfig& out) {
       diag.warn("**** You are using ZeRO with an untested optimizer, proceed with caution *****");
     }
   }
-  if ((stage == 1 || stage == 2) && !out.optimizer && !out.client_optimizer) {
+}
+
+// Rules that hold whatever else is wrong with the config (checked even when a section had
+// errors, so that one run reports them too).
+void check_robust_rules(const Json& config, Diagnostics& diag, const ResolvedConfig& out) {
+  const int stage = out.zero.stage;
+  const auto optimizer = config.find("optimizer");
+  const bool has_optimizer = optimizer != config.end() && !optimizer->is_null();
+  if ((stage == 1 || stage == 2) && !has_optimizer && !out.client_optimizer) {
     diag.error("optimizer", str("zero stage ", stage, " requires an optimizer"));
   }
 }
@@ -189,9 +209,10 @@ ResolvedConfig resolve_config(const Json& config, const ResolveOptions& options)
   ZRT_CHECK_AS(ConfigError, options.world_size >= 1, "world size must be at least 1, got ",
                options.world_size);
   Diagnostics diag;
+  diag.set_hf_trainer(options.hf_trainer);
   ResolvedConfig out;
   out.client_optimizer = options.client_optimizer;
-  SectionReader top(config, "", AutoPolicy::kError, diag);
+  SectionReader top(config, "", diag);
   resolve_batch_keys(top, options.world_size, diag, out);
   resolve_scalars(top, out);
   detail::resolve_zero_section(config, diag, out);
@@ -200,6 +221,7 @@ ResolvedConfig resolve_config(const Json& config, const ResolveOptions& options)
   detail::resolve_scheduler_section(config, diag, out);
   detail::resolve_misc_sections(config, diag, out);
   check_top_level_keys(config, diag);
+  check_robust_rules(config, diag, out);
   if (!diag.has_errors()) check_cross_section_rules(diag, out);
   diag.throw_if_errors();
 
@@ -227,7 +249,7 @@ const Json* section_object(const Json& root, const char* key, Diagnostics& diag)
   auto it = root.find(key);
   if (it == root.end() || it->is_null()) return nullptr;
   if (is_auto_value(*it)) {
-    diag.error_text(auto_error_message(key));
+    diag.auto_error(key);
     return nullptr;
   }
   if (!it->is_object()) {

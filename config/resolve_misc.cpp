@@ -19,7 +19,7 @@ namespace {
 void resolve_checkpoint(const Json& root, Diagnostics& diag, ckpt::CheckpointOptions& out) {
   const Json* s = section_object(root, "checkpoint", diag);
   if (!s) return;
-  SectionReader r(*s, "checkpoint", AutoPolicy::kError, diag);
+  SectionReader r(*s, "checkpoint", diag);
   r.check_unknown_keys(keys::kCheckpoint, /*strict=*/true);
   if (auto mode = r.get_string("tag_validation")) {
     std::string upper = *mode;
@@ -42,7 +42,7 @@ void resolve_checkpoint(const Json& root, Diagnostics& diag, ckpt::CheckpointOpt
     if (*v) r.error("load_universal", "loading universal checkpoints is not supported by ZeroRT");
   }
   if (const Json* pw = r.get_object("parallel_write")) {
-    SectionReader w(*pw, "checkpoint.parallel_write", AutoPolicy::kError, diag);
+    SectionReader w(*pw, "checkpoint.parallel_write", diag);
     w.check_unknown_keys(keys::kCheckpointParallelWrite, /*strict=*/true);
     if (const Json* stage = w.get("pipeline_stage")) {
       if (stage->is_boolean()) {
@@ -58,7 +58,7 @@ void resolve_checkpoint(const Json& root, Diagnostics& diag, ckpt::CheckpointOpt
 void resolve_data_types(const Json& root, Diagnostics& diag, ResolvedConfig& out) {
   const Json* s = section_object(root, "data_types", diag);
   if (!s) return;
-  SectionReader r(*s, "data_types", AutoPolicy::kError, diag);
+  SectionReader r(*s, "data_types", diag);
   r.check_unknown_keys(keys::kDataTypes, /*strict=*/true);
   auto name = r.get_string("grad_accum_dtype");
   if (!name) return;
@@ -78,7 +78,7 @@ void resolve_data_types(const Json& root, Diagnostics& diag, ResolvedConfig& out
 void resolve_monitor(const Json& root, const char* key, Diagnostics& diag, MonitorConfig& out) {
   const Json* s = section_object(root, key, diag);
   if (!s) return;
-  SectionReader r(*s, key, AutoPolicy::kError, diag);
+  SectionReader r(*s, key, diag);
   r.check_unknown_keys(keys::kMonitor, /*strict=*/true);
   if (auto v = r.get_bool("enabled")) out.enabled = *v;
   if (auto v = r.get_string("output_path")) out.output_path = *v;
@@ -102,7 +102,7 @@ void resolve_zrt(const Json& root, Diagnostics& diag, comm::CommOptions& out) {
   }
   const Json* s = section_object(root, "zrt", diag);
   if (!s) return;
-  SectionReader r(*s, "zrt", AutoPolicy::kError, diag);
+  SectionReader r(*s, "zrt", diag);
   r.check_unknown_keys(keys::kZrt, /*strict=*/true);
   if (auto v = r.get_number("comm_timeout", NumberRange::positive())) out.timeout_seconds = *v;
   if (auto v = r.get_bool("debug_collectives")) out.debug_collectives = *v;

@@ -48,14 +48,28 @@ void read_betas(SectionReader& p, optim::AdamOptions& adam) {
   adam.beta2 = (*betas)[1].get<double>();
 }
 
+// The keyword arguments of the class DeepSpeed 0.19 builds for "Adam" / "AdamW" that ZeroRT
+// reads. FusedAdam takes all of them; with ZeRO-Offload DeepSpeedCPUAdam has no set_grad_none;
+// torch_adam's torch.optim.AdamW / Adam have neither bias_correction nor set_grad_none.
+void check_adam_class_keywords(SectionReader& p, bool torch_adam, bool cpu_offload) {
+  const char* cls = torch_adam
+                        ? "torch.optim.AdamW / torch.optim.Adam (torch_adam)"
+                        : "DeepSpeedCPUAdam (the optimizer DeepSpeed builds with ZeRO-Offload)";
+  for (const char* key : {"bias_correction", "set_grad_none"}) {
+    const bool refused = torch_adam || (cpu_offload && std::string_view(key) == "set_grad_none");
+    if (refused && p.has(key)) p.error(key, str("not a parameter of ", cls));
+  }
+}
+
 optim::OptimizerSpec resolve_adam(const std::string& type_name, bool named_adamw,
-                                  const Json& params, Diagnostics& diag) {
+                                  const Json& params, bool cpu_offload, Diagnostics& diag) {
   optim::OptimizerSpec spec;
   spec.type_name = type_name;
   optim::AdamOptions& adam = spec.adam;
-  SectionReader p(params, "optimizer.params", AutoPolicy::kError, diag);
+  SectionReader p(params, "optimizer.params", diag);
   p.check_unknown_keys(keys::kAdamParams, /*strict=*/true);
   if (auto v = p.get_bool("torch_adam")) adam.torch_adam = *v;
+  check_adam_class_keywords(p, adam.torch_adam, cpu_offload);
   bool adam_w_mode = true;
   if (auto v = p.get_bool("adam_w_mode")) adam_w_mode = *v;
   adam.adam_w_mode = named_adamw || adam_w_mode;
@@ -80,7 +94,7 @@ optim::OptimizerSpec resolve_sgd(const std::string& type_name, const Json& param
   spec.kind = optim::OptimizerKind::kSgd;
   spec.type_name = type_name;
   optim::SgdOptions& sgd = spec.sgd;
-  SectionReader p(params, "optimizer.params", AutoPolicy::kError, diag);
+  SectionReader p(params, "optimizer.params", diag);
   p.check_unknown_keys(keys::kSgdParams, /*strict=*/true);
   if (auto v = p.get_number("lr", NumberRange::non_negative())) sgd.lr = *v;
   if (auto v = p.get_number("momentum", NumberRange::non_negative())) sgd.momentum = *v;
@@ -97,25 +111,41 @@ optim::OptimizerSpec resolve_sgd(const std::string& type_name, const Json& param
   return spec;
 }
 
+// Whether DeepSpeed builds its CPU Adam: zero_use_cpu_optimizer() reads the offload_optimizer
+// section as written, at any stage (ZeroRT ignores an offload at stage 0 with a warning, but
+// the optimizer's keyword arguments are DeepSpeedCPUAdam's all the same).
+bool config_offloads_optimizer(const Json& root) {
+  auto z = root.find("zero_optimization");
+  if (z == root.end() || !z->is_object()) return false;
+  auto o = z->find("offload_optimizer");
+  if (o != z->end() && o->is_object()) {
+    auto d = o->find("device");
+    return d != o->end() && (*d == "cpu" || *d == "nvme");
+  }
+  auto deprecated = z->find("cpu_offload");
+  return deprecated != z->end() && *deprecated == true;
+}
+
 }  // namespace
 
 void resolve_optimizer_section(const Json& root, Diagnostics& diag, ResolvedConfig& out) {
   auto it = root.find("optimizer");
   if (it == root.end() || it->is_null()) return;
   if (is_auto_value(*it)) {
-    diag.error_text(auto_error_message("optimizer"));
+    diag.auto_error("optimizer");
     return;
   }
   if (!it->is_object()) {
     diag.error("optimizer", str("expected an object, got ", describe_value(*it)));
     return;
   }
-  SectionReader r(*it, "optimizer", AutoPolicy::kError, diag);
+  SectionReader r(*it, "optimizer", diag);
   r.check_unknown_keys(keys::kOptimizer, /*strict=*/true);
   r.get_bool("legacy_fusion");
   const Json* params = r.get_object("params");
   if (params && params->contains("max_grad_norm")) {
-    diag.error_text(
+    diag.error(
+        "optimizer.params.max_grad_norm",
         "'max_grad_norm' is not supported as an optimizer parameter, please switch to using the "
         "deepspeed parameter 'gradient_clipping' see: "
         "https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details");
@@ -135,7 +165,7 @@ void resolve_optimizer_section(const Json& root, Diagnostics& diag, ResolvedConf
   const std::string low = lower(*name);
   if (contains(kDeepSpeedOptimizers, low)) {
     if (low == "adam" || low == "adamw") {
-      out.optimizer = resolve_adam(*name, low == "adamw", p, diag);
+      out.optimizer = resolve_adam(*name, low == "adamw", p, config_offloads_optimizer(root), diag);
     } else {
       r.error("type", str("\"", *name,
                           "\" is a DeepSpeed optimizer that ZeroRT does not implement (ZeroRT "

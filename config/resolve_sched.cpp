@@ -32,19 +32,21 @@ const keys::KeyList kTorchSchedulers = {"LambdaLR",
                                         "PolynomialLR",
                                         "LRScheduler"};
 
-// warmup_type: "log" or "linear". WarmupLR falls back to log with a warning on anything else;
-// WarmupCosineLR would crash, so there it is an error.
-sched::WarmupType read_warmup_type(SectionReader& p, bool strict) {
+// warmup_type: "log" or "linear"; every warmup schedule falls back to log with a warning on
+// anything else (DeepSpeed 0.19).
+sched::WarmupType read_warmup_type(SectionReader& p) {
   auto type = p.get_string("warmup_type");
   if (!type || *type == "log") return sched::WarmupType::kLog;
   if (*type == "linear") return sched::WarmupType::kLinear;
-  if (strict) {
-    p.error("warmup_type", str("expected \"log\" or \"linear\", got \"", *type, "\""));
-  } else {
-    p.diag().warn(str(p.key_path("warmup_type"), ": unknown warmup type \"", *type,
-                      "\"; DeepSpeed uses \"log\""));
-  }
+  p.diag().warn(str(p.key_path("warmup_type"), ": unknown warmup type \"", *type,
+                    "\"; DeepSpeed uses \"log\""));
   return sched::WarmupType::kLog;
+}
+
+// warmup_num_steps: a positive integer (DeepSpeed 0.19: "warmup_num_steps must be a positive
+// integer").
+void read_warmup_steps(SectionReader& p, int64_t& target) {
+  if (auto v = p.get_int("warmup_num_steps", 1)) target = *v;
 }
 
 int64_t read_last_batch_iteration(SectionReader& p) {
@@ -59,23 +61,24 @@ std::optional<int64_t> required_steps(SectionReader& p, const char* key, const c
   return p.get_int(key, 0);
 }
 
-sched::WarmupLROptions read_warmup(SectionReader& p) {
-  sched::WarmupLROptions o;
+// WarmupLR's options over `o` (WarmupLR: warmup_max_lr unset means the groups' lr; WarmupDecayLR:
+// 0.001).
+sched::WarmupLROptions read_warmup(SectionReader& p, sched::WarmupLROptions o = {}) {
   if (auto v = p.get_number_list("warmup_min_lr", NumberRange::non_negative())) {
     o.warmup_min_lr = *v;
   }
   if (auto v = p.get_number_list("warmup_max_lr", NumberRange::non_negative())) {
     o.warmup_max_lr = *v;
   }
-  if (auto v = p.get_int("warmup_num_steps", 0)) o.warmup_num_steps = *v;
-  o.warmup_type = read_warmup_type(p, /*strict=*/false);
+  read_warmup_steps(p, o.warmup_num_steps);
+  o.warmup_type = read_warmup_type(p);
   o.last_batch_iteration = read_last_batch_iteration(p);
   return o;
 }
 
 std::optional<sched::SchedulerSpec> read_warmup_decay(SectionReader& p) {
   sched::WarmupDecayLROptions o;
-  o.warmup = read_warmup(p);
+  o.warmup = read_warmup(p, o.warmup);
   auto total = required_steps(p, "total_num_steps", "WarmupDecayLR");
   if (!total) return std::nullopt;
   o.total_num_steps = *total;
@@ -91,20 +94,14 @@ std::optional<sched::SchedulerSpec> read_warmup_cosine(SectionReader& p) {
   if (auto v = p.get_number("warmup_min_ratio", NumberRange::non_negative())) {
     o.warmup_min_ratio = *v;
   }
-  if (auto v = p.get_int("warmup_num_steps", 0)) o.warmup_num_steps = *v;
+  read_warmup_steps(p, o.warmup_num_steps);
   if (auto v = p.get_number("cos_min_ratio", NumberRange::non_negative())) o.cos_min_ratio = *v;
-  o.warmup_type = read_warmup_type(p, /*strict=*/true);
+  o.warmup_type = read_warmup_type(p);
   o.last_batch_iteration = read_last_batch_iteration(p);
   auto total = required_steps(p, "total_num_steps", "WarmupCosineLR");
   if (!total) return std::nullopt;
   o.total_num_steps = *total;
-  const int64_t warmup = std::max<int64_t>(2, o.warmup_num_steps);
-  if (o.total_num_steps == warmup) {
-    p.error("total_num_steps",
-            str("WarmupCosineLR divides by total_num_steps - max(2, warmup_num_steps), which is 0 "
-                "here (both ",
-                warmup, ")"));
-  } else if (o.total_num_steps < o.warmup_num_steps) {
+  if (o.total_num_steps < o.warmup_num_steps) {
     p.diag().warn(str(p.key_path("total_num_steps"), ": total_num_steps ", o.total_num_steps,
                       " is less than warmup_num_steps ", o.warmup_num_steps));
   }
@@ -134,7 +131,7 @@ std::optional<sched::SchedulerSpec> read_one_cycle(SectionReader& p) {
   if (auto v = p.get_number("cycle_first_step_size", NumberRange::positive())) {
     o.cycle_first_step_size = *v;
   }
-  if (auto v = p.get_number("cycle_second_step_size", NumberRange::positive())) {
+  if (auto v = p.get_number("cycle_second_step_size", NumberRange::non_negative())) {
     o.cycle_second_step_size = *v;
   }
   if (auto v = p.get_int("cycle_first_stair_count", 0)) o.cycle_first_stair_count = *v;
@@ -156,8 +153,9 @@ std::optional<sched::SchedulerSpec> read_range_test(SectionReader& p) {
   if (auto v = p.get_number_list("lr_range_test_min_lr", NumberRange::non_negative())) {
     o.lr_range_test_min_lr = *v;
   }
-  if (auto v = p.get_number("lr_range_test_step_size", NumberRange::positive())) {
-    o.lr_range_test_step_size = *v;
+  // A positive integer (DeepSpeed 0.19 checks isinstance(..., int)).
+  if (auto v = p.get_int("lr_range_test_step_size", 1)) {
+    o.lr_range_test_step_size = static_cast<double>(*v);
   }
   if (auto v = p.get_number("lr_range_test_step_rate", NumberRange::non_negative())) {
     o.lr_range_test_step_rate = *v;
@@ -173,14 +171,14 @@ void resolve_scheduler_section(const Json& root, Diagnostics& diag, ResolvedConf
   auto it = root.find("scheduler");
   if (it == root.end() || it->is_null()) return;
   if (is_auto_value(*it)) {
-    diag.error_text(auto_error_message("scheduler"));
+    diag.auto_error("scheduler");
     return;
   }
   if (!it->is_object()) {
     diag.error("scheduler", str("expected an object, got ", describe_value(*it)));
     return;
   }
-  SectionReader r(*it, "scheduler", AutoPolicy::kError, diag);
+  SectionReader r(*it, "scheduler", diag);
   r.check_unknown_keys(keys::kScheduler, /*strict=*/true);
   const Json* params = r.get_object("params");
   if (!r.has("type")) {
@@ -204,7 +202,7 @@ void resolve_scheduler_section(const Json& root, Diagnostics& diag, ResolvedConf
                         did_you_mean_suffix(*name, kDeepSpeedSchedulers)));
     return;
   }
-  SectionReader p(params ? *params : empty_object(), "scheduler.params", AutoPolicy::kError, diag);
+  SectionReader p(params ? *params : empty_object(), "scheduler.params", diag);
   std::optional<sched::SchedulerSpec> spec;
   if (*name == "WarmupLR") {
     p.check_unknown_keys(keys::kWarmupLRParams, true);

@@ -17,8 +17,18 @@ constexpr const char* kZeroPath = "zero_optimization";
 
 // Which of a field's two names is present: "" if neither; an error if both.
 std::string_view pick_name(SectionReader& r, std::string_view alias, std::string_view name) {
-  const bool has_alias = r.has(alias);
-  const bool has_name = r.has(name);
+  // An "auto" is reported as such (SectionReader::get) and does not count as given.
+  auto given = [&](std::string_view key) {
+    if (!r.has(key)) return false;
+    const Json& value = r.object()[std::string(key)];
+    if (value.is_string() && value == "auto") {
+      r.get(key);
+      return false;
+    }
+    return true;
+  };
+  const bool has_alias = given(alias);
+  const bool has_name = given(name);
   if (has_alias && has_name) {
     r.diag().error(kZeroPath, str("\"", alias, "\" and \"", name,
                                   "\" are two names of the same setting; give only one"));
@@ -58,7 +68,7 @@ std::optional<zero::OffloadDevice> read_device(SectionReader& r) {
 }
 
 void read_offload_param(const Json& section, Diagnostics& diag, zero::OffloadParamOptions& o) {
-  SectionReader r(section, str(kZeroPath, ".offload_param"), AutoPolicy::kUseDefault, diag);
+  SectionReader r(section, str(kZeroPath, ".offload_param"), diag);
   r.check_unknown_keys(keys::kOffloadParam, /*strict=*/true);
   if (auto d = read_device(r)) o.device = *d;
   if (auto p = r.get_string("nvme_path")) o.nvme_path = *p;
@@ -70,7 +80,7 @@ void read_offload_param(const Json& section, Diagnostics& diag, zero::OffloadPar
 
 void read_offload_optimizer(const Json& section, Diagnostics& diag,
                             zero::OffloadOptimizerOptions& o) {
-  SectionReader r(section, str(kZeroPath, ".offload_optimizer"), AutoPolicy::kUseDefault, diag);
+  SectionReader r(section, str(kZeroPath, ".offload_optimizer"), diag);
   r.check_unknown_keys(keys::kOffloadOptimizer, /*strict=*/true);
   if (auto d = read_device(r)) o.device = *d;
   if (auto p = r.get_string("nvme_path")) o.nvme_path = *p;
@@ -99,7 +109,7 @@ void read_deprecated_offload(SectionReader& r, std::string_view old_key, std::st
 }
 
 // ZeRO++ / MiCS / legacy switches: accepted only at their defaults.
-void reject_unsupported(SectionReader& r) {
+void reject_unsupported(SectionReader& r, int stage, ZeroExtraOptions& extra) {
   struct Flag {
     const char* key;
     const char* what;
@@ -108,26 +118,25 @@ void reject_unsupported(SectionReader& r) {
       {"zero_quantized_weights", "ZeRO++ quantized weights"},
       {"zero_quantized_nontrainable_weights", "ZeRO++ quantized non-trainable weights"},
       {"zero_quantized_gradients", "ZeRO++ quantized gradients"},
-      {"mics_hierarchical_params_gather", "MiCS hierarchical parameter gathering"},
       {"elastic_checkpoint", "elastic_checkpoint (DeepSpeed no longer supports it either)"},
-      {"legacy_stage1", "legacy_stage1 (removed from DeepSpeed in 0.5.9)"},
   };
   for (const Flag& f : flags) {
     if (auto on = r.get_bool(f.key); on && *on) {
       r.error(f.key, str(f.what, " is not supported by ZeroRT; remove it or set false"));
     }
   }
+  // DeepSpeed checks it when it builds a ZeRO optimizer (stage > 0).
+  if (auto on = r.get_bool("legacy_stage1"); on && *on) {
+    if (stage > 0) {
+      r.error("legacy_stage1",
+              "The deprecated version of ZeRO Stage 1 is not supported in deepspeed >= 0.5.9");
+    }
+    extra.legacy_stage1 = true;
+  }
   if (auto hpz = r.get_int("zero_hpz_partition_size", 0); hpz && *hpz > 1) {
     r.error("zero_hpz_partition_size",
             str("ZeRO++ hierarchical partitioning (hpZ) is not supported by ZeroRT; got ", *hpz,
                 ", expected 0 or 1"));
-  }
-  if (auto mics = r.get_int("mics_shard_size"); mics && *mics > 0) {
-    r.error("mics_shard_size",
-            str("MiCS sharding is not supported by ZeroRT; got ", *mics, ", expected -1"));
-  }
-  if (r.get_object("zeropp_loco_param") != nullptr) {
-    r.error("zeropp_loco_param", "ZeRO++ LoCo is not supported by ZeroRT; remove it");
   }
 }
 
@@ -138,7 +147,7 @@ void resolve_legacy_bool(const Json& root, bool enabled, Diagnostics& diag, zero
                 "false as stage 0); write {\"stage\": ",
                 z.stage, "} instead"));
   if (enabled) {
-    SectionReader top(root, "", AutoPolicy::kError, diag);
+    SectionReader top(root, "", diag);
     read_bucket_size(top, "allgather_size", z.allgather_bucket_size);
   }
 }
@@ -188,7 +197,7 @@ void resolve_zero_section(const Json& root, Diagnostics& diag, ResolvedConfig& o
     return;
   }
   if (is_auto_value(*it)) {
-    diag.error_text(auto_error_message(kZeroPath));
+    diag.auto_error(kZeroPath);
     return;
   }
   if (!it->is_object()) {
@@ -197,8 +206,20 @@ void resolve_zero_section(const Json& root, Diagnostics& diag, ResolvedConfig& o
     return;
   }
 
-  SectionReader r(*it, kZeroPath, AutoPolicy::kUseDefault, diag);
-  r.check_unknown_keys(keys::kZero, /*strict=*/true);
+  SectionReader r(*it, kZeroPath, diag);
+  // Keys DeepSpeed 0.19 removed (MiCS, LoCo): refused with DeepSpeed's message, whatever value.
+  Json known = Json::object();
+  for (const auto& [key, value] : it->items()) {
+    bool removed = false;
+    for (const keys::RemovedKey& k : keys::kRemovedZero) {
+      if (k.key == key) {
+        diag.error(r.key_path(key), str(k.message, " See ", keys::kRemovedFeaturesIssue, "."));
+        removed = true;
+      }
+    }
+    if (!removed) known[key] = value;
+  }
+  SectionReader(known, kZeroPath, diag).check_unknown_keys(keys::kZero, /*strict=*/true);
   if (auto stage = r.get_int("stage")) {
     if (*stage < 0 || *stage > 3) {
       r.error("stage",
@@ -280,7 +301,7 @@ void resolve_zero_section(const Json& root, Diagnostics& diag, ResolvedConfig& o
                 z.gather_16bit_weights_on_model_save);
     }
   }
-  reject_unsupported(r);
+  reject_unsupported(r, z.stage, extra);
   apply_stage_rules(diag, z);
 }
 

@@ -36,12 +36,9 @@ struct BatchConfig {
 struct Fp16Config {
   bool enabled = false;
   bool auto_cast = false;
-  // Effective loss-scaler settings. When the fp16 section gives none of initial_scale_power,
-  // loss_scale_window, min_loss_scale, hysteresis, consecutive_hysteresis (dynamic_args_given
-  // false), these are the defaults of the scaler DeepSpeed's code path builds (spec §1.4 trap):
-  // with ZeRO 2^32, window 1000, hysteresis 1; without ZeRO 2^16, window 1000, hysteresis 1.
+  // Effective loss-scaler settings: the fp16 section's values over DeepSpeed 0.19's defaults
+  // (2^16, window 1000, hysteresis 2, min scale 1), whichever keys the section gives.
   optim::LossScaleOptions loss_scale;
-  bool dynamic_args_given = false;
 };
 
 struct Bf16Config {
@@ -65,11 +62,12 @@ struct ZeroExtraOptions {
   bool pipeline_loading_checkpoint = false;
   bool override_module_apply = true;
   bool log_trace_cache_warnings = false;
+  bool legacy_stage1 = false;  // true only at stage 0, where DeepSpeed does not read it
 };
 
 struct ResolvedConfig {
   BatchConfig batch;
-  double gradient_clipping = 0.0;          // 0: no clipping (DeepSpeed's code default)
+  double gradient_clipping = 1.0;          // DeepSpeed 0.19's code default; 0: no clipping
   std::optional<int64_t> steps_per_print;  // unset: no progress line (code default None)
   bool wall_clock_breakdown = false;
   bool memory_breakdown = false;
@@ -114,6 +112,10 @@ struct ResolveOptions {
   int world_size = 1;  // data-parallel world size for the batch triad
   // The program supplies its own optimizer when the config has none (the HF Trainer does).
   bool client_optimizer = false;
+  // The config went through the HF-Trainer layer (prepare_trainer_config): a leftover "auto" is
+  // reported with the flag that fills it. Otherwise (a config used directly, as DeepSpeed's
+  // deepspeed.initialize reads it) the message says that only the HF Trainer fills "auto".
+  bool hf_trainer = false;
 };
 
 // Types, applies defaults and validates. Throws ConfigError listing every problem.

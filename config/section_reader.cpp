@@ -18,32 +18,39 @@ std::string int_description(int64_t min, int64_t max) {
   return str("an integer in [", min, ", ", max, "]");
 }
 
-// Which TrainingArguments flag fills each key the HF-Trainer layer knows (spec §3.3, §3.4).
+// Which TrainingArguments flag fills each key the HF-Trainer layer knows (spec §3.3, §3.4):
+// the advice after the HF layer ran, and where the value comes from (for configs used directly).
 struct AutoHint {
   std::string_view key;
   std::string_view hint;
+  std::string_view filled_from;
 };
 constexpr AutoHint kAutoHints[] = {
-    {"train_micro_batch_size_per_gpu", "pass --per_device_train_batch_size or set a number"},
-    {"gradient_accumulation_steps", "pass --gradient_accumulation_steps or set a number"},
+    {"train_micro_batch_size_per_gpu", "pass --per_device_train_batch_size or set a number",
+     "--per_device_train_batch_size"},
+    {"gradient_accumulation_steps", "pass --gradient_accumulation_steps or set a number",
+     "--gradient_accumulation_steps"},
     {"train_batch_size",
      "it is computed as world_size * --per_device_train_batch_size * "
-     "--gradient_accumulation_steps; or set a number"},
-    {"gradient_clipping", "pass --max_grad_norm or set a number"},
-    {"optimizer.params.lr", "pass --learning_rate or set a number"},
-    {"optimizer.params.betas", "pass --adam_beta1 and --adam_beta2 or set a list of two numbers"},
-    {"optimizer.params.eps", "pass --adam_epsilon or set a number"},
-    {"optimizer.params.weight_decay", "pass --weight_decay or set a number"},
-    {"scheduler.params.warmup_min_lr", "the HF-Trainer layer fills it with 0; or set a number"},
-    {"scheduler.params.warmup_max_lr", "pass --learning_rate or set a number"},
+     "--gradient_accumulation_steps; or set a number",
+     "world_size * --per_device_train_batch_size * --gradient_accumulation_steps"},
+    {"gradient_clipping", "pass --max_grad_norm or set a number", "--max_grad_norm"},
+    {"optimizer.params.lr", "pass --learning_rate or set a number", "--learning_rate"},
+    {"optimizer.params.betas", "pass --adam_beta1 and --adam_beta2 or set a list of two numbers",
+     "--adam_beta1 and --adam_beta2"},
+    {"optimizer.params.eps", "pass --adam_epsilon or set a number", "--adam_epsilon"},
+    {"optimizer.params.weight_decay", "pass --weight_decay or set a number", "--weight_decay"},
+    {"scheduler.params.warmup_min_lr", "the HF-Trainer layer fills it with 0; or set a number",
+     "the constant 0"},
+    {"scheduler.params.warmup_max_lr", "pass --learning_rate or set a number", "--learning_rate"},
     {"scheduler.params.total_num_steps",
-     "pass --num_training_steps (or --max_steps) or set a number"},
+     "pass --num_training_steps (or --max_steps) or set a number", "the number of training steps"},
     {"scheduler.params.warmup_num_steps",
-     "pass --warmup_steps, or --warmup_ratio with --num_training_steps, or set a number"},
-    {"fp16.enabled", "pass --fp16 (or --fp16 false) or set true or false"},
-    {"bf16.enabled", "pass --bf16 (or --bf16 false) or set true or false"},
-    {"amp.enabled", "pass --fp16 with --fp16_backend, or set true or false"},
-    {"amp.opt_level", "pass --fp16_opt_level or set a value"},
+     "pass --warmup_steps (a count, or a ratio of the training steps when < 1) with "
+     "--num_training_steps, or set a number",
+     "--warmup_steps"},
+    {"fp16.enabled", "pass --fp16 (or --fp16 false) or set true or false", "--fp16"},
+    {"bf16.enabled", "pass --bf16 (or --bf16 false) or set true or false", "--bf16"},
 };
 
 }  // namespace
@@ -101,9 +108,8 @@ std::optional<int64_t> json_to_int64(const Json& value, std::string* why) {
   return fail(value.is_object() ? "an object" : value.is_array() ? "an array" : "null");
 }
 
-SectionReader::SectionReader(const Json& object, std::string path, AutoPolicy policy,
-                             Diagnostics& diag)
-    : object_(object), path_(std::move(path)), policy_(policy), diag_(diag) {
+SectionReader::SectionReader(const Json& object, std::string path, Diagnostics& diag)
+    : object_(object), path_(std::move(path)), diag_(diag) {
   ZRT_INTERNAL_ASSERT(object_.is_object(), "SectionReader needs an object at ", path_);
 }
 
@@ -116,12 +122,10 @@ const Json* SectionReader::get(std::string_view key) {
   auto it = object_.find(key);
   if (it == object_.end() || it->is_null()) return nullptr;
   if (is_auto(*it)) {
-    const std::string full = key_path(key);
-    if (policy_ == AutoPolicy::kError) {
-      diag_.error_text(auto_error_message(full));
-    } else {
-      diag_.note(str(full, " is \"auto\": DeepSpeed drops it, so the default applies"));
-    }
+    // Nothing may be "auto" any more: the HF-Trainer layer fills (or refuses) every "auto" on
+    // its path, and a config used directly has no one to fill it (DeepSpeed's pydantic sections
+    // would drop it silently; ZeroRT refuses it, config/README.md).
+    diag_.auto_error(key_path(key));
     return nullptr;
   }
   return &*it;
@@ -235,12 +239,22 @@ void SectionReader::check_unknown_keys(const std::vector<std::string_view>& know
   }
 }
 
-std::string auto_error_message(std::string_view dotted_key) {
-  std::string_view hint = "nothing fills this key from the command line; set a value";
+std::string auto_error_message(std::string_view dotted_key, bool hf_trainer) {
+  const AutoHint* found = nullptr;
   for (const AutoHint& h : kAutoHints) {
-    if (h.key == dotted_key) hint = h.hint;
+    if (h.key == dotted_key) found = &h;
   }
-  return str(dotted_key, " is \"auto\": ", hint);
+  if (hf_trainer) {
+    return str(dotted_key, " is \"auto\": ",
+               found ? found->hint : "nothing fills this key from the command line; set a value");
+  }
+  if (found) {
+    return str(dotted_key, " is \"auto\", which only the HF Trainer fills (from ",
+               found->filled_from, "); a DeepSpeed config used without it must give the value");
+  }
+  return str(
+      dotted_key,
+      " is \"auto\", which nothing fills (\"auto\" is an HF-Trainer placeholder); set a value");
 }
 
 }  // namespace zrt::config

@@ -21,12 +21,6 @@
 
 namespace zrt::config {
 
-// What a leftover "auto" means in this section.
-enum class AutoPolicy {
-  kUseDefault,  // pydantic sections (zero_optimization, offload): DeepSpeed drops the key
-  kError,       // everywhere else: the HF-Trainer layer should have replaced it
-};
-
 // Allowed range of a floating-point value, with the words used in messages.
 struct NumberRange {
   double min = -std::numeric_limits<double>::infinity();
@@ -62,7 +56,7 @@ std::optional<int64_t> json_to_int64(const Json& value, std::string* why);
 
 class SectionReader {
  public:
-  SectionReader(const Json& object, std::string path, AutoPolicy policy, Diagnostics& diag);
+  SectionReader(const Json& object, std::string path, Diagnostics& diag);
 
   const std::string& path() const { return path_; }
   std::string key_path(std::string_view key) const { return join_path(path_, key); }
@@ -72,8 +66,7 @@ class SectionReader {
   // True when the key is present with a non-null value (an "auto" counts as present).
   bool has(std::string_view key) const;
 
-  // The value, or nullptr when absent, null, or an "auto" (reported as an error under kError,
-  // noted and dropped under kUseDefault).
+  // The value, or nullptr when absent, null, or an "auto" (reported as an error).
   const Json* get(std::string_view key);
 
   std::optional<bool> get_bool(std::string_view key);
@@ -96,12 +89,14 @@ class SectionReader {
  private:
   const Json& object_;
   std::string path_;
-  AutoPolicy policy_;
   Diagnostics& diag_;
 };
 
-// The message for a value that is "auto" where nothing may be "auto" any more:
-// `train_micro_batch_size_per_gpu is "auto": pass --per_device_train_batch_size or set a number`.
-std::string auto_error_message(std::string_view dotted_key);
+// The message for a value that is "auto" where nothing may be "auto" any more. After the
+// HF-Trainer layer (`hf_trainer`) it names the flag to pass:
+// `train_micro_batch_size_per_gpu is "auto": pass --per_device_train_batch_size or set a number`;
+// for a config used directly (zrt::initialize(model, "ds.json")) it says that only the HF Trainer
+// fills "auto" and from what.
+std::string auto_error_message(std::string_view dotted_key, bool hf_trainer);
 
 }  // namespace zrt::config

@@ -84,13 +84,11 @@ Json zero_json(const zero::ZeroOptions& z, const ZeroExtraOptions& extra) {
   j["log_trace_cache_warnings"] = extra.log_trace_cache_warnings;
   // Features ZeroRT does not implement, at the only values it accepts.
   j["elastic_checkpoint"] = false;
-  j["legacy_stage1"] = false;
+  j["legacy_stage1"] = extra.legacy_stage1;
   j["zero_hpz_partition_size"] = 1;
   j["zero_quantized_weights"] = false;
   j["zero_quantized_nontrainable_weights"] = false;
   j["zero_quantized_gradients"] = false;
-  j["mics_shard_size"] = -1;
-  j["mics_hierarchical_params_gather"] = false;
   return j;
 }
 
@@ -111,16 +109,20 @@ Json optimizer_json(const optim::OptimizerSpec& spec) {
               {"bias_correction", a.bias_correction},
               {"adam_w_mode", a.adam_w_mode},
               {"torch_adam", a.torch_adam}};
+    // torch.optim.AdamW / Adam have no bias_correction argument (they always correct).
+    if (a.torch_adam) params.erase("bias_correction");
   }
   return {{"type", spec.type_name}, {"params", params}};
 }
 
 Json warmup_params(const sched::WarmupLROptions& o) {
-  return {{"warmup_min_lr", number_or_list(o.warmup_min_lr)},
-          {"warmup_max_lr", number_or_list(o.warmup_max_lr)},
-          {"warmup_num_steps", o.warmup_num_steps},
-          {"warmup_type", sched::warmup_type_name(o.warmup_type)},
-          {"last_batch_iteration", o.last_batch_iteration}};
+  // An unset warmup_max_lr (WarmupLR) is each group's lr: null, as DeepSpeed's None.
+  return {
+      {"warmup_min_lr", number_or_list(o.warmup_min_lr)},
+      {"warmup_max_lr", o.warmup_max_lr.empty() ? Json(nullptr) : number_or_list(o.warmup_max_lr)},
+      {"warmup_num_steps", o.warmup_num_steps},
+      {"warmup_type", sched::warmup_type_name(o.warmup_type)},
+      {"last_batch_iteration", o.last_batch_iteration}};
 }
 
 Json scheduler_json(const sched::SchedulerSpec& spec) {

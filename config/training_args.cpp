@@ -50,8 +50,10 @@ const std::vector<std::string> kBackends = {"auto", "apex", "cpu_amp"};
 }  // namespace
 
 int64_t TrainingArguments::get_warmup_steps(int64_t num_training_steps) const {
-  if (warmup_steps > 0) return warmup_steps;
-  return static_cast<int64_t>(std::ceil(static_cast<double>(num_training_steps) * warmup_ratio));
+  const double n = static_cast<double>(num_training_steps);
+  if (warmup_steps >= 1) return static_cast<int64_t>(warmup_steps);  // int(warmup_steps)
+  if (warmup_steps > 0) return static_cast<int64_t>(std::ceil(n * warmup_steps));
+  return static_cast<int64_t>(std::ceil(n * warmup_ratio));  // transformers 4.x
 }
 
 std::string TrainingArguments::effective_fp16_backend() const {
@@ -130,6 +132,11 @@ void TrainingArguments::validate() {
   if (fp16_full_eval && bf16_full_eval) {
     throw UsageError("At most one of fp16 and bf16 can be True for full eval, but not both");
   }
+  if ((fp16 || fp16_full_eval) && effective_fp16_backend() == "apex") {
+    throw UsageError(
+        "--fp16 with the apex backend: NVIDIA apex AMP is not supported (DeepSpeed 0.19 removed "
+        "its \"amp\" section and transformers 5 the apex backend); leave the backend at auto");
+  }
   if (bf16 && effective_fp16_backend() == "apex") {
     throw UsageError(
         " `--half_precision_backend apex`: bf16 is not supported by apex. Use "
@@ -137,6 +144,10 @@ void TrainingArguments::validate() {
   }
   if (warmup_ratio < 0 || warmup_ratio > 1) {
     throw UsageError("warmup_ratio must lie in range [0,1]");
+  }
+  if (warmup_steps < 0) {
+    throw UsageError(
+        str("Got warmup_steps = ", warmup_steps, ", Expected value warmup_steps >= 0"));
   }
   if (warmup_ratio > 0 && warmup_steps > 0) {
     ZRT_LOG_INFO(
@@ -305,9 +316,10 @@ void add_training_arguments(cxxopts::Options& options) {
       value<std::string>()->default_value("{}"))("warmup_ratio",
                                                  "Warmup as a fraction of the total steps",
                                                  value<double>()->default_value("0.0"))(
-      "warmup_steps", "Warmup steps (> 0 overrides warmup_ratio)",
-      value<int64_t>()->default_value("0"))("logging_steps", "Log every N steps",
-                                            value<double>()->default_value("500"))(
+      "warmup_steps",
+      "Warmup steps (>= 1), or a ratio of the training steps (< 1); > 0 overrides warmup_ratio",
+      value<double>()->default_value("0"))("logging_steps", "Log every N steps",
+                                           value<double>()->default_value("500"))(
       "save_steps", "Save every N steps", value<double>()->default_value("500"))(
       "eval_steps", "Evaluate every N steps", value<double>())(
       "save_total_limit", "Keep at most N checkpoints", value<int64_t>())(
@@ -335,9 +347,9 @@ void add_training_arguments(cxxopts::Options& options) {
       value<std::string>()->default_value("no"))(
       "evaluation_strategy", "transformers 4.x name of --eval_strategy", value<std::string>())(
       "save_strategy", "Save during training: no, steps, epoch or best",
-      value<std::string>()->default_value("steps"))(
-      "logging_strategy", "Log during training: no, steps or epoch",
-      value<std::string>()->default_value("steps"))(
+      value<std::string>()->default_value("steps"))("logging_strategy",
+                                                    "Log during training: no, steps or epoch",
+                                                    value<std::string>()->default_value("steps"))(
       "logging_first_step", "Log the first step too", flag("false"))(
       "load_best_model_at_end", "Load the best checkpoint's weights when training ends",
       flag("false"))("metric_for_best_model", "Evaluation metric of the best model (loss)",
@@ -387,7 +399,7 @@ TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
     throw UsageError(str("--lr_scheduler_kwargs: not valid JSON: ", text("lr_scheduler_kwargs")));
   }
   a.warmup_ratio = f64("warmup_ratio");
-  a.warmup_steps = i64("warmup_steps");
+  a.warmup_steps = f64("warmup_steps");
   a.logging_steps = f64("logging_steps");
   a.save_steps = f64("save_steps");
   // transformers' TrainingArguments refuses these (checked against transformers 5.24: a

@@ -39,8 +39,8 @@ struct TrainingArguments {
   int64_t max_steps = -1;  // > 0 overrides num_train_epochs
   std::string lr_scheduler_type = "linear";
   Json lr_scheduler_kwargs = Json::object();  // e.g. {"num_cycles": 2}
-  double warmup_ratio = 0.0;
-  int64_t warmup_steps = 0;    // > 0 overrides warmup_ratio
+  double warmup_ratio = 0.0;                  // transformers 4.x (5.x removed it)
+  double warmup_steps = 0;     // >= 1: a count; in (0, 1): a ratio of the steps (transformers 5.x)
   double logging_steps = 500;  // < 1: a ratio of the total steps
   double save_steps = 500;
   std::optional<double> eval_steps;  // unset: logging_steps
@@ -85,7 +85,8 @@ struct TrainingArguments {
   // (name, value): accepted, with one warning each (parse_training_arguments).
   std::vector<std::pair<std::string, std::string>> ignored;
 
-  // transformers 4.x: warmup_steps if > 0, else ceil(num_training_steps * warmup_ratio).
+  // transformers 5.x: int(warmup_steps) if warmup_steps >= 1, else ceil(N * warmup_steps) when
+  // it is > 0; otherwise (4.x) ceil(N * warmup_ratio).
   int64_t get_warmup_steps(int64_t num_training_steps) const;
 
   // HF's backend choice for fp16: fp16_backend when it is not "auto", else

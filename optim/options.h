@@ -41,8 +41,8 @@ struct OptimizerSpec {
 };
 
 // Dynamic/static loss scaling (fp16). The member defaults are those of DeepSpeed's
-// DynamicLossScaler constructor, which ZeRO uses when the fp16 section gives none of the dynamic
-// keys (the "defaults trap", spec §1.4); the config resolver fills the JSON defaults otherwise.
+// DynamicLossScaler constructor; a config always gets the fp16 section's values over DeepSpeed
+// 0.19's JSON defaults (2^16, hysteresis 2), which the config resolver fills.
 struct LossScaleOptions {
   bool dynamic = true;
   double static_scale = 1.0;            // used when !dynamic (fp16.loss_scale > 0)

@@ -22,20 +22,24 @@ void check_warmup_type(WarmupType type, const char* schedule) {
                ": invalid warmup_type value ", static_cast<int>(type));
 }
 
+void check_warmup_steps(int64_t warmup_num_steps, const char* schedule) {
+  ZRT_CHECK_AS(ConfigError, warmup_num_steps > 0, schedule,
+               ": warmup_num_steps must be a positive integer, got ", warmup_num_steps);
+}
+
 // Throwing part of the checks, shared by the pure functions and check_options.
 void validate(const WarmupLROptions& o, size_t num_groups, const char* schedule) {
   check_warmup_type(o.warmup_type, schedule);
+  check_warmup_steps(o.warmup_num_steps, schedule);
   per_group_values(o.warmup_min_lr, num_groups, schedule, "warmup_min_lr");
-  per_group_values(o.warmup_max_lr, num_groups, schedule, "warmup_max_lr");
+  if (!o.warmup_max_lr.empty()) {
+    per_group_values(o.warmup_max_lr, num_groups, schedule, "warmup_max_lr");
+  }
 }
 
 void validate(const WarmupCosineLROptions& o) {
   check_warmup_type(o.warmup_type, "WarmupCosineLR");
-  const int64_t n = effective_warmup_steps(o.warmup_num_steps);
-  // DeepSpeed divides by (T - N) once i >= N: a ZeroDivisionError at the first decay step.
-  ZRT_CHECK_AS(ConfigError, o.total_num_steps != n, "WarmupCosineLR: total_num_steps (",
-               o.total_num_steps, ") must differ from the effective warmup_num_steps (", n,
-               " = max(2, ", o.warmup_num_steps, ")): the cosine phase would divide by zero");
+  check_warmup_steps(o.warmup_num_steps, "WarmupCosineLR");
 }
 
 double second_step_size(const OneCycleOptions& o) {
@@ -56,8 +60,11 @@ void validate(const OneCycleOptions& o, size_t num_groups) {
 
 void validate(const LRRangeTestOptions& o, size_t num_groups) {
   per_group_values(o.lr_range_test_min_lr, num_groups, "LRRangeTest", "lr_range_test_min_lr");
-  ZRT_CHECK_AS(ConfigError, o.lr_range_test_step_size > 0,
-               "LRRangeTest: lr_range_test_step_size must be > 0, got ", o.lr_range_test_step_size);
+  ZRT_CHECK_AS(ConfigError,
+               o.lr_range_test_step_size > 0 &&
+                   o.lr_range_test_step_size == std::floor(o.lr_range_test_step_size),
+               "LRRangeTest: lr_range_test_step_size must be a positive integer, got ",
+               o.lr_range_test_step_size);
 }
 
 // γ of WarmupLR / WarmupDecayLR; `decay_total` is T for WarmupDecayLR, unset for WarmupLR.
@@ -70,15 +77,22 @@ double warmup_gamma(const WarmupLROptions& o, int64_t i, const int64_t* decay_to
                   static_cast<double>(t - i) / static_cast<double>(std::max<int64_t>(1, t - n)));
 }
 
-std::vector<double> warmup_lrs(const WarmupLROptions& o, size_t num_groups, int64_t i,
+// `base_lrs` (the groups' lrs at construction) stand in for an unset warmup_max_lr; without
+// them an unset warmup_max_lr is an error.
+std::vector<double> warmup_lrs(const WarmupLROptions& o, size_t num_groups,
+                               const std::vector<double>* base_lrs, int64_t i,
                                const int64_t* decay_total, const char* schedule) {
   check_iteration(i, schedule);
   validate(o, num_groups, schedule);
   const std::vector<double> min_lrs =
       per_group_values(o.warmup_min_lr, num_groups, schedule, "warmup_min_lr");
   if (i < 0) return min_lrs;
+  ZRT_CHECK_AS(ConfigError, !o.warmup_max_lr.empty() || base_lrs != nullptr, schedule,
+               ": warmup_max_lr is unset, so it is each group's lr, which is not given here");
   const std::vector<double> max_lrs =
-      per_group_values(o.warmup_max_lr, num_groups, schedule, "warmup_max_lr");
+      o.warmup_max_lr.empty()
+          ? *base_lrs
+          : per_group_values(o.warmup_max_lr, num_groups, schedule, "warmup_max_lr");
   const double gamma = warmup_gamma(o, i, decay_total);
   std::vector<double> lrs(num_groups);
   for (size_t g = 0; g < num_groups; ++g) {
@@ -118,12 +132,24 @@ double warmup_fraction(WarmupType type, int64_t warmup_steps, int64_t i) {
 }
 
 std::vector<double> warmup_lr(const WarmupLROptions& options, size_t num_groups, int64_t i) {
-  return warmup_lrs(options, num_groups, i, nullptr, "WarmupLR");
+  return warmup_lrs(options, num_groups, nullptr, i, nullptr, "WarmupLR");
+}
+
+std::vector<double> warmup_lr(const WarmupLROptions& options, const std::vector<double>& base_lrs,
+                              int64_t i) {
+  return warmup_lrs(options, base_lrs.size(), &base_lrs, i, nullptr, "WarmupLR");
 }
 
 std::vector<double> warmup_decay_lr(const WarmupDecayLROptions& options, size_t num_groups,
                                     int64_t i) {
-  return warmup_lrs(options.warmup, num_groups, i, &options.total_num_steps, "WarmupDecayLR");
+  return warmup_lrs(options.warmup, num_groups, nullptr, i, &options.total_num_steps,
+                    "WarmupDecayLR");
+}
+
+std::vector<double> warmup_decay_lr(const WarmupDecayLROptions& options,
+                                    const std::vector<double>& base_lrs, int64_t i) {
+  return warmup_lrs(options.warmup, base_lrs.size(), &base_lrs, i, &options.total_num_steps,
+                    "WarmupDecayLR");
 }
 
 double warmup_cosine_ratio(const WarmupCosineLROptions& options, int64_t i) {
@@ -134,9 +160,12 @@ double warmup_cosine_ratio(const WarmupCosineLROptions& options, int64_t i) {
     const double r = warmup_fraction(options.warmup_type, n, i);
     return options.warmup_min_ratio + r * (1.0 - options.warmup_min_ratio);
   }
+  // DeepSpeed 0.19 clamps the progress at 1: past T (and when T <= N) the ratio stays at
+  // cos_min_ratio.
   const double s = static_cast<double>(i - n + 1);
-  const double total = static_cast<double>(options.total_num_steps - n);
-  const double wave = (1.0 + std::cos(kPi * s / total)) / 2.0;
+  const double total = static_cast<double>(std::max<int64_t>(1, options.total_num_steps - n));
+  const double progress = std::min(1.0, s / total);
+  const double wave = (1.0 + std::cos(kPi * progress)) / 2.0;
   return std::max(0.0, options.cos_min_ratio + (1.0 - options.cos_min_ratio) * wave);
 }
 
@@ -146,7 +175,7 @@ std::vector<double> warmup_cosine_lr(const WarmupCosineLROptions& options,
   validate(options);
   ZRT_CHECK_AS(ConfigError, !base_lrs.empty(),
                "WarmupCosineLR: the optimizer has no parameter groups");
-  if (i < 0) return {0.0};  // See Note [Schedule at i = -1].
+  if (i < 0) return std::vector<double>(base_lrs.size(), 0.0);  // Note [Schedule at i = -1]
   const double ratio = warmup_cosine_ratio(options, i);
   std::vector<double> lrs(base_lrs.size());
   for (size_t g = 0; g < base_lrs.size(); ++g) lrs[g] = base_lrs[g] * ratio;
@@ -154,12 +183,27 @@ std::vector<double> warmup_cosine_lr(const WarmupCosineLROptions& options,
 }
 
 double one_cycle_scale(const OneCycleOptions& options, int64_t i) {
-  const double total = options.cycle_first_step_size + second_step_size(options);
-  const double ratio = options.cycle_first_step_size / total;
+  const double first = options.cycle_first_step_size;
+  const double second = second_step_size(options);
+  const double total = first + second;
+  const double ratio = first / total;
   const double b = static_cast<double>(i + 1);
   const double cycle = std::floor(1.0 + b / total);
   const double x = 1.0 + b / total - cycle;
-  return x <= ratio ? x / ratio : (x - 1.0) / (ratio - 1.0);
+  const bool rising = x <= ratio;
+  double scale = rising ? x / ratio : (x - 1.0) / (ratio - 1.0);
+  // DeepSpeed 0.19: with a stair count the half moves in that many equal stairs.
+  const int64_t stairs =
+      rising ? options.cycle_first_stair_count
+             : options.cycle_second_stair_count.value_or(options.cycle_first_stair_count);
+  if (stairs > 0) {
+    const double in_cycle = std::fmod(b, total);  // Python's % (both operands positive)
+    const double position = in_cycle <= first
+                                ? in_cycle * static_cast<double>(stairs) / first
+                                : (total - in_cycle) * static_cast<double>(stairs) / second;
+    scale = std::floor(position) / static_cast<double>(stairs);
+  }
+  return scale;
 }
 
 std::vector<double> one_cycle_lr(const OneCycleOptions& options, size_t num_groups, int64_t i) {

@@ -30,7 +30,7 @@ int64_t configured_iteration(const SchedulerSpec& spec) {
       spec);
 }
 
-// The values DeepSpeed's get_lr() returns at i (a single element for WarmupCosineLR at i < 0).
+// The values DeepSpeed's get_lr() returns at i.
 std::vector<double> ds_lrs(const SchedulerSpec& spec, const std::vector<double>& base_lrs,
                            int64_t i) {
   const size_t n = base_lrs.size();
@@ -38,9 +38,9 @@ std::vector<double> ds_lrs(const SchedulerSpec& spec, const std::vector<double>&
       [&](const auto& o) -> std::vector<double> {
         using T = std::decay_t<decltype(o)>;
         if constexpr (std::is_same_v<T, WarmupLROptions>) {
-          return warmup_lr(o, n, i);
+          return warmup_lr(o, base_lrs, i);
         } else if constexpr (std::is_same_v<T, WarmupDecayLROptions>) {
-          return warmup_decay_lr(o, n, i);
+          return warmup_decay_lr(o, base_lrs, i);
         } else if constexpr (std::is_same_v<T, WarmupCosineLROptions>) {
           return warmup_cosine_lr(o, base_lrs, i);
         } else if constexpr (std::is_same_v<T, OneCycleOptions>) {

@@ -19,21 +19,23 @@ enum class WarmupType { kLog, kLinear };
 
 struct WarmupLROptions {
   std::vector<double> warmup_min_lr{0.0};
-  std::vector<double> warmup_max_lr{0.001};
-  int64_t warmup_num_steps = 1000;
+  // Empty: each group's lr at construction (DeepSpeed 0.19's WarmupLR default, None).
+  std::vector<double> warmup_max_lr;
+  int64_t warmup_num_steps = 1000;  // > 0 (DeepSpeed 0.19 refuses 0 and negatives)
   WarmupType warmup_type = WarmupType::kLog;
   int64_t last_batch_iteration = -1;
 };
 
 struct WarmupDecayLROptions {
-  WarmupLROptions warmup;
+  // WarmupDecayLR's own default for warmup_max_lr is 0.001.
+  WarmupLROptions warmup{{0.0}, {0.001}, 1000, WarmupType::kLog, -1};
   int64_t total_num_steps = 0;  // required
 };
 
 struct WarmupCosineLROptions {
   int64_t total_num_steps = 0;  // required
   double warmup_min_ratio = 0.0;
-  int64_t warmup_num_steps = 1000;
+  int64_t warmup_num_steps = 1000;  // > 0
   double cos_min_ratio = 0.0001;
   WarmupType warmup_type = WarmupType::kLog;
   int64_t last_batch_iteration = -1;
@@ -43,10 +45,10 @@ struct OneCycleOptions {
   std::vector<double> cycle_min_lr;  // required
   std::vector<double> cycle_max_lr;  // required
   double decay_lr_rate = 0.0;
-  double cycle_first_step_size = 2000;
-  std::optional<double> cycle_second_step_size;  // None → cycle_first_step_size
-  int64_t cycle_first_stair_count = 0;           // stored, unused (as DeepSpeed)
-  std::optional<int64_t> cycle_second_stair_count;
+  double cycle_first_step_size = 2000;              // > 0
+  std::optional<double> cycle_second_step_size;     // None → cycle_first_step_size; >= 0
+  int64_t cycle_first_stair_count = 0;              // > 0: the first half rises in that many stairs
+  std::optional<int64_t> cycle_second_stair_count;  // None → cycle_first_stair_count
   double decay_step_size = 0;
   bool cycle_momentum = true;
   std::vector<double> cycle_min_mom{0.8};
@@ -98,15 +100,13 @@ inline const char* warmup_type_name(WarmupType type) {
 enum class WarmupTypeReader { kWarmupLR, kWarmupCosineLR };
 
 // DeepSpeed's reading of "warmup_type" (spec/deepspeed.md §1.8): "log" or "linear". An unknown
-// name makes WarmupLR / WarmupDecayLR warn and fall back to log; WarmupCosineLR crashes at its
-// first step in DeepSpeed, which we report up front as a ConfigError.
+// name makes every warmup schedule warn and fall back to log (DeepSpeed 0.19; older
+// WarmupCosineLR crashed on it). `reader` names the schedule in the warning.
 inline WarmupType resolve_warmup_type(const std::string& text, WarmupTypeReader reader) {
   if (text == "log") return WarmupType::kLog;
   if (text == "linear") return WarmupType::kLinear;
-  ZRT_CHECK_AS(ConfigError, reader != WarmupTypeReader::kWarmupCosineLR,
-               "WarmupCosineLR: unknown warmup_type '", text,
-               "' (expected \"log\" or \"linear\"; DeepSpeed crashes on it at the first step)");
-  ZRT_LOG_WARN("Using unknown warmup_type: ", text,
+  ZRT_LOG_WARN(reader == WarmupTypeReader::kWarmupCosineLR ? "WarmupCosineLR: " : "",
+               "Using unknown warmup_type: ", text,
                ". The increasing function is set to default (log)");
   return WarmupType::kLog;
 }

@@ -19,14 +19,14 @@ struct OffloadParamOptions {
   int64_t buffer_count = 5;
   int64_t buffer_size = 100000000;
   int64_t max_in_cpu = 1000000000;
-  bool pin_memory = false;
+  bool pin_memory = true;  // DeepSpeed 0.19 (pins CPU buffers of CUDA tensors only)
 };
 
 struct OffloadOptimizerOptions {
   OffloadDevice device = OffloadDevice::kNone;
   std::string nvme_path;
   int64_t buffer_count = 4;
-  bool pin_memory = false;
+  bool pin_memory = true;  // DeepSpeed 0.19 (pins CPU buffers of CUDA tensors only)
   bool pipeline_read = false;
   bool pipeline_write = false;
   bool fast_init = false;

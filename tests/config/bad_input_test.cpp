@@ -84,7 +84,8 @@ TEST(BadInput, EachIsAClearConfigError) {
       {"zero loss scale window",
        "{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true, "
        "\"loss_scale_window\": 0}}",
-       "fp16.loss_scale_window: expected a positive integer, got 0"},
+       "fp16.loss_scale_window must be > 0 when dynamic loss scaling is "
+       "enabled (loss_scale=0)"},
       {"misspelled zero key",
        "{\"train_batch_size\": 8, \"zero_optimization\": {\"contigous_gradients\": true}}",
        "unknown key (did you mean \"contiguous_gradients\"?)"},
@@ -104,7 +105,8 @@ TEST(BadInput, EachIsAClearConfigError) {
        "\"params\": 5}}",
        "scheduler.params: expected an object, got 5"},
       {"leftover auto", "{\"train_batch_size\": \"auto\"}",
-       "train_batch_size is \"auto\": it is computed as world_size"},
+       "train_batch_size is \"auto\", which only the HF Trainer fills (from world_size * "
+       "--per_device_train_batch_size * --gradient_accumulation_steps)"},
       {"nan-ish string", "{\"train_batch_size\": 8, \"gradient_clipping\": \"NaN\"}",
        "gradient_clipping: expected a non-negative number, got \"NaN\" (a string)"},
   };

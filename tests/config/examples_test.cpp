@@ -71,7 +71,8 @@ TEST(Examples, Zero2Fp16) {
   EXPECT_EQ(rc.fp16.loss_scale.initial_scale, 65536.0);
   EXPECT_EQ(rc.fp16.loss_scale.hysteresis, 2);
   EXPECT_EQ(rc.optimizer->adam.lr, 5e-5);
-  EXPECT_EQ(rc.steps_per_print, std::optional<int64_t>(2000));
+  // accelerate silences DeepSpeed's progress line under the Trainer (steps_per_print = inf).
+  EXPECT_FALSE(rc.steps_per_print.has_value());
   expect_round_trip(tc, 8);
 }
 

@@ -25,7 +25,6 @@ const char* kAllAuto = R"({
   "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto",
       "warmup_max_lr": "auto", "warmup_num_steps": "auto", "total_num_steps": "auto"}},
   "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
-  "amp": {"enabled": "auto", "opt_level": "auto"},
   "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto",
       "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"}})";
 
@@ -54,8 +53,7 @@ TEST(HfTrainer, ProcessFillsAutoFromArguments) {
   EXPECT_EQ(j["scheduler"]["params"]["total_num_steps"], "auto");  // finalize fills it
   EXPECT_EQ(j["fp16"]["enabled"], false);
   EXPECT_EQ(j["bf16"]["enabled"], true);
-  EXPECT_EQ(j["amp"]["enabled"], false);
-  EXPECT_EQ(j["amp"]["opt_level"], "O1");
+  EXPECT_FALSE(j.contains("amp"));  // transformers 5 fills no apex "amp" section
   EXPECT_EQ(hf.dtype(), DType::kBFloat16);
   EXPECT_TRUE(hf.mismatches().empty());
 }
@@ -81,7 +79,7 @@ TEST(HfTrainer, MismatchLinesPrintValuesLikePython) {
                 "- ds optimizer.params.eps=1e-06 vs hf adam_epsilon=1e-08",
                 "- ds optimizer.params.weight_decay=0.1 vs hf weight_decay=0.0",
                 "- ds scheduler.params.warmup_max_lr=0.0001 vs hf learning_rate=5e-05",
-                "- ds fp16.enabled=True vs hf fp16|fp16_full_eval+fp16_backend(amp)=False",
+                "- ds fp16.enabled=True vs hf fp16|fp16_full_eval=False",
             }));
   EXPECT_EQ(config_error([&] { hf.trainer_config_finalize(args, {}, 1000); }),
             "Please correct the following DeepSpeed config values that mismatch "
@@ -94,9 +92,9 @@ TEST(HfTrainer, MismatchLinesPrintValuesLikePython) {
             "- ds optimizer.params.eps=1e-06 vs hf adam_epsilon=1e-08\n"
             "- ds optimizer.params.weight_decay=0.1 vs hf weight_decay=0.0\n"
             "- ds scheduler.params.warmup_max_lr=0.0001 vs hf learning_rate=5e-05\n"
-            "- ds fp16.enabled=True vs hf fp16|fp16_full_eval+fp16_backend(amp)=False\n"
+            "- ds fp16.enabled=True vs hf fp16|fp16_full_eval=False\n"
             "- ds scheduler.params.total_num_steps=500 vs hf num_training_steps (calculated)=1000\n"
-            "- ds scheduler.params.warmup_num_steps=10 vs hf warmup_steps=0\n"
+            "- ds scheduler.params.warmup_num_steps=10 vs hf warmup_steps=1\n"
             "The easiest method is to set these DeepSpeed config values to 'auto'.");
 }
 
@@ -138,7 +136,7 @@ TEST(HfTrainer, DtypeDecision) {
   EXPECT_EQ(config_error([&] { none.dtype(); }),
             "<other: trainer_config_process() wasn't called yet to tell dtype>");
   none.trainer_config_process(TrainingArguments{}, 1);
-  EXPECT_EQ(none.dtype(), DType::kFloat16);  // neither section: DeepSpeed's default fp16
+  EXPECT_EQ(none.dtype(), DType::kFloat32);  // transformers 5: fp16 only when enabled
   auto off = hf_config(R"({"fp16": {"enabled": false}})");
   off.trainer_config_process(TrainingArguments{}, 1);
   EXPECT_EQ(off.dtype(), DType::kFloat32);
@@ -152,17 +150,20 @@ TEST(HfTrainer, DtypeDecision) {
   EXPECT_EQ(bf.dtype(), DType::kBFloat16);
 }
 
-TEST(HfTrainer, ApexBackendFillsAmp) {
+// transformers 5: fp16.enabled follows --fp16 / --fp16_full_eval whatever the backend, and no
+// "amp" section is filled (DeepSpeed 0.19 removed it); the apex backend itself is refused.
+TEST(HfTrainer, Fp16FillIgnoresTheBackendAndAmpIsLeftAlone) {
   TrainingArguments args;
-  args.fp16 = true;
-  args.fp16_backend = "apex";
-  args.fp16_opt_level = "O2";
-  auto hf = hf_config(R"({"fp16": {"enabled": "auto"}, "amp": {"enabled": "auto",
-                          "opt_level": "auto"}})");
+  args.fp16_full_eval = true;
+  auto hf = hf_config(R"({"fp16": {"enabled": "auto"}, "amp": {"enabled": "auto"}})");
   hf.trainer_config_process(args, 1);
-  EXPECT_EQ(hf.json()["fp16"]["enabled"], false);
-  EXPECT_EQ(hf.json()["amp"]["enabled"], true);
-  EXPECT_EQ(hf.json()["amp"]["opt_level"], "O2");
+  EXPECT_EQ(hf.json()["fp16"]["enabled"], true);
+  EXPECT_EQ(hf.json()["amp"]["enabled"], "auto");
+  EXPECT_EQ(hf.dtype(), DType::kFloat16);
+  TrainingArguments apex;
+  apex.fp16 = true;
+  apex.fp16_backend = "apex";
+  EXPECT_THROW(apex.validate(), UsageError);
 }
 
 TEST(HfTrainer, FinalizeHiddenSizeKeysAreIntegersUnderZero3) {

@@ -96,7 +96,8 @@ TEST(Optimizer, NamesDeepSpeedKnowsButZeroRtDoesNotImplement) {
 
 TEST(Optimizer, ParamErrors) {
   EXPECT_EQ(resolve_error(with_optimizer(R"({"type": "AdamW", "params": {"max_grad_norm": 1.0}})")),
-            "'max_grad_norm' is not supported as an optimizer parameter, please switch to using "
+            "optimizer.params.max_grad_norm: 'max_grad_norm' is not supported as an optimizer "
+            "parameter, please switch to using "
             "the deepspeed parameter 'gradient_clipping' see: "
             "https://www.deepspeed.ai/docs/config-json/#gradient-clipping for more details");
   EXPECT_EQ(resolve_error(with_optimizer(R"({"type": "AdamW", "params": {"betas": [0.9]}})")),
@@ -114,6 +115,31 @@ TEST(Optimizer, ParamErrors) {
                   "AMSGrad");
 }
 
+// The keyword arguments of the class DeepSpeed 0.19 builds: FusedAdam takes set_grad_none and
+// bias_correction; DeepSpeedCPUAdam (ZeRO-Offload, at any stage) has no set_grad_none;
+// torch_adam's torch.optim.AdamW has neither.
+TEST(Optimizer, KeywordsOfTheClassDeepSpeedBuilds) {
+  EXPECT_NO_THROW(resolve(with_optimizer(R"({"type": "AdamW",
+      "params": {"set_grad_none": true, "bias_correction": false}})")));
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "cpu"}}, "optimizer": {"type": "AdamW",
+      "params": {"set_grad_none": true, "bias_correction": true}}})"),
+            "optimizer.params.set_grad_none: not a parameter of DeepSpeedCPUAdam (the optimizer "
+            "DeepSpeed builds with ZeRO-Offload)");
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8, "zero_optimization": {"stage": 0,
+      "offload_optimizer": {"device": "cpu"}}, "optimizer": {"type": "AdamW",
+      "params": {"set_grad_none": true}}})"),
+                  "not a parameter of DeepSpeedCPUAdam");
+  EXPECT_EQ(resolve_error(with_optimizer(R"({"type": "AdamW",
+      "params": {"torch_adam": true, "bias_correction": true}})")),
+            "optimizer.params.bias_correction: not a parameter of torch.optim.AdamW / "
+            "torch.optim.Adam (torch_adam)");
+  // The dump leaves bias_correction out for torch_adam, so that it resolves again.
+  const auto rc = resolve(with_optimizer(R"({"type": "AdamW", "params": {"torch_adam": true}})"));
+  EXPECT_FALSE(to_json(rc)["optimizer"]["params"].contains("bias_correction"));
+  EXPECT_NO_THROW(resolve_config(to_json(rc)));
+}
+
 TEST(Scheduler, WarmupLR) {
   const auto rc = resolve(with_scheduler(R"({"type": "WarmupLR", "params": {"warmup_min_lr": 0,
       "warmup_max_lr": [0.001, 0.002], "warmup_num_steps": 100, "warmup_type": "linear"}})"));
@@ -125,13 +151,22 @@ TEST(Scheduler, WarmupLR) {
   EXPECT_EQ(w.warmup_type, sched::WarmupType::kLinear);
   const auto defaults = resolve(with_scheduler(R"({"type": "WarmupLR"})"));
   const auto& d = std::get<sched::WarmupLROptions>(*defaults.scheduler);
-  EXPECT_EQ(d.warmup_max_lr, std::vector<double>{0.001});
+  EXPECT_TRUE(d.warmup_max_lr.empty());  // DeepSpeed 0.19: each group's lr
+  EXPECT_TRUE(to_json(defaults)["scheduler"]["params"]["warmup_max_lr"].is_null());
   EXPECT_EQ(d.warmup_num_steps, 1000);
   EXPECT_EQ(d.warmup_type, sched::WarmupType::kLog);
   const auto odd =
       resolve(with_scheduler(R"({"type": "WarmupLR", "params": {"warmup_type": "cos"}})"));
   ASSERT_EQ(odd.warnings.size(), 1u);
   EXPECT_CONTAINS(odd.warnings[0], "unknown warmup type \"cos\"");
+  EXPECT_EQ(resolve_error(with_scheduler(R"({"type": "WarmupLR", "params": {
+      "warmup_num_steps": 0}})")),
+            "scheduler.params.warmup_num_steps: expected a positive integer, got 0");
+  // WarmupDecayLR keeps its own default of 0.001.
+  const auto decay = resolve(with_scheduler(R"({"type": "WarmupDecayLR",
+      "params": {"total_num_steps": 10}})"));
+  EXPECT_EQ(std::get<sched::WarmupDecayLROptions>(*decay.scheduler).warmup.warmup_max_lr,
+            std::vector<double>{0.001});
 }
 
 TEST(Scheduler, WarmupDecayAndCosineNeedTotalSteps) {
@@ -149,13 +184,15 @@ TEST(Scheduler, WarmupDecayAndCosineNeedTotalSteps) {
   EXPECT_EQ(c.total_num_steps, 100);
   EXPECT_EQ(c.cos_min_ratio, 0.1);
   EXPECT_EQ(c.warmup_min_ratio, 0.0);
-  EXPECT_EQ(resolve_error(with_scheduler(R"({"type": "WarmupCosineLR", "params": {
-      "total_num_steps": 10, "warmup_num_steps": 10}})")),
-            "scheduler.params.total_num_steps: WarmupCosineLR divides by total_num_steps - max(2, "
-            "warmup_num_steps), which is 0 here (both 10)");
-  EXPECT_EQ(resolve_error(with_scheduler(R"({"type": "WarmupCosineLR", "params": {
-      "total_num_steps": 100, "warmup_type": "cos"}})")),
-            "scheduler.params.warmup_type: expected \"log\" or \"linear\", got \"cos\"");
+  // DeepSpeed 0.19 clamps the cosine: T == N is fine, and an unknown warmup_type falls back to
+  // log with a warning (older versions divided by zero and crashed).
+  EXPECT_NO_THROW(resolve(with_scheduler(R"({"type": "WarmupCosineLR", "params": {
+      "total_num_steps": 10, "warmup_num_steps": 10}})")));
+  const auto odd = resolve(with_scheduler(R"({"type": "WarmupCosineLR", "params": {
+      "total_num_steps": 100, "warmup_num_steps": 10, "warmup_type": "cos"}})"));
+  EXPECT_EQ(std::get<sched::WarmupCosineLROptions>(*odd.scheduler).warmup_type,
+            sched::WarmupType::kLog);
+  ASSERT_EQ(odd.warnings.size(), 1u);
 }
 
 TEST(Scheduler, OneCycleAndRangeTest) {
@@ -178,7 +215,13 @@ TEST(Scheduler, OneCycleAndRangeTest) {
   EXPECT_TRUE(r.lr_range_test_staircase);
   EXPECT_EQ(resolve_error(with_scheduler(R"({"type": "LRRangeTest", "params": {
       "lr_range_test_step_size": 0}})")),
-            "scheduler.params.lr_range_test_step_size: expected a positive number, got 0");
+            "scheduler.params.lr_range_test_step_size: expected a positive integer, got 0");
+  EXPECT_CONTAINS(resolve_error(with_scheduler(R"({"type": "LRRangeTest", "params": {
+      "lr_range_test_step_size": 2.5}})")),
+                  "a number with a fractional part");
+  // A second half of length 0 is allowed (DeepSpeed 0.19: >= 0).
+  EXPECT_NO_THROW(resolve(with_scheduler(R"({"type": "OneCycle", "params": {"cycle_min_lr": 0.1,
+      "cycle_max_lr": 1.0, "cycle_second_step_size": 0}})")));
 }
 
 TEST(Scheduler, UnknownNames) {

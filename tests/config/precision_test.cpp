@@ -1,4 +1,4 @@
-// fp16 (with the dynamic-loss-scale defaults trap of spec §1.4), bf16 / bfloat16 and amp.
+// fp16 (DeepSpeed 0.19's defaults), bf16 / bfloat16, and amp (removed by DeepSpeed 0.19).
 #include <gtest/gtest.h>
 
 #include "config/resolved.h"
@@ -15,33 +15,25 @@ constexpr const char* kZero2 =
 
 std::string cfg(const std::string& body) { return "{" + body + "}"; }
 
-TEST(Fp16, OnlyEnabledGivenUsesScalerConstructorDefaultsUnderZero) {
-  const auto rc = resolve(cfg(std::string(kZero2) + R"(, "fp16": {"enabled": true})"));
-  EXPECT_TRUE(rc.fp16.enabled);
-  EXPECT_FALSE(rc.fp16.dynamic_args_given);
-  const optim::LossScaleOptions& ls = rc.fp16.loss_scale;
-  EXPECT_TRUE(ls.dynamic);
-  EXPECT_EQ(ls.initial_scale, 4294967296.0);  // 2^32, not the documented 2^16
-  EXPECT_EQ(ls.scale_window, 1000);
-  EXPECT_EQ(ls.hysteresis, 1);  // not the documented 2
-  EXPECT_FALSE(ls.consecutive_hysteresis);
-  EXPECT_EQ(ls.min_scale, 1.0);
-  EXPECT_EQ(rc.model_dtype, DType::kFloat16);
+// DeepSpeed 0.19's fp16 section is a pydantic model: {"enabled": true} alone gives the
+// documented defaults (older versions gave ZeRO's scaler 2^32 and no hysteresis).
+TEST(Fp16, OnlyEnabledGivenUsesTheDocumentedDefaults) {
+  for (const std::string zero :
+       {std::string(kZero2) + ", ", std::string(R"("train_batch_size": 8, )")}) {
+    const auto rc = resolve(cfg(zero + R"("fp16": {"enabled": true})"));
+    EXPECT_TRUE(rc.fp16.enabled);
+    const optim::LossScaleOptions& ls = rc.fp16.loss_scale;
+    EXPECT_TRUE(ls.dynamic);
+    EXPECT_EQ(ls.initial_scale, 65536.0);
+    EXPECT_EQ(ls.scale_window, 1000);
+    EXPECT_EQ(ls.hysteresis, 2);
+    EXPECT_FALSE(ls.consecutive_hysteresis);
+    EXPECT_EQ(ls.min_scale, 1.0);
+    EXPECT_EQ(rc.model_dtype, DType::kFloat16);
+  }
 }
 
-TEST(Fp16, OnlyEnabledGivenWithoutZeroStartsAt2To16) {
-  const auto rc = resolve(R"({"train_batch_size": 8, "fp16": {"enabled": true}})");
-  EXPECT_EQ(rc.fp16.loss_scale.initial_scale, 65536.0);
-  EXPECT_EQ(rc.fp16.loss_scale.scale_window, 1000);
-}
-
-TEST(Fp16, AnyDynamicKeyBringsTheJsonDefaults) {
-  const auto rc =
-      resolve(cfg(std::string(kZero2) + R"(, "fp16": {"enabled": true, "min_loss_scale": 0.5})"));
-  EXPECT_TRUE(rc.fp16.dynamic_args_given);
-  EXPECT_EQ(rc.fp16.loss_scale.initial_scale, 65536.0);
-  EXPECT_EQ(rc.fp16.loss_scale.hysteresis, 2);
-  EXPECT_EQ(rc.fp16.loss_scale.min_scale, 0.5);
+TEST(Fp16, EachKeyOverridesItsDefault) {
   const auto full = resolve(cfg(std::string(kZero2) + R"(, "fp16": {"enabled": true,
       "initial_scale_power": 12, "loss_scale_window": 500, "hysteresis": 4,
       "consecutive_hysteresis": true, "min_loss_scale": 2})"));
@@ -50,6 +42,30 @@ TEST(Fp16, AnyDynamicKeyBringsTheJsonDefaults) {
   EXPECT_EQ(full.fp16.loss_scale.hysteresis, 4);
   EXPECT_TRUE(full.fp16.loss_scale.consecutive_hysteresis);
   EXPECT_EQ(full.fp16.loss_scale.min_scale, 2.0);
+  const auto one =
+      resolve(cfg(std::string(kZero2) + R"(, "fp16": {"enabled": true, "hysteresis": 1})"));
+  EXPECT_EQ(one.fp16.loss_scale.initial_scale, 65536.0);
+  EXPECT_EQ(one.fp16.loss_scale.hysteresis, 1);
+}
+
+// loss_scale_window and min_loss_scale are integers, > 0 only where dynamic scaling uses them.
+TEST(Fp16, WindowAndMinScaleAreIntegersCheckedOnlyWhenDynamicScalingIsOn) {
+  EXPECT_EQ(resolve_error(
+                cfg(std::string(kZero2) + R"(, "fp16": {"enabled": true, "min_loss_scale": 0.5})")),
+            "fp16.min_loss_scale: expected an integer, got 0.5 (a number with a fractional part)");
+  EXPECT_EQ(resolve_error(cfg(std::string(kZero2) +
+                              R"(, "fp16": {"enabled": true, "loss_scale_window": 0})")),
+            "fp16.loss_scale_window must be > 0 when dynamic loss scaling "
+            "is enabled (loss_scale=0)");
+  EXPECT_EQ(resolve_error(
+                cfg(std::string(kZero2) + R"(, "fp16": {"enabled": true, "min_loss_scale": 0})")),
+            "fp16.min_loss_scale must be > 0 when dynamic loss scaling is "
+            "enabled (loss_scale=0)");
+  EXPECT_NO_THROW(resolve(
+      cfg(std::string(kZero2) + R"(, "fp16": {"enabled": false, "loss_scale_window": 0})")));
+  EXPECT_NO_THROW(
+      resolve(cfg(std::string(kZero2) +
+                  R"(, "fp16": {"enabled": true, "loss_scale": 8, "min_loss_scale": 0})")));
 }
 
 TEST(Fp16, StaticLossScale) {
@@ -114,19 +130,14 @@ TEST(Precision, Fp16AndBf16BothOn) {
             "bfloat16 and fp16 modes cannot be simultaneously enabled");
 }
 
-TEST(Amp, EnabledIsRejectedWithDeepSpeedsReason) {
-  EXPECT_EQ(
-      resolve_error(cfg(std::string(kZero2) + R"(, "amp": {"enabled": true, "opt_level": "O1"})")),
-      "amp.enabled: Amp and ZeRO are not currently compatible, please use (legacy) fp16 "
-      "mode which performs similar to amp opt_mode=O2");
-  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "amp": {"enabled": true},
-                              "fp16": {"enabled": true}})"),
-            "amp.enabled: Cannot enable both amp with (legacy) fp16 or bfloat16 mode");
-  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8, "amp": {"enabled": true}})"),
-                  "NVIDIA apex AMP is not supported by ZeroRT");
-  // Disabled amp with apex arguments is fine.
-  EXPECT_NO_THROW(
-      resolve(R"({"train_batch_size": 8, "amp": {"enabled": false, "opt_level": "O2"}})"));
+// DeepSpeed 0.19 removed apex AMP: an "amp" section is an error whatever it says.
+TEST(Amp, IsAKeyDeepSpeedRemoved) {
+  for (const char* amp : {R"({"enabled": true, "opt_level": "O1"})", R"({"enabled": false})"}) {
+    EXPECT_EQ(
+        resolve_error(cfg(std::string(kZero2) + R"(, "amp": )" + amp)),
+        "amp: NVIDIA Apex AMP integration has been removed. Use DeepSpeed 'fp16', 'bf16', "
+        "or 'torch_autocast' instead. See https://github.com/deepspeedai/DeepSpeed/issues/8489.");
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // resolve_config: top-level scalars and their code defaults, dtype derivations, "auto" rules,
-// unknown and ignored top-level keys, collecting every problem, and the dump.
+// keys DeepSpeed removed, unknown and ignored top-level keys, collecting every problem, and the
+// dump.
 #include <gtest/gtest.h>
 
 #include "config/keys.h"
@@ -15,7 +16,7 @@ using test::resolve_error;
 
 TEST(Resolve, CodeDefaultsNotDocsDefaults) {
   const ResolvedConfig rc = resolve(R"({"train_batch_size": 8})");
-  EXPECT_EQ(rc.gradient_clipping, 0.0);          // docs say 1.0
+  EXPECT_EQ(rc.gradient_clipping, 1.0);          // DeepSpeed 0.19 (it was 0.0 until 0.18)
   EXPECT_FALSE(rc.steps_per_print.has_value());  // docs say 10
   EXPECT_FALSE(rc.wall_clock_breakdown);
   EXPECT_FALSE(rc.memory_breakdown);
@@ -94,59 +95,78 @@ TEST(Resolve, GradAccumDtype) {
                         "data_types": {"grad_accum_dtype": "torch.float32"}})")
                 .effective_grad_accum_dtype(),
             DType::kFloat32);
-  // Without ZeRO, bf16 accumulation is DeepSpeed's NotImplementedError.
+  // Without ZeRO, ZeroRT's bf16 accumulates in fp32 only (config/README.md: DeepSpeed 0.19
+  // accumulates in bf16), and other mixes are DeepSpeed's NotImplementedError. Both are
+  // checked only when there is an optimizer (DeepSpeed checks them when it wraps one).
   EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+                              "optimizer": {"type": "AdamW"},
                               "data_types": {"grad_accum_dtype": "bf16"}})"),
             "data_types.grad_accum_dtype: Bfloat16 wrapper must use a gradient accumulation type "
             "of fp32, enable ZeRO to use Bfloat16 gradient accumulation");
   EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8, "fp16": {"enabled": true},
+                                    "optimizer": {"type": "AdamW"},
                                     "data_types": {"grad_accum_dtype": "fp32"}})"),
                   "unsupported mix of model dtype and gradient accumulation type");
+  EXPECT_NO_THROW(resolve(R"({"train_batch_size": 8, "fp16": {"enabled": true},
+                              "data_types": {"grad_accum_dtype": "fp32"}})"));
   EXPECT_CONTAINS(
       resolve_error(R"({"train_batch_size": 8, "data_types": {"grad_accum_dtype": "int8"}})"),
       "int8 accumulation is not supported by ZeroRT");
 }
 
-TEST(Resolve, AutoOutsideZeroIsAnErrorNamingTheFlag) {
+// A config used directly (zrt::initialize(model, "ds.json")): only the HF Trainer fills "auto".
+TEST(Resolve, AutoWithoutTheHfTrainerIsAnErrorSayingWhoFillsIt) {
   EXPECT_EQ(resolve_error(R"({"train_micro_batch_size_per_gpu": "auto"})"),
-            "train_micro_batch_size_per_gpu is \"auto\": pass --per_device_train_batch_size or "
-            "set a number");
-  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "gradient_clipping": "auto"})"),
-            "gradient_clipping is \"auto\": pass --max_grad_norm or set a number");
+            "train_micro_batch_size_per_gpu is \"auto\", which only the HF Trainer fills (from "
+            "--per_device_train_batch_size); a DeepSpeed config used without it must give the "
+            "value");
   EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "fp16": {"enabled": "auto"}})"),
-            "fp16.enabled is \"auto\": pass --fp16 (or --fp16 false) or set true or false");
-  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
-                              "params": {"lr": "auto"}}})"),
-            "optimizer.params.lr is \"auto\": pass --learning_rate or set a number");
-  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupDecayLR",
-                              "params": {"total_num_steps": "auto"}}})"),
-            "scheduler.params.total_num_steps is \"auto\": pass --num_training_steps (or "
-            "--max_steps) or set a number");
+            "fp16.enabled is \"auto\", which only the HF Trainer fills (from --fp16); a DeepSpeed "
+            "config used without it must give the value");
   EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "fp16": {"enabled": true,
                               "loss_scale": "auto"}})"),
+            "fp16.loss_scale is \"auto\", which nothing fills (\"auto\" is an HF-Trainer "
+            "placeholder); set a value");
+}
+
+// After the HF-Trainer layer (ResolveOptions::hf_trainer) the message names the flag to pass.
+TEST(Resolve, AutoAfterTheHfLayerNamesTheFlag) {
+  auto hf_error = [](const char* text) {
+    ResolveOptions options;
+    options.hf_trainer = true;
+    try {
+      resolve_config(Json::parse(text), options);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  EXPECT_EQ(hf_error(R"({"train_micro_batch_size_per_gpu": "auto"})"),
+            "train_micro_batch_size_per_gpu is \"auto\": pass --per_device_train_batch_size or "
+            "set a number");
+  EXPECT_EQ(hf_error(R"({"train_batch_size": 8, "gradient_clipping": "auto"})"),
+            "gradient_clipping is \"auto\": pass --max_grad_norm or set a number");
+  EXPECT_EQ(hf_error(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
+                         "params": {"lr": "auto"}}})"),
+            "optimizer.params.lr is \"auto\": pass --learning_rate or set a number");
+  EXPECT_EQ(hf_error(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupDecayLR",
+                         "params": {"total_num_steps": "auto"}}})"),
+            "scheduler.params.total_num_steps is \"auto\": pass --num_training_steps (or "
+            "--max_steps) or set a number");
+  EXPECT_EQ(hf_error(R"({"train_batch_size": 8, "fp16": {"enabled": true, "loss_scale": "auto"}})"),
             "fp16.loss_scale is \"auto\": nothing fills this key from the command line; set a "
             "value");
 }
 
-TEST(Resolve, AutoInsideZeroMeansDefault) {
-  const ResolvedConfig rc = resolve(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW"},
-      "zero_optimization": {"stage": 3, "overlap_comm": "auto", "reduce_bucket_size": "auto",
-      "stage3_prefetch_bucket_size": "auto", "offload_param": {"device": "auto"}}})");
-  EXPECT_EQ(rc.zero.stage, 3);
-  EXPECT_EQ(rc.zero.overlap_comm, std::optional<bool>(true));
-  EXPECT_EQ(rc.zero.reduce_bucket_size, 500000000);
-  EXPECT_EQ(rc.zero.prefetch_bucket_size, 50000000);
-  EXPECT_EQ(rc.zero.offload_param.device, zero::OffloadDevice::kNone);
-  ASSERT_EQ(rc.notes.size(), 4u);
-  EXPECT_EQ(rc.notes[0],
-            "zero_optimization.reduce_bucket_size is \"auto\": DeepSpeed drops it, so the default "
-            "applies");
-  EXPECT_EQ(
-      rc.notes[1],
-      "zero_optimization.overlap_comm is \"auto\": DeepSpeed drops it, so the default applies");
-  // "stage": "auto" is dropped too: stage 0.
-  EXPECT_EQ(
-      resolve(R"({"train_batch_size": 8, "zero_optimization": {"stage": "auto"}})").zero.stage, 0);
+// DeepSpeed's pydantic sections drop "auto"; ZeroRT refuses it there too (config/README.md).
+TEST(Resolve, AutoInsideZeroIsAnErrorToo) {
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW"},
+      "zero_optimization": {"stage": 3, "overlap_comm": "auto", "offload_param": {"device": "auto"}}})"),
+            "2 problems in the DeepSpeed config:\n"
+            "zero_optimization.overlap_comm is \"auto\", which nothing fills (\"auto\" is an "
+            "HF-Trainer placeholder); set a value\n"
+            "zero_optimization.offload_param.device is \"auto\", which nothing fills (\"auto\" is "
+            "an HF-Trainer placeholder); set a value");
 }
 
 TEST(Resolve, UnknownTopLevelKeysWarnWithSuggestion) {
@@ -157,21 +177,43 @@ TEST(Resolve, UnknownTopLevelKeysWarnWithSuggestion) {
             "gradient_cliping: unknown top-level key, ignored (as DeepSpeed does) (did you mean "
             "\"gradient_clipping\"?)");
   EXPECT_EQ(rc.warnings[1], "my_custom_key: unknown top-level key, ignored (as DeepSpeed does)");
-  EXPECT_EQ(rc.gradient_clipping, 0.0);
+  EXPECT_EQ(rc.gradient_clipping, 1.0);
 }
 
 TEST(Resolve, IgnoredAndUnsupportedSections) {
   const ResolvedConfig rc = resolve(R"({"train_batch_size": 8,
       "flops_profiler": {"enabled": true}, "activation_checkpointing": {},
-      "elasticity": {"enabled": false}})");
+      "hybrid_engine": {"enabled": false}})");
   ASSERT_EQ(rc.warnings.size(), 3u);
   EXPECT_EQ(rc.warnings[0], "flops_profiler: DeepSpeed section ignored by ZeroRT");
-  EXPECT_EQ(rc.warnings[2], "elasticity: DeepSpeed section ignored by ZeroRT (not enabled)");
-  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "elasticity": {"enabled": true}})"),
-            "elasticity: this DeepSpeed feature is not supported by ZeroRT; set \"enabled\": "
+  EXPECT_EQ(rc.warnings[2], "hybrid_engine: DeepSpeed section ignored by ZeroRT (not enabled)");
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "hybrid_engine": {"enabled": true}})"),
+            "hybrid_engine: this DeepSpeed feature is not supported by ZeroRT; set \"enabled\": "
             "false or remove the section");
-  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "sparse_gradients": true})"),
-            "sparse_gradients: sparse gradient all-reduce is not supported by ZeroRT");
+}
+
+// Keys DeepSpeed 0.19 removed are errors whatever their value, with DeepSpeed's message.
+TEST(Resolve, KeysDeepSpeedRemovedAreErrors) {
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "elasticity": {"enabled": false}})"),
+            "elasticity: Elastic training has been removed; the 'elasticity' configuration block "
+            "is no longer supported. Set train_batch_size / train_micro_batch_size_per_gpu / "
+            "gradient_accumulation_steps directly. See "
+            "https://github.com/deepspeedai/DeepSpeed/issues/8489.");
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8, "sparse_gradients": false})"),
+                  "sparse_gradients: Sparse compression of dense torch.nn.Embedding gradients has "
+                  "been removed.");
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8, "nebula": {}})"),
+                  "nebula: Nebula checkpointing has been removed.");
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8,
+                                    "zero_optimization": {"mics_shard_size": -1}})"),
+                  "zero_optimization.mics_shard_size: MiCS ZeRO-3 sharding has been removed;");
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8,
+                                    "zero_optimization": {"zeropp_loco_param": {}}})"),
+                  "zero_optimization.zeropp_loco_param: LoCo-Zero++ has been removed;");
+  for (const auto& removed : keys::kRemovedTopLevel) {
+    const std::string config = str(R"({"train_batch_size": 8, ")", removed.key, R"(": {}})");
+    EXPECT_CONTAINS(resolve_error(config), std::string(removed.key) + ": ");
+  }
 }
 
 TEST(Resolve, EveryProblemIsReportedOnce) {
@@ -184,14 +226,16 @@ TEST(Resolve, EveryProblemIsReportedOnce) {
       "fp16": {"enabled": true, "loss_scale_window": 0},
       "bf16": {"enabled": true}})");
   EXPECT_EQ(message,
-            "7 problems in the DeepSpeed config:\n"
+            "8 problems in the DeepSpeed config:\n"
             "gradient_clipping: expected a non-negative number, got -1\n"
             "steps_per_print: expected a positive integer, got 0\n"
             "wall_clock_breakdown: expected true or false, got \"yes\" (a string)\n"
             "zero_optimization.overlap_com: unknown key (did you mean \"overlap_comm\"?)\n"
             "zero_optimization.reduce_bucket_size: expected a positive integer, got -1\n"
-            "fp16.loss_scale_window: expected a positive integer, got 0\n"
-            "bfloat16 and fp16 modes cannot be simultaneously enabled");
+            "fp16.loss_scale_window must be > 0 when dynamic loss scaling "
+            "is enabled (loss_scale=0)\n"
+            "bfloat16 and fp16 modes cannot be simultaneously enabled\n"
+            "optimizer: zero stage 2 requires an optimizer");
 }
 
 TEST(Resolve, MiscSections) {
@@ -264,11 +308,11 @@ TEST(Resolve, DumpShowsEveryEffectiveValueAndRoundTrips) {
                                     4);
   const Json dump = to_json(rc);
   EXPECT_EQ(dump["train_batch_size"], 8);
-  EXPECT_EQ(dump["gradient_clipping"], 0.0);
+  EXPECT_EQ(dump["gradient_clipping"], 1.0);
   EXPECT_TRUE(dump["steps_per_print"].is_null());
   EXPECT_EQ(dump["communication_data_type"], "fp16");
-  EXPECT_EQ(dump["fp16"]["initial_scale_power"], 32);  // the §1.4 trap, written out
-  EXPECT_EQ(dump["fp16"]["hysteresis"], 1);
+  EXPECT_EQ(dump["fp16"]["initial_scale_power"], 16);
+  EXPECT_EQ(dump["fp16"]["hysteresis"], 2);
   EXPECT_EQ(dump["zero_optimization"]["overlap_comm"], false);
   EXPECT_EQ(dump["zero_optimization"]["stage3_prefetch_bucket_size"], 1000000);
   EXPECT_EQ(dump["optimizer"]["params"]["adam_w_mode"], true);

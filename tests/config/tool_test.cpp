@@ -87,7 +87,7 @@ TEST(Tool, ConfigErrorsExitTwo) {
   EXPECT_CONTAINS(mismatch.err,
                   "zrt-config: error: Please correct the following DeepSpeed config values that "
                   "mismatch TrainingArguments values:\n- ds fp16.enabled=True vs hf "
-                  "fp16|fp16_full_eval+fp16_backend(amp)=False");
+                  "fp16|fp16_full_eval=False");
   const ToolResult hidden = run_tool("resolve --deepspeed " + example("zero3"));
   EXPECT_EQ(hidden.exit_code, 2);
   EXPECT_CONTAINS(hidden.err, "pass --hidden_size H");
@@ -151,13 +151,80 @@ TEST(Tool, ScheduleOneCycleHasMomentumAndNeedsSteps) {
     "optimizer": {"type": "Adam", "params": {"lr": 0.1}},
     "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.1, "cycle_max_lr": 1,
       "cycle_first_step_size": 4, "decay_lr_rate": 0.5, "decay_step_size": 2}}})");
-  const ToolResult r = run_tool("schedule --deepspeed '" + cfg + "' --num_training_steps 3 " +
-                                "--per_device_train_batch_size 1 --learning_rate 0.1");
+  const ToolResult r = run_tool("schedule --config '" + cfg + "' --num_training_steps 3");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // 0.9 − (0.9 − 0.8)·0.5 in doubles, as Python prints it.
   EXPECT_EQ(r.out, "step,lr,momentum\n0,0.1,0.8\n1,0.325,0.875\n2,0.55,0.8500000000000001\n");
-  EXPECT_EQ(run_tool("schedule --deepspeed '" + cfg + "'").exit_code, 1);
+  EXPECT_EQ(run_tool("schedule --config '" + cfg + "'").exit_code, 1);
   std::filesystem::remove(cfg);
+}
+
+// The pure-DeepSpeed path (--config): what zrt::initialize(model, "ds.json") reads. An explicit
+// lr that is not HF's default previews as it is; TrainingArguments flags and "auto" are refused.
+TEST(Tool, ConfigIsThePureDeepSpeedPath) {
+  const test::TempDir dir("zrt_pure");
+  const std::string cfg = dir.write("ds.json", R"({"train_micro_batch_size_per_gpu": 2,
+    "zero_optimization": {"stage": 1},
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 2, "warmup_type": "linear"}}})");
+  const ToolResult sched = run_tool("schedule --config '" + cfg + "' --num_training_steps 4");
+  ASSERT_EQ(sched.exit_code, 0) << sched.err;
+  // WarmupLR's max lr defaults to the optimizer's lr (DeepSpeed 0.19).
+  EXPECT_EQ(sched.out, "step,lr\n0,0\n1,0\n2,0.00015\n3,3e-04\n");
+  const ToolResult resolved = run_tool("resolve --config '" + cfg + "' --world_size 4");
+  ASSERT_EQ(resolved.exit_code, 0) << resolved.err;
+  const Json j = Json::parse(resolved.out);
+  EXPECT_EQ(j["train_batch_size"], 8);
+  EXPECT_EQ(j["optimizer"]["params"]["lr"], 3e-4);
+  EXPECT_TRUE(j["scheduler"]["params"]["warmup_max_lr"].is_null());
+  // The same config on the HF path: its lr mismatches HF's default --learning_rate.
+  EXPECT_EQ(run_tool("schedule --deepspeed '" + cfg + "' --num_training_steps 4").exit_code, 2);
+  const ToolResult flag = run_tool("resolve --config '" + cfg + "' --learning_rate 1e-3");
+  EXPECT_EQ(flag.exit_code, 1);
+  EXPECT_CONTAINS(flag.err, "--learning_rate has no meaning with --config");
+  EXPECT_EQ(run_tool("resolve --config '" + cfg + "' --deepspeed '" + cfg + "'").exit_code, 1);
+  const ToolResult automatic =
+      run_tool(R"(resolve --config '{"train_micro_batch_size_per_gpu": "auto"}')");
+  EXPECT_EQ(automatic.exit_code, 2);
+  EXPECT_CONTAINS(automatic.err,
+                  "which only the HF Trainer fills (from "
+                  "--per_device_train_batch_size)");
+  // ZeRO 1/2 need an optimizer: in the config, or the program's own (--client_optimizer).
+  const char* no_optimizer = R"('{"train_batch_size": 8, "zero_optimization": {"stage": 2}}')";
+  EXPECT_EQ(run_tool(std::string("resolve --config ") + no_optimizer).exit_code, 2);
+  EXPECT_EQ(
+      run_tool(std::string("resolve --config ") + no_optimizer + " --client_optimizer").exit_code,
+      0);
+}
+
+// --cases: many cases in one process, one JSON line each; a case's failure is its result.
+TEST(Tool, CasesRunManyInOneProcess) {
+  const test::TempDir dir("zrt_cases");
+  const std::string cases =
+      dir.write("cases.jsonl",
+                R"({"id": "ok", "argv": ["--config", "{\"train_batch_size\": 4}"]}
+{"id": 7, "argv": ["--config", "{\"train_batch_size\": \"auto\"}"]}
+["--config", "{}", "--learning_rate", "1"]
+)");
+  const ToolResult r = run_tool("resolve --cases '" + cases + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  std::vector<Json> out;
+  while (std::getline(lines, line)) out.push_back(Json::parse(line));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0]["id"], "ok");
+  EXPECT_EQ(out[0]["exit"], 0);
+  EXPECT_EQ(out[0]["resolved"]["train_micro_batch_size_per_gpu"], 4);
+  EXPECT_EQ(out[1]["id"], 7);
+  EXPECT_EQ(out[1]["exit"], 2);
+  EXPECT_CONTAINS(out[1]["error"].get<std::string>(), "train_batch_size is \"auto\"");
+  EXPECT_EQ(out[2]["id"], 3);  // the line number
+  EXPECT_EQ(out[2]["exit"], 1);
+  const ToolResult sched = run_tool("schedule --cases '" + cases + "'");
+  EXPECT_EQ(sched.exit_code, 0);
+  EXPECT_EQ(run_tool("resolve --cases '" + cases + "' --world_size 2").exit_code, 1);
+  EXPECT_EQ(run_tool("resolve --cases /nonexistent.jsonl").exit_code, 1);
 }
 
 }  // namespace

@@ -169,6 +169,18 @@ TEST(TrainingArguments, WarmupStepsRuleOfTransformers4) {
   EXPECT_EQ(a.get_warmup_steps(1000), 7);
 }
 
+// transformers 5: warmup_steps is a float; below 1 it is a ratio of the training steps.
+TEST(TrainingArguments, WarmupStepsRuleOfTransformers5) {
+  const TrainingArguments ratio = parse({"--warmup_steps", "0.1"});
+  EXPECT_EQ(ratio.warmup_steps, 0.1);
+  EXPECT_EQ(ratio.get_warmup_steps(1000), 100);
+  EXPECT_EQ(ratio.get_warmup_steps(15), 2);                               // ceil(1.5)
+  EXPECT_EQ(parse({"--warmup_steps", "7.9"}).get_warmup_steps(1000), 7);  // int(7.9)
+  EXPECT_EQ(parse({"--warmup_steps", "1"}).get_warmup_steps(1000), 1);
+  EXPECT_EQ(usage_error({"--warmup_steps", "-1"}),
+            "Got warmup_steps = -1, Expected value warmup_steps >= 0");
+}
+
 TEST(TrainingArguments, HfBool) {
   for (const char* t : {"yes", "TRUE", "t", "Y", "1"}) EXPECT_TRUE(parse_hf_bool(t)) << t;
   for (const char* f : {"no", "False", "f", "n", "0"}) EXPECT_FALSE(parse_hf_bool(f)) << f;

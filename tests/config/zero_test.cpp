@@ -186,6 +186,15 @@ TEST(Zero, LegacyBooleanForm) {
   EXPECT_EQ(off.zero.stage, 0);
 }
 
+// An "auto" under one of a setting's two names is reported as "auto", and does not make the
+// other name a duplicate (DeepSpeed would drop it).
+TEST(Zero, AutoUnderOneOfTwoNamesIsAnAutoError) {
+  EXPECT_EQ(resolve_error(with_zero(R"({"stage": 3, "stage3_param_persistence_threshold": 10,
+      "param_persistence_threshold": "auto"})")),
+            "zero_optimization.param_persistence_threshold is \"auto\", which nothing fills "
+            "(\"auto\" is an HF-Trainer placeholder); set a value");
+}
+
 TEST(Zero, FeaturesZeroRtDoesNotImplement) {
   EXPECT_EQ(resolve_error(with_zero(R"({"stage": 3, "zero_quantized_weights": true})")),
             "zero_optimization.zero_quantized_weights: ZeRO++ quantized weights is not supported "
@@ -193,19 +202,24 @@ TEST(Zero, FeaturesZeroRtDoesNotImplement) {
   EXPECT_EQ(resolve_error(with_zero(R"({"stage": 3, "zero_hpz_partition_size": 8})")),
             "zero_optimization.zero_hpz_partition_size: ZeRO++ hierarchical partitioning (hpZ) is "
             "not supported by ZeroRT; got 8, expected 0 or 1");
-  EXPECT_EQ(resolve_error(with_zero(R"({"stage": 3, "mics_shard_size": 8})")),
-            "zero_optimization.mics_shard_size: MiCS sharding is not supported by ZeroRT; got 8, "
-            "expected -1");
   EXPECT_CONTAINS(resolve_error(with_zero(R"({"stage": 2, "elastic_checkpoint": true})")),
                   "not supported by ZeroRT");
-  EXPECT_CONTAINS(resolve_error(with_zero(R"({"stage": 1, "legacy_stage1": true})")),
-                  "not supported by ZeroRT");
+  EXPECT_EQ(resolve_error(with_zero(R"({"stage": 1, "legacy_stage1": true})")),
+            "zero_optimization.legacy_stage1: The deprecated version of ZeRO Stage 1 is not "
+            "supported in deepspeed >= 0.5.9");
+  // DeepSpeed reads legacy_stage1 only when it builds a ZeRO optimizer.
+  const auto stage0 = resolve(R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 0, "legacy_stage1": true}})");
+  EXPECT_EQ(to_json(stage0)["zero_optimization"]["legacy_stage1"], true);
+  // MiCS and LoCo are keys DeepSpeed 0.19 removed: errors whatever the value.
+  EXPECT_CONTAINS(resolve_error(with_zero(R"({"stage": 3, "mics_shard_size": -1})")),
+                  "zero_optimization.mics_shard_size: MiCS ZeRO-3 sharding has been removed;");
   EXPECT_CONTAINS(
       resolve_error(with_zero(R"({"stage": 3, "zeropp_loco_param": {"err_beta": 0.8}})")),
-      "ZeRO++ LoCo is not supported by ZeroRT");
+      "zero_optimization.zeropp_loco_param: LoCo-Zero++ has been removed;");
   // At their defaults they are accepted.
   EXPECT_NO_THROW(resolve(with_zero(R"({"stage": 3, "zero_quantized_weights": false,
-      "zero_hpz_partition_size": 1, "mics_shard_size": -1})")));
+      "zero_hpz_partition_size": 1})")));
 }
 
 TEST(Zero, StageRules) {
@@ -225,9 +239,13 @@ TEST(Zero, StageRules) {
             "gradient_predivide_factor: gradient_predivide_factor != 1.0 is not yet supported "
             "with ZeRO-2 with reduce scatter enabled");
   EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW"},
-      "prescale_gradients": true, "zero_optimization": {"stage": 1}})"),
-            "prescale_gradients: pre-scale gradients is not yet supported with ZeRO-1 with "
+      "prescale_gradients": true, "zero_optimization": {"stage": 2}})"),
+            "prescale_gradients: pre-scale gradients is not yet supported with ZeRO-2 with "
             "reduce scatter enabled");
+  // DeepSpeed 0.19 checks both at stage 2 only.
+  EXPECT_NO_THROW(resolve(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW"},
+      "prescale_gradients": true, "gradient_predivide_factor": 2.0,
+      "zero_optimization": {"stage": 1}})"));
   EXPECT_NO_THROW(resolve(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW"},
       "prescale_gradients": true, "zero_optimization": {"stage": 2, "reduce_scatter": false}})"));
 }

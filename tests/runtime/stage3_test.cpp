@@ -21,6 +21,7 @@ std::shared_ptr<comm::Comm> world_ptr() {
 
 Json stage3_config(bool with_optimizer, bool bf16) {
   Json cfg = {{"train_micro_batch_size_per_gpu", 4},
+              {"gradient_clipping", 0.0},  // the references do not clip
               {"zero_optimization",
                {{"stage", 3},
                 {"stage3_param_persistence_threshold", 0},

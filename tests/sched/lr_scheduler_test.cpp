@@ -196,7 +196,7 @@ TEST(LRScheduler, LoadAtMinusOneRestoresTheConstructionValues) {
   LRScheduler scheduler(cosine, {1.0, 3.0});
   for (int k = 0; k < 6; ++k) scheduler.step();
   scheduler.load_state_dict(Json::parse(R"({"last_batch_iteration": -1})"));
-  EXPECT_EQ(scheduler.get_lr(), (std::vector<double>{0.0, 3.0}));
+  EXPECT_EQ(scheduler.get_lr(), (std::vector<double>{0.0, 0.0}));
   LRScheduler one_cycle(all_specs()[3], kBaseLrs);
   one_cycle.step();
   one_cycle.load_state_dict(Json::parse(R"({"last_batch_iteration": -1})"));
