@@ -27,15 +27,44 @@ function(zrt_use_torch target visibility)
   endif()
 endfunction()
 
+# Note [Module include folders]
+# A module's code includes "<module>/<header>.h" from the source root, but no module sees the
+# whole root: module M's public include folder is build/include/M, which holds only a link named
+# M to its own source folder, so M's code can include a header of X only when X is among M's
+# DEPS (CMake passes the include folders of linked modules on). The torch-free leaf headers
+# <X>/options.h (DESIGN.md) are the exception, reachable from every module through
+# build/include/_options, which zrt_core publishes. An upward include therefore fails to
+# compile; scripts/check_layout.py checks the same rules with readable messages. Tools, tests,
+# examples and benchmarks see the whole source root (they sit above every module).
+set(ZRT_MODULE_INCLUDE ${CMAKE_BINARY_DIR}/include)
+
+function(_zrt_link_module_folder name)
+  set(dir ${ZRT_MODULE_INCLUDE}/${name})
+  file(MAKE_DIRECTORY ${dir})
+  file(CREATE_LINK ${CMAKE_CURRENT_SOURCE_DIR} ${dir}/${name} SYMBOLIC)
+  if(name STREQUAL "core")
+    file(GLOB leaves RELATIVE ${ZRT_SOURCE_ROOT} ${ZRT_SOURCE_ROOT}/*/options.h)
+    foreach(leaf ${leaves})
+      get_filename_component(module ${leaf} DIRECTORY)
+      file(MAKE_DIRECTORY ${ZRT_MODULE_INCLUDE}/_options/${module})
+      file(CREATE_LINK ${ZRT_SOURCE_ROOT}/${leaf} ${ZRT_MODULE_INCLUDE}/_options/${leaf} SYMBOLIC)
+    endforeach()
+  endif()
+endfunction()
+
 function(zrt_add_module name)
   cmake_parse_arguments(M "TORCH" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   set(target zrt_${name})
   add_library(${target} ${M_SOURCES})
   add_library(ZeroRT::${name} ALIAS ${target})
+  _zrt_link_module_folder(${name})
   target_include_directories(${target} PUBLIC
-    $<BUILD_INTERFACE:${ZRT_SOURCE_ROOT}>
+    $<BUILD_INTERFACE:${ZRT_MODULE_INCLUDE}/${name}>
     $<BUILD_INTERFACE:${ZRT_GENERATED_INCLUDE}>
     $<INSTALL_INTERFACE:include/zrt>)
+  if(name STREQUAL "core")
+    target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${ZRT_MODULE_INCLUDE}/_options>)
+  endif()
   target_link_libraries(${target} PUBLIC ${M_DEPS} PRIVATE ${M_PRIVATE_DEPS})
   if(M_TORCH)
     zrt_use_torch(${target} PUBLIC)
@@ -48,6 +77,7 @@ function(zrt_add_tool exe)
   cmake_parse_arguments(T "TORCH" "" "SOURCES;DEPS" ${ARGN})
   add_executable(${exe} ${T_SOURCES})
   target_link_libraries(${exe} PRIVATE ${T_DEPS})
+  target_include_directories(${exe} PRIVATE ${ZRT_SOURCE_ROOT})
   if(T_TORCH)
     zrt_use_torch(${exe} PRIVATE)
   endif()
@@ -75,6 +105,7 @@ function(zrt_add_test name)
   endif()
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_DEPS} GTest::gtest)
+  target_include_directories(${name} PRIVATE ${ZRT_SOURCE_ROOT})
   if(T_MPI_MAIN)
     target_link_libraries(${name} PRIVATE zrt_test_mpi_main)
   else()
