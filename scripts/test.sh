@@ -19,24 +19,30 @@ BUILD_SYSTEM="${ZRT_BUILD_DIR_SYSTEM:-$ROOT/build-system}"
 # mpirun refuses to run as root without these; harmless otherwise.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 status=0
+START=$(date +%s)
+# Each phase's line says how long the run has taken so far (the README's timings come from them).
+phase() { echo "== test.sh [$(( $(date +%s) - START )) s]: $*"; }
 
-echo "== test.sh: main build (LibTorch 2.x from the venv) in $BUILD"
+phase "main build (LibTorch 2.x from the venv) in $BUILD"
 ZRT_BUILD_DIR="$BUILD" "$ROOT/scripts/build.sh"
+phase "main build done; its tests"
 (cd "$BUILD" && ctest --output-on-failure --timeout 900 -j "$(nproc)" "$@") || status=$?
 
 if [[ "${ZRT_TEST_SYSTEM_TORCH:-1}" == 1 ]]; then
-  echo "== test.sh: Debian's LibTorch 1.13 in $BUILD_SYSTEM (build + unit tests)"
+  phase "Debian's LibTorch 1.13 in $BUILD_SYSTEM (build + unit tests)"
   # Only the unit tests run here: the mpirun test binaries are not built (ZRT_BUILD_MPI_TESTS).
   ZRT_BUILD_DIR="$BUILD_SYSTEM" "$ROOT/scripts/build.sh" -DZRT_TORCH=system -DZRT_BUILD_MPI_TESTS=OFF
+  phase "1.13 build done; its unit tests"
   (cd "$BUILD_SYSTEM" && ctest --output-on-failure --timeout 900 -j "$(nproc)" -L unit) ||
     status=$?
 fi
 
 FUZZ_SECONDS="${ZRT_TEST_FUZZ_SECONDS:-60}"
 if [[ "$FUZZ_SECONDS" != 0 ]]; then
-  echo "== test.sh: fuzzing, $FUZZ_SECONDS s per target (clang, ASan + UBSan) in $ROOT/build-fuzz"
+  phase "fuzzing, $FUZZ_SECONDS s per target (clang, ASan + UBSan) in $ROOT/build-fuzz"
   # shellcheck disable=SC2086  # a list of target names
   ZRT_FUZZ_BUILD_DIR="$ROOT/build-fuzz" "$ROOT/scripts/fuzz.sh" "$FUZZ_SECONDS" \
     ${ZRT_TEST_FUZZ_TARGETS:-} || status=$?
 fi
+phase "done, exit status $status"
 exit $status

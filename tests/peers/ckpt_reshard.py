@@ -97,7 +97,7 @@ def main():
         parser.error("--bin is required")
     fails = []
     with tempfile.TemporaryDirectory(prefix="zrt_reshard_") as tmp:
-        for name, stage in (("ds_s1_w2", 1), ("ds_s2_w2", 2)):
+        for name, stage in (("ds_s1_w2", 1), ("ds_s2_w2", 2), ("ds_s3_w2", 3)):
             fails += one_case(args, tmp, name, stage)
     for f in fails:
         print("ckpt_reshard: " + f)
