@@ -1,14 +1,15 @@
 """Resuming at another world size: ZeroRT's online reshard against DeepSpeed's universal
 checkpoint (issue 14 section 3; label `peer`).
 
-DeepSpeed wrote checkpoint-3 on 2 ranks (fixtures ds_s1_w2 and ds_s2_w2, tests/data/deepspeed).
+DeepSpeed wrote checkpoint-3 on 2 ranks (fixtures ds_s1_w2, ds_s2_w2 and ds_s3_w2,
+tests/data/deepspeed).
  - DeepSpeed: deepspeed.checkpoint.ds_to_universal converts it (its own tool, on a copy), and
    3 gloo ranks load it with "checkpoint": {"load_universal": true} and train steps 4-6.
  - ZeroRT: zrt-train --resume_from_checkpoint on 3 ranks reads the 2-rank files directly (no
    conversion) and trains steps 4-6.
 Both take the 3-rank batches of zrt-train's sampler at steps 4-6 (transformers' rule for the
 position: the global step). The losses, learning rates and final weights must agree within
-ckpt_resume.py's fp32 tolerances. ZeRO-3 is not compared (not tried yet; docs/PEERS.md).
+ckpt_resume.py's fp32 tolerances, at ZeRO stages 1, 2 and 3.
 
     python tests/peers/ckpt_reshard.py --bin build/bin
 """
