@@ -89,9 +89,8 @@ double check_fused(Problem& pr, const kernels::CpuAdamConfig& config, bool* copy
 std::vector<double> time_fused(Problem& pr, const kernels::CpuAdamConfig& config,
                                const Timing& timing) {
   int64_t step = 2;
-  return time_runs(timing.warmup, timing.iterations(pr.n), [&] {
-    kernels::adam_step_cpu({pr.tensors()}, step_args(step++), config);
-  });
+  return time_runs(timing.warmup, timing.iterations(pr.n),
+                   [&] { kernels::adam_step_cpu({pr.tensors()}, step_args(step++), config); });
 }
 
 std::vector<double> time_reference(Problem& pr, const Timing& timing) {
@@ -222,10 +221,9 @@ void run_rows(Problem& pr, const std::string& variant, int t, double diff, bool 
                               {"check_max_rel_diff", diff},
                               {"check_ok", ok}});
     if (!run.json) {
-      std::printf("%-5s %6s %3d %-9s %9.2f %8.3f %7.2f %6.2f %6.1f%% %8.2f %6s\n",
-                  variant.c_str(), format_count(n).c_str(), t, impl.c_str(), s * 1e3, n / s / 1e9,
-                  gbps, row_triad, pct, vs_torch,
-                  impl == "fused" ? (ok ? "ok" : "FAILED") : "");
+      std::printf("%-5s %6s %3d %-9s %9.2f %8.3f %7.2f %6.2f %6.1f%% %8.2f %6s\n", variant.c_str(),
+                  format_count(n).c_str(), t, impl.c_str(), s * 1e3, n / s / 1e9, gbps, row_triad,
+                  pct, vs_torch, impl == "fused" ? (ok ? "ok" : "FAILED") : "");
       std::fflush(stdout);
     }
   }

@@ -241,8 +241,9 @@ def meta(args):
             versions[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
             versions[pkg] = None
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                if ln.startswith("model name")), platform.processor())
+    with open("/proc/cpuinfo") as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                   platform.processor())
     return {"kind": "meta", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpu": cpu,
             "cpus": os.cpu_count(), "versions": versions, "plain_compiler": args.plain_cc,
             "command": " ".join(sys.argv), "loadavg": loadavg(),
@@ -263,8 +264,9 @@ def main():
 
     info = meta(args)
     emit(info)
-    print(f"# Adam side by side: {info['cpu']}, {info['cpus']} CPUs, torch {info['versions']['torch']}"
-          f", DeepSpeed {info['versions']['deepspeed']}, {info['date']}\n")
+    versions = info["versions"]
+    print(f"# Adam side by side: {info['cpu']}, {info['cpus']} CPUs, torch {versions['torch']}, "
+          f"DeepSpeed {versions['deepspeed']}, {info['date']}\n")
     ok = args.no_check or run_checks(args, emit)
     start = time.time()
     results = []

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One measurement of one Python-side Adam implementation in its own process, for bench/peers/adam.py.
+"""One measurement of one Python-side Adam implementation in a process, for bench/peers/adam.py.
 
     adam_worker.py --impl deepspeed|torch_fused|torch_foreach|plain --variant fp32|bf16
                    --size N --threads T --warmup W --steps K [--plain-lib plain_adam.so]
@@ -33,14 +33,15 @@ IMPLS = ("deepspeed", "torch_fused", "torch_foreach", "plain")
 
 
 class Problem:
-    """The tensors of one run: fp32 p (and its bf16 copy), the gradient as given (g_in) and the
-    fp32 gradient the optimizer reads (g32: g_in itself for fp32, a buffer for bf16)."""
+    """The tensors of one run: fp32 p (and its bf16 copy), the gradient as given (g_in) and, for
+    the torch optimizers, the fp32 gradient they read (g32: g_in itself for fp32, a buffer for
+    bf16)."""
 
-    def __init__(self, p, g_in):
+    def __init__(self, p, g_in, impl):
         self.p = p
         self.g_in = g_in
         self.bf16 = g_in.dtype == torch.bfloat16
-        self.g32 = torch.empty_like(p) if self.bf16 else g_in
+        self.g32 = torch.empty_like(p) if self.bf16 and impl != "plain" else g_in
         self.copy = torch.empty(p.numel(), dtype=torch.bfloat16) if self.bf16 else None
 
 
@@ -94,7 +95,7 @@ def measure(args):
     g = torch.rand(n) - 0.5
     if args.variant == "bf16":
         g = g.to(torch.bfloat16)
-    step = make_stepper(Problem(p, g), args)
+    step = make_stepper(Problem(p, g, args.impl), args)
     for t in range(1, args.warmup + 1):
         step(t)
     runs = []
@@ -107,11 +108,12 @@ def measure(args):
 
 def replay(args):
     d = args.replay
-    p = torch.from_file(os.path.join(d, "p.f32"), size=os.path.getsize(os.path.join(d, "p.f32")) // 4,
-                        dtype=torch.float32).clone()
-    gname, gtype = ("g.bf16", torch.bfloat16) if args.variant == "bf16" else ("g.f32", torch.float32)
-    g = torch.from_file(os.path.join(d, gname), size=p.numel(), dtype=gtype).clone()
-    pr = Problem(p, g)
+    n = os.path.getsize(os.path.join(d, "p.f32")) // 4
+    p = torch.from_file(os.path.join(d, "p.f32"), size=n, dtype=torch.float32).clone()
+    bf16 = args.variant == "bf16"
+    gname, gtype = ("g.bf16", torch.bfloat16) if bf16 else ("g.f32", torch.float32)
+    g = torch.from_file(os.path.join(d, gname), size=n, dtype=gtype).clone()
+    pr = Problem(p, g, args.impl)
     step = make_stepper(pr, args)
     for t in range(1, args.steps + 1):
         step(t)

@@ -38,9 +38,14 @@ static Scalars make_scalars(int64_t step, double lr, double beta1, double beta2,
                             double weight_decay) {
   const double bc1 = 1.0 - pow(beta1, (double)step);
   const double bc2 = 1.0 - pow(beta2, (double)step);
-  Scalars s = {(float)beta1,         (float)(1.0 - beta1), (float)beta2,
-               (float)(1.0 - beta2), (float)(-lr / bc1),   (float)(1.0 / sqrt(bc2)),
-               (float)eps,           (float)(1.0 - lr * weight_decay)};
+  const Scalars s = {.b1 = (float)beta1,
+                     .one_minus_b1 = (float)(1.0 - beta1),
+                     .b2 = (float)beta2,
+                     .one_minus_b2 = (float)(1.0 - beta2),
+                     .step_size = (float)(-lr / bc1),
+                     .bc2_rsqrt = (float)(1.0 / sqrt(bc2)),
+                     .eps = (float)eps,
+                     .decay = (float)(1.0 - lr * weight_decay)};
   return s;
 }
 
@@ -57,10 +62,10 @@ static inline float update(float* p, float g, float* m, float* v, const Scalars*
 /* One step over n elements on `threads` (>= 1) OpenMP threads. grad_bf16 = 0: g is float*, copy
  * is ignored. grad_bf16 = 1: g is bf16 (uint16_t*), and copy (n bf16 values) receives the updated
  * p. */
-void plain_adamw_step(float* restrict p, const void* restrict g, int grad_bf16,
-                      float* restrict m, float* restrict v, uint16_t* restrict copy, int64_t n,
-                      int64_t step, double lr, double beta1, double beta2, double eps,
-                      double weight_decay, int threads) {
+void plain_adamw_step(float* restrict p, const void* restrict g, int grad_bf16, float* restrict m,
+                      float* restrict v, uint16_t* restrict copy, int64_t n, int64_t step,
+                      double lr, double beta1, double beta2, double eps, double weight_decay,
+                      int threads) {
   const Scalars s = make_scalars(step, lr, beta1, beta2, eps, weight_decay);
   if (!grad_bf16) {
     const float* restrict gf = (const float*)g;
