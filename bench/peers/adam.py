@@ -110,7 +110,6 @@ def child_env(threads):
     env.pop("ZRT_NUM_THREADS", None)
     env["OMP_NUM_THREADS"] = str(threads)
     env["MKL_NUM_THREADS"] = str(threads)
-    env["PYTHONPATH"] = HERE + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
 
@@ -136,6 +135,7 @@ def measure_once(impl, variant, size, threads, args):
         extra = ["--sizes", str(size), "--impls", "fused", "--no-sweep", "--no-triad", "--warmup",
                  str(args.warmup), "--reps", str(args.steps), "--json"]
         out = json.loads(run_child(command(impl, variant, threads, args, extra), threads))
+        args.zerort_isa = out["isa"]
         return out["rows"][0]["runs_ms"]
     extra = ["--size", str(size), "--warmup", str(args.warmup), "--steps", str(args.steps)]
     out = run_child(command(impl, variant, threads, args, extra), threads)
@@ -150,7 +150,7 @@ def loadavg():
 
 def measure_row(variant, size, threads, args, emit):
     """All implementations at one size, variant and thread count, args.reps processes each in
-    rotated order. Returns {impl: [per-process median ms]}."""
+    rotated order. Returns ({impl: [per-process median ms]}, load average before, after)."""
     values = {impl: [] for impl in args.impls}
     k = len(args.impls)
     load_before = loadavg()
@@ -254,7 +254,15 @@ def meta(args):
 def main():
     args = parse_args()
     plain_dir = args.plain_dir or tempfile.mkdtemp(prefix="zrt-plain-adam-")
-    args.plain_lib, args.plain_cc = build_plain(plain_dir)
+    try:
+        args.plain_lib, args.plain_cc = build_plain(plain_dir)
+        return run(args)
+    finally:
+        if not args.plain_dir:
+            shutil.rmtree(plain_dir, ignore_errors=True)
+
+
+def run(args):
     jsonl = open(args.jsonl, "w") if args.jsonl else None
 
     def emit(obj):
@@ -279,6 +287,9 @@ def main():
                     results.append(row)
                 print(f"[{time.time() - start:.0f} s] {variant} {format_count(size)} "
                       f"{threads} thread(s) done", file=sys.stderr, flush=True)
+    info["zerort_isa"] = getattr(args, "zerort_isa", None)
+    emit({"kind": "end", "seconds": time.time() - start, "loadavg": loadavg(),
+          "zerort_isa": info["zerort_isa"], "checks_ok": ok})
     print_tables(results, info, loadavg(), time.time() - start)
     if args.svg:
         write_svg(results, args.svg, info)

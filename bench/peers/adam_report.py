@@ -88,8 +88,8 @@ def print_tables(results, info, load_end, seconds):
     print(f"Load average (1/5/15 min, /proc/loadavg): {load} at the start, "
           f"{' '.join(f'{x:.2f}' for x in load_end)} at the end; {seconds:.0f} s of measurement. "
           f"{info['reps']} processes per row and implementation, each {info['warmup']} warm-up + "
-          f"{info['steps']} timed steps (its value: the median of those). Plain loop: "
-          f"{info['plain_compiler']}.")
+          f"{info['steps']} timed steps (its value: the median of those). ZeroRT's SIMD path: "
+          f"{info.get('zerort_isa') or '-'}. Plain loop: {info['plain_compiler']}.")
 
 
 def _svg_text(x, y, text, size=11, anchor="middle", extra=""):
