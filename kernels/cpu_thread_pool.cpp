@@ -1,6 +1,7 @@
 // The CPU kernels' worker pool (Note [Kernel thread pool] in cpu_thread_pool.h).
 #include "kernels/cpu_thread_pool.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -8,9 +9,10 @@
 #include <thread>
 #include <vector>
 
+#include <ATen/Parallel.h>
+
 #include "core/env.h"
 #include "core/error.h"
-#include <sched.h>
 
 namespace zrt::kernels {
 namespace {
@@ -105,14 +107,8 @@ int cpu_kernel_threads() {
                  *n, " must be between 1 and 4096");
     return static_cast<int>(*n);
   }
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    const int n = CPU_COUNT(&set);
-    if (n > 0) return n;
-  }
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw > 0 ? static_cast<int>(hw) : 1;
+  // Note [Kernel thread count]: LibTorch's intra-op count.
+  return std::max(1, at::get_num_threads());
 }
 
 void run_on_threads(int num_threads, const std::function<void(int)>& fn) {

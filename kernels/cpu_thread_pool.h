@@ -1,14 +1,19 @@
 // The process-wide pool of worker threads used by the CPU kernels. A job runs one function on N
 // threads (the caller is thread 0); jobs from different callers are serialised. The thread count
-// comes from ZRT_NUM_THREADS, else from the CPUs this process may run on.
+// comes from ZRT_NUM_THREADS, else from LibTorch's intra-op thread count.
 #pragma once
 
 #include <functional>
 
 namespace zrt::kernels {
 
-// ZRT_NUM_THREADS if set (>= 1), else the number of CPUs in the process's affinity mask (which
-// mpirun's core binding restricts), at least 1. Throws ConfigError for a bad ZRT_NUM_THREADS.
+// Note [Kernel thread count]:
+// ZRT_NUM_THREADS if set (1..4096), else LibTorch's intra-op thread count at::get_num_threads():
+// at::set_num_threads(n) if the program called it, else OMP_NUM_THREADS (zrt-launch sets it to
+// cores / ranks per node), else LibTorch's default, which on the builds tested here is the number
+// of CPUs in the process's affinity mask (taskset and mpirun's core binding restrict it). So the
+// Adam kernel runs on as many threads as LibTorch's own operators in the same step. At least 1.
+// Throws ConfigError for a bad ZRT_NUM_THREADS. Read on every call (cheap).
 int cpu_kernel_threads();
 
 // Note [Kernel thread pool]:

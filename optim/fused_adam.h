@@ -48,8 +48,8 @@ class FusedAdam final : public Optimizer {
   const at::Tensor& exp_avg(size_t group, size_t index) const;
   const at::Tensor& exp_avg_sq(size_t group, size_t index) const;
 
-  // Threads, ISA and tiling of the CPU kernel (defaults: ZRT_NUM_THREADS / CPU affinity,
-  // ZRT_CPU_ADAM_ISA / CPUID). For benchmarks and tests.
+  // Threads, ISA and tiling of the CPU kernel (defaults: ZRT_NUM_THREADS / LibTorch's intra-op
+  // thread count, ZRT_CPU_ADAM_ISA / CPUID). For benchmarks and tests.
   void set_cpu_config(const kernels::CpuAdamConfig& config) { cpu_config_ = config; }
 
   OptimizerState state_dict() const override;

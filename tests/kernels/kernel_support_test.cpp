@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <gtest/gtest.h>
@@ -135,6 +136,22 @@ TEST(ThreadPool, ThreadCountFromEnvironment) {
   EXPECT_THROW(cpu_kernel_threads(), ConfigError);
   unsetenv(env::kNumThreads);
   EXPECT_GE(cpu_kernel_threads(), 1);
+}
+
+// Note [Kernel thread count]: without ZRT_NUM_THREADS the kernels follow LibTorch's intra-op
+// count (at::set_num_threads, OMP_NUM_THREADS); ZRT_NUM_THREADS overrides it.
+TEST(ThreadPool, ThreadCountFollowsLibTorch) {
+  unsetenv(env::kNumThreads);
+  const int before = at::get_num_threads();
+  EXPECT_EQ(cpu_kernel_threads(), before);
+  at::set_num_threads(1);
+  EXPECT_EQ(cpu_kernel_threads(), 1);
+  at::set_num_threads(3);
+  EXPECT_EQ(cpu_kernel_threads(), 3);
+  setenv(env::kNumThreads, "2", 1);
+  EXPECT_EQ(cpu_kernel_threads(), 2);
+  unsetenv(env::kNumThreads);
+  at::set_num_threads(before);
 }
 
 }  // namespace
