@@ -18,6 +18,7 @@ OUT.jsonl   the file ZRT_PMPI_OUT named: one line per rank and label ("finalize"
 """
 import argparse
 import json
+import os
 import re
 import sys
 
@@ -75,7 +76,9 @@ def main():
             continue
         row = {"rank": rank, "p2p_send_bytes": fin["p2p_send_bytes"],
                "coll_bytes": fin["coll_bytes"], "functions": fin["functions"]}
-        if args.prof:
+        if args.prof and not os.path.exists(f"{args.prof}.{rank}.prof"):
+            failures.append(f"rank {rank}: no {args.prof}.{rank}.prof (pml monitoring off?)")
+        elif args.prof:
             prof = read_prof(args.prof, rank)
             row["pml_user_bytes"], row["pml_coll_internal_bytes"] = prof["E"][0], prof["I"][0]
             if prof["E"][0] != fin["p2p_send_bytes"]:
