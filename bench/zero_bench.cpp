@@ -68,11 +68,12 @@ class PmpiWindow {
   // Collective: every rank must call this. The largest over ranks of the point-to-point bytes
   // sent and the bytes handed to collectives between the two marks, per step.
   std::array<double, 2> max_per_step(comm::Comm& comm, int steps) const {
-    const auto delta = [this](int i) { return static_cast<double>(end_[i] - begin_[i]); };
-    at::Tensor t = at::tensor(
-        {delta(ZRT_PMPI_P2P_SEND_BYTES), delta(ZRT_PMPI_COLL_BYTES)}, at::kDouble);
+    at::Tensor t = at::zeros({2}, at::kDouble);
+    double* v = t.data_ptr<double>();
+    v[0] = static_cast<double>(end_[ZRT_PMPI_P2P_SEND_BYTES] - begin_[ZRT_PMPI_P2P_SEND_BYTES]);
+    v[1] = static_cast<double>(end_[ZRT_PMPI_COLL_BYTES] - begin_[ZRT_PMPI_COLL_BYTES]);
     comm.all_reduce(t, comm::ReduceOp::kMax);
-    return {t[0].item<double>() / steps, t[1].item<double>() / steps};
+    return {v[0] / steps, v[1] / steps};
   }
 
  private:
