@@ -15,9 +15,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 CORES=$(nproc)
 PMPI=()
 if [[ "${ZRT_PMPI:-0}" == 1 ]]; then
+  LIB="$BUILD/bench/pmpi/libzrt_pmpi_count.so"
+  [[ -f "$LIB" ]] || { echo "ZRT_PMPI=1 needs $LIB (target zrt_pmpi_count)" >&2; exit 2; }
   PMPI_DIR="$(mktemp -d)"
   trap 'rm -rf "$PMPI_DIR"' EXIT
-  PMPI=(-x LD_PRELOAD="$BUILD/bench/pmpi/libzrt_pmpi_count.so" -x ZRT_PMPI_OUT="$PMPI_DIR/out.jsonl"
+  PMPI=(-x LD_PRELOAD="$LIB" -x ZRT_PMPI_OUT="$PMPI_DIR/out.jsonl"
         --mca pml_monitoring_enable 2 --mca pml_monitoring_enable_output 3
         --mca pml_monitoring_filename "$PMPI_DIR/prof")
 fi
