@@ -99,9 +99,9 @@ def main():
         if "window" in row:
             w = row["window"]
             text += (f"\n  {args.window[0]}..{args.window[1]} per step: p2p sent "
-                     f"{w['p2p_send_bytes'] / MIB:.3f} MiB ({w['p2p_send_calls']:.0f} calls), "
-                     f"handed to collectives {w['coll_bytes'] / MIB:.3f} MiB "
-                     f"({w['coll_calls']:.0f} calls)")
+                     f"{w['p2p_send_bytes']:.0f} B = {w['p2p_send_bytes'] / MIB:.3f} MiB "
+                     f"({w['p2p_send_calls']:g} calls), handed to collectives "
+                     f"{w['coll_bytes']:.0f} B ({w['coll_calls']:g} calls)")
         print(text)
         for name, c in sorted(row["functions"].items()):
             print(f"  {name:28s} {c['calls']:8d} calls {c['bytes']:16d} B")
