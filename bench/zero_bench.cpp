@@ -8,6 +8,11 @@
 // (gloo) on the same model and batch for comparison. Each run checks once that the loss is finite
 // and falls, then times `steps` optimizer steps after 2 warm-up steps; the step time is the median
 // over steps of the slowest rank.
+//
+// Under LD_PRELOAD=libzrt_pmpi_count.so (bench/zero_bench.sh with ZRT_PMPI=1) it also prints the
+// bytes each rank handed to MPI during the timed steps, measured where they enter MPI
+// (bench/README.md, "Measured bytes").
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,10 +20,12 @@
 #include <torch/torch.h>
 
 #include "bench/harness.h"
+#include "bench/pmpi/zrt_pmpi_count.h"
 #include "comm/init.h"
 #include "core/tool_main.h"
 #include "runtime/initialize.h"
 #include "zero/shard_unit.h"
+#include <dlfcn.h>
 #include <sys/resource.h>
 
 namespace zrt::bench {
@@ -43,6 +50,80 @@ struct StackImpl : torch::nn::Module {
   }
   std::vector<std::shared_ptr<ShardUnit<BlockImpl>>> blocks;
 };
+
+// The counters of libzrt_pmpi_count.so over the steps, when the process runs under it.
+class PmpiWindow {
+ public:
+  PmpiWindow()
+      : totals_(reinterpret_cast<zrt_pmpi_totals_fn>(dlsym(RTLD_DEFAULT, "zrt_pmpi_totals"))),
+        write_(reinterpret_cast<zrt_pmpi_write_fn>(dlsym(RTLD_DEFAULT, "zrt_pmpi_write"))) {}
+
+  bool active() const { return totals_ != nullptr && write_ != nullptr; }
+  // Snapshots this rank's counters and appends them to ZRT_PMPI_OUT under `label`.
+  void mark(const char* label, bool end) {
+    if (!active()) return;
+    totals_(end ? end_.data() : begin_.data());
+    write_(label);
+  }
+  // Collective: every rank must call this. The largest over ranks of the point-to-point bytes
+  // sent and the bytes handed to collectives between the two marks, per step.
+  std::array<double, 2> max_per_step(comm::Comm& comm, int steps) const {
+    at::Tensor t = at::zeros({2}, at::kDouble);
+    double* v = t.data_ptr<double>();
+    v[0] = static_cast<double>(end_[ZRT_PMPI_P2P_SEND_BYTES] - begin_[ZRT_PMPI_P2P_SEND_BYTES]);
+    v[1] = static_cast<double>(end_[ZRT_PMPI_COLL_BYTES] - begin_[ZRT_PMPI_COLL_BYTES]);
+    comm.all_reduce(t, comm::ReduceOp::kMax);
+    return {v[0] / steps, v[1] / steps};
+  }
+
+ private:
+  zrt_pmpi_totals_fn totals_;
+  zrt_pmpi_write_fn write_;
+  std::array<long long, ZRT_PMPI_NUM_TOTALS> begin_{};
+  std::array<long long, ZRT_PMPI_NUM_TOTALS> end_{};
+};
+
+// One configuration's results, as rank 0 prints them (sizes in MiB).
+struct Row {
+  int stage;
+  const char* variant;
+  int ranks;
+  std::string dtype;
+  int64_t params;
+  double step_ms, state_mib, rss_mib, wire_mib;
+  bool measured;                       // run under libzrt_pmpi_count.so
+  std::array<double, 2> measured_mib;  // sent point-to-point, handed to collectives, per step
+  double loss_first, loss_last;
+  bool ok;
+};
+
+void print_row(const Row& r, bool json) {
+  char extra[160] = "";
+  if (json) {
+    if (r.measured) {
+      std::snprintf(extra, sizeof extra,
+                    ", \"pmpi_p2p_mib_per_step\": %.3f, \"pmpi_coll_mib_per_step\": %.3f",
+                    r.measured_mib[0], r.measured_mib[1]);
+    }
+    std::printf(
+        "{\"stage\": %d, \"variant\": \"%s\", \"ranks\": %d, \"dtype\": \"%s\", \"params\": %lld, "
+        "\"step_ms\": %.2f, \"model_state_mib\": %.1f, \"peak_rss_mib\": %.1f, "
+        "\"wire_mib_per_step\": %.1f%s, \"loss_falls\": %s}\n",
+        r.stage, r.variant, r.ranks, r.dtype.c_str(), static_cast<long long>(r.params), r.step_ms,
+        r.state_mib, r.rss_mib, r.wire_mib, extra, r.ok ? "true" : "false");
+    return;
+  }
+  if (r.measured) {
+    std::snprintf(extra, sizeof extra,
+                  " (measured: sent point-to-point %.1f, handed to collectives %.1f)",
+                  r.measured_mib[0], r.measured_mib[1]);
+  }
+  std::printf(
+      "stage %d%-10s N=%d %s %.1fM params: step %.1f ms, model states %.1f MiB/rank, "
+      "peak RSS %.0f MiB/rank, wire %.1f MiB/step/rank%s, loss %.4f -> %.4f\n",
+      r.stage, r.variant, r.ranks, r.dtype.c_str(), r.params / 1e6, r.step_ms, r.state_mib,
+      r.rss_mib, r.wire_mib, extra, r.loss_first, r.loss_last);
+}
 
 int64_t int_flag(int argc, char** argv, const char* name, int64_t fallback) {
   return std::stoll(flag_value(argc, argv, name, std::to_string(fallback)));
@@ -82,6 +163,8 @@ int run(int argc, char** argv) {
   std::vector<double> losses;
   std::vector<double> times;
   engine->reset_comm_stats();  // the wire bytes of the steps only, not of initialize's broadcast
+  PmpiWindow pmpi;
+  pmpi.mark("steps_begin", false);
   for (int s = 0; s < steps + 2; ++s) {
     comm->barrier();
     const double t0 = now_seconds();
@@ -94,6 +177,7 @@ int run(int argc, char** argv) {
     losses.push_back(loss.item<double>());
     if (s >= 2) times.push_back(dt.item<double>());
   }
+  pmpi.mark("steps_end", true);
   const bool ok = std::isfinite(losses.back()) && losses.back() < losses.front();
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -103,26 +187,23 @@ int run(int argc, char** argv) {
   at::Tensor state = at::full({1}, static_cast<double>(bytes.total()), at::kDouble);
   comm->all_reduce(state, comm::ReduceOp::kMax);
   const double wire = engine->comm_stats().total_wire_bytes() / (steps + 2);
+  const std::array<double, 2> measured = pmpi.max_per_step(*comm, steps + 2);
   if (comm->rank() == 0) {
-    const double step_ms = median(times) * 1e3;
-    const char* label = offload ? "+offload" : (stage == 3 && !prefetch ? "-prefetch" : "");
-    if (json) {
-      std::printf(
-          "{\"stage\": %d, \"variant\": \"%s\", \"ranks\": %d, \"dtype\": \"%s\", \"params\": "
-          "%lld, "
-          "\"step_ms\": %.2f, \"model_state_mib\": %.1f, \"peak_rss_mib\": %.1f, "
-          "\"wire_mib_per_step\": %.1f, \"loss_falls\": %s}\n",
-          stage, label, comm->size(), dtype.c_str(), static_cast<long long>(params), step_ms,
-          state.item<double>() / (1 << 20), rss.item<double>(), wire / (1 << 20),
-          ok ? "true" : "false");
-    } else {
-      std::printf(
-          "stage %d%-10s N=%d %s %.1fM params: step %.1f ms, model states %.1f MiB/rank, "
-          "peak RSS %.0f MiB/rank, wire %.1f MiB/step/rank, loss %.4f -> %.4f\n",
-          stage, label, comm->size(), dtype.c_str(), params / 1e6, step_ms,
-          state.item<double>() / (1 << 20), rss.item<double>(), wire / (1 << 20), losses.front(),
-          losses.back());
-    }
+    Row row{stage,
+            offload ? "+offload" : (stage == 3 && !prefetch ? "-prefetch" : ""),
+            comm->size(),
+            dtype,
+            params,
+            median(times) * 1e3,
+            state.item<double>() / (1 << 20),
+            rss.item<double>(),
+            wire / (1 << 20),
+            pmpi.active(),
+            {measured[0] / (1 << 20), measured[1] / (1 << 20)},
+            losses.front(),
+            losses.back(),
+            ok};
+    print_row(row, json);
   }
   return ok ? 0 : 1;
 }
