@@ -11,11 +11,8 @@ namespace zrt::config {
 namespace {
 
 using test::config_error;
+using test::hf_config;
 using test::J;
-
-HfTrainerDeepSpeedConfig hf_config(const std::string& json) {
-  return HfTrainerDeepSpeedConfig(DeepSpeedConfig(J(json)));
-}
 
 TEST(AcceleratePlugin, NeedsAZeroSection) {
   auto hf = hf_config(R"({"train_batch_size": 8})");

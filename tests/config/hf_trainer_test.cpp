@@ -11,11 +11,8 @@ namespace zrt::config {
 namespace {
 
 using test::config_error;
+using test::hf_config;
 using test::J;
-
-HfTrainerDeepSpeedConfig hf_config(const std::string& json) {
-  return HfTrainerDeepSpeedConfig(DeepSpeedConfig(J(json)));
-}
 
 const char* kAllAuto = R"({
   "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "config/hf_trainer.h"
 #include "config/resolved.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -15,7 +16,6 @@ namespace zrt::test {
 using config::ResolveOptions;
 using config::ResolvedConfig;
 using config::resolve_config;
-
 
 inline Json J(const std::string& text) { return Json::parse(text); }
 
@@ -43,6 +43,11 @@ inline ResolvedConfig resolve(const std::string& json, int world_size = 1) {
   ResolveOptions options;
   options.world_size = world_size;
   return resolve_config(J(json), options);
+}
+
+// The HF-Trainer layer's view of a DeepSpeed config given as JSON text.
+inline config::HfTrainerDeepSpeedConfig hf_config(const std::string& json) {
+  return config::HfTrainerDeepSpeedConfig(config::DeepSpeedConfig(J(json)));
 }
 
 inline bool contains(const std::string& haystack, const std::string& needle) {
