@@ -10,7 +10,7 @@
 
 namespace zrt::comm {
 
-// Algorithms the MPI backend can use for reduce_scatter and all_gather. kAuto picks per call
+// Algorithms the MPI backend can use for reduce_scatter, all_gather and all_reduce. kAuto picks per call
 // from measurements on this class of machine (docs/PERFORMANCE.md, comm section); the environment
 // variable ZRT_MPI_ALGO=native|ring|auto overrides it.
 enum class MpiAlgo { kAuto, kNative, kRing };

@@ -350,6 +350,8 @@ void Engine::end_parameter_access(std::optional<int> modifier_rank) {
         if (p.group < 0) continue;
         const ShardInfo mine = param_shard(p.numel, layout.rank(), layout.world_size());
         at::Tensor part = layout.partition_of(static_cast<int>(i));
+        // One rank: the parameter is a view of its partition (Note [Stage 3 on one rank]).
+        if (p.numel > 0 && p.param.data_ptr() == part.data_ptr()) continue;
         part.zero_();
         if (mine.size > 0) {
           part.narrow(0, 0, mine.size)

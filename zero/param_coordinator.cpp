@@ -22,6 +22,15 @@ namespace zrt::zero {
 // gradient, zero-padded, so that the reduced chunk each rank receives is exactly its
 // partitions. Gradients are divided by W before the reduction, as DeepSpeed's stage 3 does.
 
+// Note [Stage 3 on one rank]
+// With one rank a partition is the whole parameter. The layout then keeps every parameter
+// gathered (unless offload_param keeps the partitions elsewhere), a "gather" copies each
+// partition straight into its parameter, and a gradient is added straight into its partition's
+// accumulator (through comm_dtype, as the reduce-scatter would): no send buffers, no
+// collectives, no release. Where dtype and device agree, Stage3Layout::partition() makes each
+// parameter a view of its partition, so that the "gather" after a step copies nothing: stage 3
+// at N = 1 does the work of stage 0 and holds the same memory.
+
 enum : char { kReleased = 0, kInFlight = 1, kGathered = 2 };
 
 struct ParamCoordinator::InFlightGather {
@@ -141,6 +150,11 @@ void ParamCoordinator::start_gather(int unit, bool prefetch) {
     if (unit >= 0) gathered_[unit] = kGathered;
     return;
   }
+  if (comm_->size() == 1) {
+    copy_alone(*g);
+    if (unit >= 0) gathered_[unit] = kGathered;
+    return;
+  }
   // Collectives run on the parameters' device, wherever the partitions live (offload_param).
   const at::Tensor& first = params[g->params.front()].param;
   const auto opts = layout_.partition_flat(params[g->params.front()].group)
@@ -159,6 +173,23 @@ void ParamCoordinator::start_gather(int unit, bool prefetch) {
   stats_.gathered_bytes += g->out.nbytes();
   stats_.peak_gathered_bytes = std::max(stats_.peak_gathered_bytes, stats_.gathered_bytes);
   gathers_.push_back(std::move(g));
+}
+
+void ParamCoordinator::copy_alone(const InFlightGather& g) {
+  at::NoGradGuard no_grad;
+  for (int i : g.params) {
+    const Stage3Param& p = layout_.params()[i];
+    const at::Tensor part = layout_.partition_of(i);
+    if (p.param.numel() > 0 && p.param.data_ptr() == part.data_ptr()) continue;  // a view of it
+    const bool was_allocated = storage_allocated(p.param) && p.param.storage().data() != nullptr;
+    allocate_storage(p.param);
+    if (!was_allocated && g.unit >= 0) stats_.gathered_bytes += bytes_of(p);
+    // As in finish_gather: an alias outside autograd's version counting.
+    at::from_blob(p.param.data_ptr(), {p.numel},
+                  at::TensorOptions().dtype(p.param.scalar_type()).device(p.param.device()))
+        .copy_(part.narrow(0, 0, p.numel));
+  }
+  stats_.peak_gathered_bytes = std::max(stats_.peak_gathered_bytes, stats_.gathered_bytes);
 }
 
 void ParamCoordinator::finish_gather(InFlightGather& g) {
@@ -286,6 +317,7 @@ void ParamCoordinator::begin_backward() {
   for (size_t u = 0; u < layout_.units().size(); ++u) {
     pending_grads_[u] = static_cast<int>(layout_.units()[u].trainable.size());
   }
+  if (comm_->size() == 1) arrived_alone_.assign(layout_.params().size(), 0);
 }
 
 void ParamCoordinator::on_grad_ready(int i) {
@@ -295,6 +327,16 @@ void ParamCoordinator::on_grad_ready(int i) {
             "loss.backward()");
   at::NoGradGuard no_grad;
   const Stage3Unit& unit = layout_.units()[p.unit];
+  if (comm_->size() == 1) {
+    at::Tensor dest = grad_flats_[p.group].narrow(0, p.group_offset, p.numel);
+    dest.add_(p.param.grad().reshape({-1}).to(options_.comm_dtype).to(dest.device()));
+    p.param.mutable_grad() = at::Tensor();
+    if (!arrived_alone_[i]) {
+      arrived_alone_[i] = 1;
+      if (--pending_grads_[p.unit] == 0) release(p.unit);
+    }
+    return;
+  }
   std::unique_ptr<PendingReduce>& r = open_reduces_[p.unit];
   if (!r) {
     r = std::make_unique<PendingReduce>();
@@ -361,7 +403,8 @@ void ParamCoordinator::end_backward() {
   // Units whose gradients did not all arrive (unused parameters, or the root unit) reduce now,
   // in unit order on every rank.
   for (size_t u = 0; u < layout_.units().size(); ++u) {
-    if (pending_grads_[u] > 0) launch_reduce(static_cast<int>(u));
+    // With one rank nothing is left to reduce (Note [Stage 3 on one rank]).
+    if (pending_grads_[u] > 0 && comm_->size() > 1) launch_reduce(static_cast<int>(u));
   }
   while (!reduces_.empty()) {
     std::unique_ptr<PendingReduce> r = std::move(reduces_.front());

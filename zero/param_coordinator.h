@@ -83,6 +83,7 @@ class ParamCoordinator final : public UnitHooks {
   void gather(int unit);
   void start_gather(int unit, bool prefetch);
   void finish_gather(InFlightGather& g);
+  void copy_alone(const InFlightGather& g);  // one rank: partitions straight into parameters
   void release(int unit);
   void prefetch_after(int unit, int direction);
   bool reused_soon(int unit) const;
@@ -98,6 +99,7 @@ class ParamCoordinator final : public UnitHooks {
   std::deque<std::unique_ptr<PendingReduce>> reduces_;
   std::vector<std::unique_ptr<PendingReduce>> open_reduces_;  // per unit, being filled
   std::vector<int> pending_grads_;                            // per unit
+  std::vector<char> arrived_alone_;  // per parameter, one rank only: gradient added this pass
   std::vector<at::Tensor> grad_flats_;
   std::vector<int> forward_order_;  // unit call order recorded in the first training forward
   std::vector<int> position_of_;    // unit → index in forward_order_, -1 if unseen

@@ -57,7 +57,11 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
     // DeepSpeed marks ds_persist at engine init); frozen ones and those outside units always.
     const bool small =
         p.numel <= persistence_threshold && persisted + p.numel <= model_persistence_threshold;
-    p.persistent = group < 0 || p.unit == num_units || small;
+    // One rank holds every partition whole: gathering and releasing would only copy, so every
+    // parameter stays gathered (Note [Stage 3 on one rank]), unless partitions live on the CPU
+    // to save device memory (offload_param).
+    const bool alone = world_size == 1 && !offload_partitions;
+    p.persistent = group < 0 || p.unit == num_units || small || alone;
     if (p.persistent && group >= 0 && p.unit != num_units && small) persisted += p.numel;
     if (p.persistent) persistent_numel_ += p.numel;
     const int index = static_cast<int>(params_.size());
@@ -108,6 +112,12 @@ void Stage3Layout::partition() {
       part.zero_();
       if (mine.size > 0)
         part.narrow(0, 0, mine.size).copy_(p.param.reshape(-1).narrow(0, mine.offset, mine.size));
+      // One rank (Note [Stage 3 on one rank]): the parameter becomes a view of its partition,
+      // so that an updated partition is the updated parameter, with no copy at all.
+      if (world_size_ == 1 && p.persistent && part.scalar_type() == p.param.scalar_type() &&
+          part.device() == p.param.device()) {
+        p.param.set_data(part.narrow(0, 0, p.numel).view(p.shape));
+      }
     }
     if (!p.persistent) release_storage(p.param);
   }

@@ -54,7 +54,13 @@ TEST(Stage3Inference, OutputsEqualTheUnshardedModel) {
   // Parameters are released between forwards: nothing but persistent ones stays gathered.
   auto& states = dynamic_cast<runtime::Stage3ModelStates&>(engine->model_states());
   EXPECT_EQ(states.coordinator().stats().gathered_bytes, 0);
-  EXPECT_GT(states.coordinator().stats().peak_gathered_bytes, 0);
+  if (test::world().size() > 1) {
+    EXPECT_GT(states.coordinator().stats().peak_gathered_bytes, 0);
+  } else {
+    // Note [Stage 3 on one rank]: parameters are views of their partitions, never gathered.
+    EXPECT_EQ(states.coordinator().stats().peak_gathered_bytes, 0);
+    EXPECT_EQ(states.coordinator().stats().all_gathers, 0);
+  }
 }
 
 TEST(Stage3Inference, BackwardAndStepAreClearErrors) {
@@ -101,7 +107,12 @@ TEST(Stage3Memory, AtRestSixteenPsiOverNAndWindowDuringSteps) {
   // In flight at most: the unit in use and one prefetched unit, each with its gathered
   // parameters and its coalesced all-gather buffer.
   EXPECT_LE(states.coordinator().stats().peak_gathered_bytes, 2 * max_unit_bytes);
-  EXPECT_GT(states.coordinator().stats().prefetches, 0);
+  if (n > 1) {
+    EXPECT_GT(states.coordinator().stats().prefetches, 0);
+  } else {
+    EXPECT_EQ(states.coordinator().stats().all_gathers, 0) << "one rank gathers nothing";
+    EXPECT_EQ(states.coordinator().stats().reduce_scatters, 0) << "nor reduce-scatters";
+  }
 }
 
 TEST(Stage3Volume, FirstStepMovesThreePsi) {

@@ -73,7 +73,16 @@ TEST(Stage3Layout, PartitionsArePaddedSlicesAtTheirGroupOffsets) {
       if (n > 0) expect.narrow(0, 0, n).copy_(aw.reshape(-1).narrow(0, rank * w.pn, n));
       EXPECT_TRUE(torch::equal(part, expect)) << "W=" << world << " rank " << rank;
       pieces_aw.push_back(part);
-      EXPECT_FALSE(storage_allocated(p.t["a.w"])) << "released after partition()";
+      if (world > 1) {
+        EXPECT_FALSE(storage_allocated(p.t["a.w"])) << "released after partition()";
+      } else {
+        // Note [Stage 3 on one rank]: every parameter is a view of its partition.
+        EXPECT_TRUE(w.persistent);
+        EXPECT_EQ(p.t["a.w"].data_ptr(), part.data_ptr()) << "a view of its partition";
+        EXPECT_EQ(p.t["top"].data_ptr(), l.partition_of(3).data_ptr());
+        l.partition_of(2).fill_(5.0f);  // b.w: an updated partition is the updated parameter
+        EXPECT_TRUE(torch::equal(p.t["b.w"], torch::full({4, 2}, 5.0f)));
+      }
       EXPECT_EQ(p.t["a.w"].sizes(), at::IntArrayRef({2, 5})) << "keeps its shape";
     }
     EXPECT_TRUE(torch::equal(torch::cat(pieces_aw).narrow(0, 0, 10),
