@@ -150,6 +150,22 @@ Value Engine::model_states_value(bool with_module) {
   return d;
 }
 
+namespace {
+
+// The .pt writer, like torch.save, writes the whole storage of every tensor it meets. A master
+// partition of stages 1-2 may be a view into the whole flat buffer (fp32 models train the flat
+// parameters in place), so it is re-wrapped without a copy in a storage of its own bytes: each
+// rank's optimizer file then holds its Ψ/N, not the whole Ψ.
+at::Tensor with_own_storage(const at::Tensor& t) {
+  if (t.storage_offset() == 0 && t.storage().nbytes() == t.nbytes()) return t;
+  ZRT_INTERNAL_ASSERT(t.is_contiguous(), "a master partition is contiguous");
+  at::Tensor keep_alive = t;
+  return at::from_blob(
+      t.data_ptr(), t.sizes(), [keep_alive](void*) {}, t.options());
+}
+
+}  // namespace
+
 Value Engine::optim_states_value() {
   const int stage = config_.zero.stage;
   const int rank = comm_->rank();
@@ -179,7 +195,8 @@ Value Engine::optim_states_value() {
       const zero::FlatGroup& group = flat.groups()[g];
       const FlatPartition& part = group.partition();
       const int64_t padding = part.padding(rank);
-      singles.push_back(targets[g].master.narrow(0, 0, part.partition_size - padding));
+      singles.push_back(
+          with_own_storage(targets[g].master.narrow(0, 0, part.partition_size - padding)));
       paddings.push_back(padding);
       counts.push_back(comm_->size());
       Value map = Value::ordered_dict();
