@@ -247,6 +247,14 @@ def run_python_ranks(argv, n, timeout, workdir):
     return texts[0][0], error
 
 
+def short_error(stderr):
+    """MPI's own error lines ("An error occurred in MPI_Allgather", "MPI_ERR_...") when there are
+    some, else the last lines of stderr."""
+    lines = [ln.split("***", 1)[-1].strip() for ln in stderr.splitlines()]
+    mpi = [ln for ln in lines if ln.startswith("An error occurred in") or ln.startswith("MPI_ERR")]
+    return " ".join(dict.fromkeys(mpi) if mpi else lines[-3:])[-400:]
+
+
 def launch(variant, n, args, workdir):
     """Runs one variant once; returns (rows, error or None)."""
     try:
@@ -256,8 +264,7 @@ def launch(variant, n, args, workdir):
             r = subprocess.run(variant.argv, env=child_env(), capture_output=True, text=True,
                                timeout=args.timeout + 30)
             stdout = r.stdout
-            error = None if r.returncode == 0 else (
-                f"exit {r.returncode}: " + " ".join(r.stderr.strip().splitlines()[-3:])[-400:])
+            error = None if r.returncode == 0 else f"exit {r.returncode}: {short_error(r.stderr)}"
         rows = variant.parse(stdout) if stdout.strip() else []
     except subprocess.TimeoutExpired:
         return [], f"timed out after {args.timeout + 30} s"
