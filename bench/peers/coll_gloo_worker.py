@@ -93,6 +93,7 @@ def main():
             except (RuntimeError, NotImplementedError, ValueError) as e:
                 # Every rank raises the same refusal before communicating, so all stay in step.
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                row["unsupported"] = True
             if r == 0:
                 print(json.dumps(row), flush=True)
     dist.destroy_process_group()

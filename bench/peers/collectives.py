@@ -295,17 +295,20 @@ def measure(args, n, variants, workdir, emit):
                 continue
             cell = new_cell(cells, r["op"], r["impl"], size)
             cell["bytes"] = r["bytes"]
-            got.add((r["op"], r["impl"]))
+            got.add((r["op"], r["impl"], size))
             if "error" in r:
-                cell["errors"].append(r["error"])
+                cell["errors"].append(f"unsupported by gloo ({r['error']})"
+                                      if r.get("unsupported") else r["error"])
             else:
                 cell["seconds"].append(r["seconds"])
                 cell["wrong"].append(r["wrong"])
         for op, impl in v.expected:
-            if (op, impl) not in got:
-                for size in args.sizes:
+            for size in args.sizes:
+                if (op, impl, size) not in got:
                     new_cell(cells, op, impl, size)["errors"].append(
-                        error or "no output for this row")
+                        error or ("no output for this row and size" + (
+                            " (comm_bench measures S = smallest x 4^k only)"
+                            if v.group == "zrt" else "")))
         emit({"kind": "run", "ranks": n, "variant": v.name, "rep": rep, "position": pos,
               "rows": rows, "error": error, "seconds": time.time() - t0, "loadavg": loadavg()})
         print(f"[N={n} round {rep + 1}/{args.reps}] {v.name}: {time.time() - t0:.1f} s"

@@ -30,13 +30,14 @@ def _summary_row(op, impl, size, cell, n, before, after, bus_factor):
 
 def summarize(cells, n, before, after, bus_factor):
     """One "summary" row per (op, impl, size) and one "compare" row per (op, size): ZeroRT's
-    busbw (row zrt) against the best baseline's (the non-ZeroRT row with the highest median)."""
+    busbw (row zrt) against the best baseline's (the non-ZeroRT row with the highest median
+    among those whose checked run was right)."""
     rows = [_summary_row(op, impl, size, cell, n, before, after, bus_factor)
             for (op, impl, size), cell in sorted(cells.items())]
     for op, size in sorted({(r["op"], r["size"]) for r in rows}):
         here = [r for r in rows if r["op"] == op and r["size"] == size and "busbw" in r]
         zrt = next((r for r in here if r["impl"] == "zrt"), None)
-        base = [r for r in here if r["impl"] not in ZRT_ROWS]
+        base = [r for r in here if r["impl"] not in ZRT_ROWS and not r["wrong"]]
         best = max(base, key=lambda r: r["busbw"]["median"]) if base else None
         cmp = {"kind": "compare", "ranks": n, "op": op, "size": size,
                "oversubscribed": n > (os.cpu_count() or 1),
@@ -59,8 +60,7 @@ def _cell(r):
         return "-"
     if "busbw" not in r:
         err = r["errors"][0] if r["errors"] else "no result"
-        return ("unsupported by gloo (" + err + ")" if r["impl"] == "torch_gloo" else
-                "FAILED: " + err)
+        return err if err.startswith("unsupported") else "FAILED: " + err
     text = _bw(r["busbw"])
     if r["wrong"]:
         text += f" WRONG ({r['wrong']} elements)"
