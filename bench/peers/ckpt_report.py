@@ -92,8 +92,8 @@ def print_main_table(results):
 
 def print_ratio_table(results):
     header = ["stage", "N", "save: % of plain ceiling", "save vs DeepSpeed",
-              "load warm vs DeepSpeed", "load cold vs DeepSpeed", "GB/s vs DeepSpeed (save/warm/cold)",
-              "load avg"]
+              "load warm vs DeepSpeed", "load cold vs DeepSpeed",
+              "GB/s vs DeepSpeed (save/warm/cold)", "load avg"]
     rows = []
     for r in results:
         if r["variant"] != "zerort":
