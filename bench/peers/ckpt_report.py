@@ -125,7 +125,8 @@ def print_tables(results, info, load_end, seconds):
           f"{info['rounds']} rounds, rotated order, one launch per framework and round; folder "
           f"{info['dir']}.\n")
     print_main_table(results)
-    print_ratio_table(results)
+    if any(r["variant"] == "zerort" for r in results):
+        print_ratio_table(results)
     print_bytes_table(results)
     print(f"Load average (1/5/15 min): {format_load(info['loadavg'])} at the start, "
           f"{format_load(load_end)} at the end; {seconds:.0f} s. Plain writer: "
