@@ -128,9 +128,11 @@ def run_all(launches, timeout):
         texts.append((o.read(), e.read()))
         o.close()
         e.close()
-    if error:
+    if error:  # first line: why, and the last line any process printed (often the exception)
+        lines = [ln for pair in texts for s in pair for ln in s.splitlines()
+                 if any(c.isalpha() for c in ln)]
         tail = "\n".join(s[-1500:] for pair in texts for s in pair if s.strip())
-        error = f"{error}: {tail}"
+        error = f"{error}: {lines[-1].strip() if lines else 'no output'}\n{tail}"
     return texts[0][0], error
 
 
@@ -273,7 +275,7 @@ def main():
     finally:
         shutil.rmtree(tools, ignore_errors=True)
         jsonl.close()
-    return 0 if all("error" not in r for r in results) else 1
+    return 0 if all(not r["errors"] for r in results) else 1
 
 
 if __name__ == "__main__":

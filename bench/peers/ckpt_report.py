@@ -78,8 +78,10 @@ def print_main_table(results):
     rows = []
     for r in results:
         mb = f"{r['bytes'] / 1e6:.1f}" if "bytes" in r else "-"
-        err = (f"{len(r['errors'])}/{r['launches']}: " + r["errors"][0].splitlines()[0][:100]
-               if r["errors"] else "")
+        err = ""
+        if r["errors"]:  # the first line of the first error, kept to a table cell
+            first = r["errors"][0].splitlines()[0][:160].replace("|", "/")
+            err = f"{len(r['errors'])}/{r['launches']}: {first}"
         rows.append([r["stage"], r["world"], LABELS[r["variant"]], r.get("files", "-"), mb,
                      _time_cell(r, "save_s"), _gbps_cell(r, "save_s"),
                      _time_cell(r, "load_warm_s"), _gbps_cell(r, "load_warm_s"),
