@@ -3,7 +3,8 @@
 ceiling and DeepSpeed's engine (issue 15).
 
     bench/peers/ckpt.py [--bin build] [--stages 1,3] [--worlds 1,2] [--width 2048] [--layers 16]
-                        [--rounds 7] [--variants zerort,deepspeed,plain] [--dir /tmp]
+                        [--rounds 7] [--variants zerort,deepspeed,plain,plain_nokick]
+                        [--dir /tmp]
                         [--timeout 1200] [--jsonl FILE] [--svg FILE] [--quick]
 
 One training state, three writers, on the same machine and folder:
@@ -18,6 +19,7 @@ One training state, three writers, on the same machine and folder:
   plain      bench/peers/plain_write.c (compiled here with gcc -O2): the same number of bytes in
              the same number of files per rank as ZeroRT's checkpoint of that round, write(2) +
              sync_file_range every 8 MiB + fsync, the device ceiling of a durable save
+  plain_nokick  the same without sync_file_range: whether the early writeback helps here
 
 The model is zrt-train's MLP (tests/peers/twins.py Mlp; ~67M parameters by default, ~1 GiB of
 state at stages 1-2 with fp32 weights, masters and two Adam moments), fp32, after one AdamW step.
@@ -43,7 +45,7 @@ from ckpt_report import print_tables, summarize, write_svg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-VARIANTS = ["zerort", "deepspeed", "plain"]
+VARIANTS = ["zerort", "deepspeed", "plain", "plain_nokick"]
 
 
 def parse_args():
@@ -71,7 +73,7 @@ def parse_args():
     for v in args.variants:
         if v not in VARIANTS:
             ap.error(f"unknown variant {v!r} (known: {', '.join(VARIANTS)})")
-    if "plain" in args.variants and "zerort" not in args.variants:
+    if {"plain", "plain_nokick"} & set(args.variants) and "zerort" not in args.variants:
         ap.error("plain writes ZeroRT's file sizes: it needs the zerort variant")
     if args.rounds < 1 or min(args.worlds) < 1 or any(s not in (0, 1, 2, 3) for s in args.stages):
         ap.error("--rounds and --worlds must be >= 1, --stages within 0..3")
@@ -177,14 +179,16 @@ def launch_deepspeed(stage, world, folder, args, threads):
     return json_line(out, '{"framework"'), os.path.join(folder, "ckpt")
 
 
-def launch_plain(layout, folder, args):
+def launch_plain(layout, folder, args, kick):
     if not layout:
         raise RuntimeError("no ZeroRT checkpoint measured yet: plain writes its file sizes")
-    argv = [args.plain_bin, folder] + [f"{rank}:{size}" for rank, size in layout]
+    argv = [args.plain_bin] + ([] if kick else ["--no-kick"]) + [folder]
+    argv += [f"{rank}:{size}" for rank, size in layout]
     out, error = run_all([(argv, child_env(1))], args.timeout)
     if error:
         raise RuntimeError(error)
-    return {"framework": "plain", "save_s": json_line(out, '{"seconds"')["seconds"]}, folder
+    seconds = json_line(out, '{"seconds"')["seconds"]
+    return {"framework": "plain" if kick else "plain_nokick", "save_s": seconds}, folder
 
 
 def walk(root):
@@ -221,7 +225,8 @@ def measure(variant, stage, world, args, state):
         elif variant == "deepspeed":
             result, root = launch_deepspeed(stage, world, folder, args, threads)
         else:
-            result, root = launch_plain(state.get((stage, world)), folder, args)
+            result, root = launch_plain(state.get((stage, world)), folder, args,
+                                        kick=variant == "plain")
         files = walk(root)
         if variant == "zerort":
             state[(stage, world)] = zerort_layout(root, files)

@@ -1,14 +1,15 @@
 /* The device ceiling for bench/peers/ckpt.py: the same number of bytes in the same number of
  * files as a ZeroRT checkpoint, written the plainest way that is still durable.
  *
- *   plain_write DIR RANK:SIZE [RANK:SIZE ...]
+ *   plain_write [--no-kick] DIR RANK:SIZE [RANK:SIZE ...]
  *
  * One thread per rank (as ZeroRT has one process per rank) writes its files one after the other
  * from memory filled and touched beforehand: write(2) in 8 MiB pieces, after every 8 MiB
  * sync_file_range(SYNC_FILE_RANGE_WRITE) of what was just written (as checkpoint/storage.cpp,
  * Note [Early writeback]), fsync, close; when every thread is done, one fsync of DIR. No
  * checksums, no pickling, no temp names or renames. Prints {"seconds": S, "bytes": B, "files": F}
- * with S from the threads' common start to the directory fsync's return.
+ * with S from the threads' common start to the directory fsync's return. --no-kick leaves out
+ * sync_file_range (the kernel then writes back when it decides to, and at fsync).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,6 +24,8 @@
 
 #define KICK ((size_t)8 << 20)
 #define MAX_FILES 4096
+
+static int kick = 1;
 
 struct file_spec {
   int rank;
@@ -58,7 +61,7 @@ static int write_one(const char *path, const char *data, size_t size) {
       return -1;
     }
     done += (size_t)w;
-    if (done - kicked >= KICK) {
+    if (kick && done - kicked >= KICK) {
       sync_file_range(fd, (off64_t)kicked, (off64_t)(done - kicked), SYNC_FILE_RANGE_WRITE);
       kicked = done;
     }
@@ -102,9 +105,14 @@ static int parse(int argc, char **argv, struct file_spec *files, int *nranks) {
 int main(int argc, char **argv) {
   static struct file_spec files[MAX_FILES];
   int nranks;
+  if (argc > 1 && strcmp(argv[1], "--no-kick") == 0) {
+    kick = 0;
+    ++argv;
+    --argc;
+  }
   int nfiles = argc >= 3 ? parse(argc, argv, files, &nranks) : -1;
   if (nfiles <= 0) {
-    fprintf(stderr, "usage: plain_write DIR RANK:SIZE [RANK:SIZE ...]\n");
+    fprintf(stderr, "usage: plain_write [--no-kick] DIR RANK:SIZE [RANK:SIZE ...]\n");
     return 2;
   }
   struct rank_job *jobs = calloc((size_t)nranks, sizeof(*jobs));
