@@ -102,8 +102,8 @@ int run(int argc, char** argv) {
               {"gradient_accumulation_steps", 1},
               {"optimizer",
                {{"type", "AdamW"},
-                {"params", {{"lr", 1e-3}, {"betas", {0.9, 0.999}}, {"eps", 1e-8},
-                            {"weight_decay", 0.01}}}}},
+                {"params",
+                 {{"lr", 1e-3}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.01}}}}},
               {"zero_optimization", {{"stage", stage}}},
               {"steps_per_print", 1000}};
   InitializeOptions io;
