@@ -25,7 +25,6 @@ reference. Metrics and variants: bench/README.md.
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -36,7 +35,8 @@ import time
 import numpy as np
 import torch
 
-from adam_report import format_count, print_tables, summarize, write_svg
+from adam_report import print_tables, summarize, write_svg
+from common import format_count, loadavg, machine_meta, parse_count
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -46,12 +46,6 @@ CHECK_SIZE = (1 << 20) + 37  # odd: every implementation's tail handling is exer
 CHECK_STEPS = 5
 CHECK_TOL = 1e-6  # max |p - ref| / max |ref| after CHECK_STEPS steps
 CHILD_TIMEOUT_S = 1800
-
-
-def parse_count(text):
-    """'64M' -> 64 * 2**20, '1G' -> 2**30, '1000' -> 1000 (as adam_bench reads --sizes)."""
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
-    return int(text[:-1] if mult > 1 else text) * mult
 
 
 def parse_args():
@@ -143,11 +137,6 @@ def measure_once(impl, variant, size, threads, args):
     return json.loads(lines[-1])["runs_ms"]
 
 
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return [float(x) for x in f.read().split()[:3]]
-
-
 def measure_row(variant, size, threads, args, emit):
     """All implementations at one size, variant and thread count, args.reps processes each in
     rotated order. Returns ({impl: [per-process median ms]}, load average before, after)."""
@@ -234,21 +223,9 @@ def run_checks(args, emit):
 
 
 def meta(args):
-    import importlib.metadata as md
-    versions = {}
-    for pkg in ("torch", "deepspeed"):
-        try:
-            versions[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            versions[pkg] = None
-    with open("/proc/cpuinfo") as f:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
-                   platform.processor())
-    return {"kind": "meta", "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cpu": cpu,
-            "cpus": os.cpu_count(), "versions": versions, "plain_compiler": args.plain_cc,
-            "command": " ".join(sys.argv), "loadavg": loadavg(),
-            "hyper": {"lr": LR, "betas": BETAS, "eps": EPS, "weight_decay": WEIGHT_DECAY},
-            "reps": args.reps, "warmup": args.warmup, "steps": args.steps}
+    return machine_meta(plain_compiler=args.plain_cc,
+                        hyper={"lr": LR, "betas": BETAS, "eps": EPS, "weight_decay": WEIGHT_DECAY},
+                        reps=args.reps, warmup=args.warmup, steps=args.steps)
 
 
 def main():

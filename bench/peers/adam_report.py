@@ -1,21 +1,13 @@
 """Statistics, markdown tables and the SVG bar chart of bench/peers/adam.py."""
 
-import html
 import statistics
+
+from common import format_count, write_bar_svg
 
 BYTES_PER_PARAM = 28  # both variants: fp32 4+4+4+4 read, 4+4+4 written; bf16 4+2+4+4 / 4+4+4+2
 LABELS = {"zerort": "ZeroRT fused", "deepspeed": "DeepSpeedCPUAdam",
           "torch_fused": "torch AdamW fused", "torch_foreach": "torch AdamW foreach",
           "plain": "plain loop (limit)"}
-COLORS = {"zerort": "#1f77b4", "deepspeed": "#d62728", "torch_fused": "#2ca02c",
-          "torch_foreach": "#98df8a", "plain": "#7f7f7f"}
-
-
-def format_count(n):
-    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
-        if n >= (1 << shift) and n % (1 << shift) == 0:
-            return f"{n >> shift}{unit}"
-    return str(n)
 
 
 def summarize(variant, size, threads, values, load_before, load_after):
@@ -92,66 +84,14 @@ def print_tables(results, info, load_end, seconds):
           f"{info.get('zerort_isa') or '-'}. Plain loop: {info['plain_compiler']}.")
 
 
-def _svg_text(x, y, text, size=11, anchor="middle", extra=""):
-    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" '
-            f'font-family="sans-serif"{extra}>{html.escape(str(text))}</text>')
-
-
-def _svg_axis(out, left, top, plot_h, ymax, width):
-    step = next(s for s in (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 5, 10)
-                if ymax / s <= 8)
-    y = 0.0
-    while y <= ymax + 1e-9:
-        py = top + plot_h * (1 - y / ymax)
-        out.append(f'<line x1="{left}" y1="{py:.1f}" x2="{width - 10}" y2="{py:.1f}" '
-                   'stroke="#ddd"/>')
-        out.append(_svg_text(left - 6, py + 4, f"{y:g}", anchor="end"))
-        y += step
-    out.append(_svg_text(14, top + plot_h / 2, "Gparam/s (median, whisker: min-max)",
-                         extra=f' transform="rotate(-90 14 {top + plot_h / 2:.1f})"'))
-
-
 def write_svg(results, path, info):
     """Grouped bars: one group per (variant, size, threads), one bar per implementation."""
     groups = []
     for r in results:
-        key = (r["variant"], r["params"], r["threads"])
-        if not groups or groups[-1][0] != key:
-            groups.append((key, []))
-        groups[-1][1].append(r)
-    impls = list(dict.fromkeys(r["impl"] for r in results))
-    bar, gap, left, top, plot_h = 16, 24, 60, 50, 300
-    group_w = bar * len(impls) + gap
-    width = max(left + group_w * len(groups) + 20, 680)  # room for the title and legend
-    height = top + plot_h + 60 + 18 * ((len(impls) + 2) // 3)
-    ymax = max(r["gparams_per_s_max"] for r in results) * 1.1
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">',
-           '<rect width="100%" height="100%" fill="white"/>',
-           _svg_text(width / 2, 20, f"Adam step throughput, {info['cpu']} "
-                     f"({info['date']}): higher is better", size=13)]
-    _svg_axis(out, left, top, plot_h, ymax, width)
-    for gi, ((variant, size, threads), rows) in enumerate(groups):
-        x0 = left + gap / 2 + gi * group_w
-        for r in rows:
-            x = x0 + impls.index(r["impl"]) * bar
-            y = top + plot_h * (1 - r["gparams_per_s"] / ymax)
-            out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar - 2}" '
-                       f'height="{top + plot_h - y:.1f}" fill="{COLORS[r["impl"]]}">'
-                       f'<title>{html.escape(LABELS[r["impl"]])}: '
-                       f'{r["gparams_per_s"]:.3f} Gparam/s</title></rect>')
-            ylo = top + plot_h * (1 - r["gparams_per_s_min"] / ymax)
-            yhi = top + plot_h * (1 - r["gparams_per_s_max"] / ymax)
-            cx = x + (bar - 2) / 2
-            out.append(f'<line x1="{cx:.1f}" y1="{ylo:.1f}" x2="{cx:.1f}" y2="{yhi:.1f}" '
-                       'stroke="black"/>')
-        label = f"{variant} {format_count(size)} {threads}t"
-        out.append(_svg_text(x0 + bar * len(impls) / 2, top + plot_h + 16, label, size=10))
-    for i, impl in enumerate(impls):
-        lx = left + (i % 3) * 200
-        ly = top + plot_h + 40 + 18 * (i // 3)
-        out.append(f'<rect x="{lx}" y="{ly - 10}" width="12" height="12" '
-                   f'fill="{COLORS[impl]}"/>')
-        out.append(_svg_text(lx + 18, ly, LABELS[impl], anchor="start"))
-    out.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(out) + "\n")
+        label = f"{r['variant']} {format_count(r['params'])} {r['threads']}t"
+        if not groups or groups[-1][0] != label:
+            groups.append((label, []))
+        groups[-1][1].append((LABELS[r["impl"]], r["gparams_per_s"], r["gparams_per_s_min"],
+                              r["gparams_per_s_max"]))
+    write_bar_svg(path, f"Adam step throughput, {info['cpu']} ({info['date']}): higher is better",
+                  "Gparam/s (median, whisker: min-max)", groups)
