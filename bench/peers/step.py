@@ -177,7 +177,8 @@ def run_variant(v, model, ranks, args):
 
 def run_group(model, ranks, args, emit):
     """Every round of every variant of one (model, N); returns {name: result}."""
-    vs = variants(args.frameworks)
+    vs = [v for v in variants(args.frameworks)
+          if not args.only or any(o in v["name"] for o in args.only.split(","))]
     results = {v["name"]: {"variant": v, "rows": [], "error": None} for v in vs}
     for rnd, _, v in rotations(vs, args.rounds):
         res = results[v["name"]]
@@ -209,7 +210,7 @@ def parse_args():
     ap.add_argument("--models", default="gpt,mlp")
     ap.add_argument("--ranks", default="1,2,4")
     ap.add_argument("--frameworks", default=",".join(FRAMEWORKS))
-    ap.add_argument("--only", default="", help="run only the variants whose name contains this")
+    ap.add_argument("--only", default="", help="run only the variants whose name contains one of these (comma-separated)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=7)
