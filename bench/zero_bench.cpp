@@ -1,28 +1,42 @@
-// zero_bench: step time, model-state memory, peak RSS and bytes on the wire of one ZeRO
-// configuration on an MLP of residual blocks (~50M parameters by default), run under mpirun:
+// zero_bench: step time, model-state memory, peak RSS (per rank) and bytes on the wire of one
+// ZeRO configuration on one model, run under mpirun:
 //
 //   mpirun -np N build/bench/zero_bench --stage S [--offload] [--dtype bf16|fp32]
-//          [--layers 12] [--width 2048] [--batch 8] [--steps 10] [--no-prefetch] [--json]
+//          [--model blocks|mlp|gpt] [--layers L] [--width W] [--heads H] [--context T]
+//          [--vocab V] [--batch 8] [--steps 10] [--warmup 2] [--lr 1e-4] [--no-prefetch] [--json]
+//
+// Models: `blocks` (default), an MLP of residual blocks (~50M parameters with its defaults
+// --layers 12 --width 2048); `mlp` and `gpt`, the zrt-train example's models (examples/mlp.h,
+// examples/gpt.h) with its size flags and defaults (--layers 2 --width 64 --heads 4
+// --context 32), on a fixed micro-batch per rank that tests/peers/twins.py reproduces
+// (bench/peers/step.py times the same models in DeepSpeed, DDP and FSDP2).
 //
 // bench/zero_bench.sh runs the matrix (stages 0–3, offload, N = 1, 2, 4) and PyTorch's own DDP
 // (gloo) on the same model and batch for comparison. Each run checks once that the loss is finite
-// and falls, then times `steps` optimizer steps after 2 warm-up steps; the step time is the median
-// over steps of the slowest rank.
+// and falls, then times `steps` optimizer steps after `warmup` warm-up steps; the step time is the
+// median over steps of the slowest rank.
 //
 // Under LD_PRELOAD=libzrt_pmpi_count.so (bench/zero_bench.sh with ZRT_PMPI=1) it also prints the
 // bytes each rank handed to MPI during the timed steps, measured where they enter MPI
 // (bench/README.md, "Measured bytes").
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
 
 #include <torch/torch.h>
 
 #include "bench/harness.h"
 #include "bench/pmpi/zrt_pmpi_count.h"
 #include "comm/init.h"
+#include "core/error.h"
 #include "core/tool_main.h"
+#include "examples/gpt.h"
+#include "examples/mlp.h"
 #include "runtime/initialize.h"
 #include "zero/shard_unit.h"
 #include <dlfcn.h>
@@ -83,68 +97,206 @@ class PmpiWindow {
   std::array<long long, ZRT_PMPI_NUM_TOTALS> end_{};
 };
 
+int64_t int_flag(int argc, char** argv, const char* name, int64_t fallback) {
+  return std::stoll(flag_value(argc, argv, name, std::to_string(fallback)));
+}
+
+// The model under test, its fixed micro-batch on this rank and its loss.
+struct Workload {
+  std::shared_ptr<torch::nn::Module> model;
+  std::function<torch::Tensor(Engine&)> loss;  // forward and loss of the micro-batch
+  int64_t params = 0;
+  std::string sizes;  // the size flags, as JSON object members
+};
+
+// `blocks`: the residual-block MLP, a fixed random input and target (the same on every rank).
+Workload blocks_workload(int argc, char** argv, int64_t batch) {
+  const int layers = static_cast<int>(int_flag(argc, argv, "--layers", 12));
+  const int64_t width = int_flag(argc, argv, "--width", 2048);
+  auto model = std::make_shared<StackImpl>(layers, width);
+  torch::Tensor x = torch::randn({batch, width}).mul(0.5);
+  torch::Tensor target = torch::randn({batch, width}).mul(0.5);
+  Workload w;
+  w.model = model;
+  w.loss = [model, x, target](Engine& e) {
+    return torch::mse_loss(model->forward(e.to_model_dtype(x)).to(torch::kFloat), target);
+  };
+  w.params = width * width * layers + width * layers;
+  w.sizes = str("\"layers\": ", layers, ", \"width\": ", width);
+  return w;
+}
+
+// `mlp`: the example's MLP; rank r's micro-batch is rows [r·batch, (r+1)·batch) of
+// regression_data(world·batch, 1) (twins.py regression_data).
+Workload mlp_workload(int argc, char** argv, int64_t batch, int rank, int world) {
+  const int64_t layers = int_flag(argc, argv, "--layers", 2);
+  const int64_t width = int_flag(argc, argv, "--width", 64);
+  auto model = std::make_shared<examples::MlpImpl>(width, layers);
+  auto [x_all, y_all] = examples::regression_data(world * batch, 1);
+  torch::Tensor x = x_all.narrow(0, rank * batch, batch);
+  torch::Tensor y = y_all.narrow(0, rank * batch, batch);
+  Workload w;
+  w.model = model;
+  w.loss = [model, x, y](Engine& e) { return torch::mse_loss(model->forward(e.to_model_dtype(x)), y); };
+  w.params = model->num_params();
+  w.sizes = str("\"layers\": ", layers, ", \"width\": ", width);
+  return w;
+}
+
+// `gpt`: the example's GPT; rank r's micro-batch is rows [r·batch, (r+1)·batch) of
+// randint(vocab, (world·batch, context + 1)) from torch's CPU generator seeded 1: tokens are the
+// first `context` columns, targets the last `context`.
+Workload gpt_workload(int argc, char** argv, int64_t batch, int rank, int world) {
+  examples::GptConfig c;
+  c.layers = int_flag(argc, argv, "--layers", 2);
+  c.width = int_flag(argc, argv, "--width", 64);
+  c.heads = int_flag(argc, argv, "--heads", 4);
+  c.context = int_flag(argc, argv, "--context", 32);
+  c.vocab = int_flag(argc, argv, "--vocab", 256);
+  ZRT_CHECK_AS(UsageError, c.width % c.heads == 0, "--width must be a multiple of --heads");
+  auto model = std::make_shared<examples::GptImpl>(c);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  at::Tensor all = at::randint(c.vocab, {world * batch, c.context + 1}, gen, at::kLong);
+  at::Tensor mine = all.narrow(0, rank * batch, batch);
+  torch::Tensor x = mine.narrow(1, 0, c.context).contiguous();
+  torch::Tensor y = mine.narrow(1, 1, c.context).contiguous();
+  Workload w;
+  w.model = model;
+  w.loss = [model, x, y](Engine&) {
+    at::Tensor logits = model->forward(x);
+    return torch::cross_entropy_loss(logits.view({-1, logits.size(-1)}), y.reshape({-1}));
+  };
+  w.params = model->num_params();
+  w.sizes = str("\"layers\": ", c.layers, ", \"width\": ", c.width, ", \"heads\": ", c.heads,
+                ", \"context\": ", c.context, ", \"vocab\": ", c.vocab);
+  return w;
+}
+
+Workload make_workload(const std::string& kind, int argc, char** argv, int rank, int world) {
+  const int64_t batch = int_flag(argc, argv, "--batch", 8);
+  torch::manual_seed(0);  // the same initial weights on every rank and in the Python twins
+  if (kind == "blocks") return blocks_workload(argc, argv, batch);
+  if (kind == "mlp") return mlp_workload(argc, argv, batch, rank, world);
+  if (kind == "gpt") return gpt_workload(argc, argv, batch, rank, world);
+  throw UsageError(str("--model must be blocks, mlp or gpt, got '", kind, "'"));
+}
+
+// This process's peak resident set (getrusage), peak and current anonymous memory
+// (/proc/self/status VmHWM, RssAnon), in MiB.
+std::array<double, 3> own_memory_mib() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  std::array<double, 3> m{static_cast<double>(ru.ru_maxrss) / 1024.0, 0, 0};
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    std::istringstream in(line);
+    std::string key;
+    double kib = 0;
+    in >> key >> kib;
+    if (key == "VmHWM:") m[1] = kib / 1024.0;
+    if (key == "RssAnon:") m[2] = kib / 1024.0;
+  }
+  return m;
+}
+
+// Collective: every rank's own_memory_mib(), as [rank][field].
+std::vector<std::array<double, 3>> memory_per_rank(comm::Comm& comm) {
+  at::Tensor t = at::zeros({comm.size(), 3}, at::kDouble);
+  const auto mine = own_memory_mib();
+  for (int i = 0; i < 3; ++i) t[comm.rank()][i] = mine[i];
+  comm.all_reduce(t, comm::ReduceOp::kSum);
+  std::vector<std::array<double, 3>> out(comm.size());
+  for (int r = 0; r < comm.size(); ++r) {
+    for (int i = 0; i < 3; ++i) out[r][i] = t[r][i].item<double>();
+  }
+  return out;
+}
+
 // One configuration's results, as rank 0 prints them (sizes in MiB).
 struct Row {
   int stage;
   const char* variant;
   int ranks;
-  std::string dtype;
+  std::string dtype, model, sizes;
   int64_t params;
-  double step_ms, state_mib, rss_mib, wire_mib;
-  bool measured;                       // run under libzrt_pmpi_count.so
-  std::array<double, 2> measured_mib;  // sent point-to-point, handed to collectives, per step
+  double step_ms, state_mib, wire_mib;
+  std::vector<double> steps_ms;             // the slowest rank's time of each timed step
+  std::vector<std::array<double, 3>> mem;   // per rank: ru_maxrss, VmHWM, RssAnon
+  bool measured;                            // run under libzrt_pmpi_count.so
+  std::array<double, 2> measured_mib;       // sent point-to-point, handed to collectives, per step
   double loss_first, loss_last;
   bool ok;
+  double rss_max() const {
+    double m = 0;
+    for (const auto& r : mem) m = std::max(m, r[0]);
+    return m;
+  }
 };
 
-void print_row(const Row& r, bool json) {
+std::string json_list(const std::vector<double>& v, int decimals) {
+  std::string s = "[";
+  char buf[32];
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s%.*f", i ? ", " : "", decimals, v[i]);
+    s += buf;
+  }
+  return s + "]";
+}
+
+std::string json_mem(const Row& r, int field) {
+  std::vector<double> v;
+  for (const auto& m : r.mem) v.push_back(m[field]);
+  return json_list(v, 1);
+}
+
+void print_json(const Row& r) {
   char extra[160] = "";
+  if (r.measured) {
+    std::snprintf(extra, sizeof extra,
+                  ", \"pmpi_p2p_mib_per_step\": %.3f, \"pmpi_coll_mib_per_step\": %.3f",
+                  r.measured_mib[0], r.measured_mib[1]);
+  }
+  std::printf(
+      "{\"stage\": %d, \"variant\": \"%s\", \"ranks\": %d, \"dtype\": \"%s\", \"model\": \"%s\", "
+      "\"sizes\": {%s}, \"threads\": %d, \"params\": %lld, \"step_ms\": %.2f, \"steps_ms\": %s, "
+      "\"model_state_mib\": %.1f, \"peak_rss_mib\": %.1f, \"rss_per_rank_mib\": %s, "
+      "\"vmhwm_per_rank_mib\": %s, \"rss_anon_per_rank_mib\": %s, \"wire_mib_per_step\": %.1f%s, "
+      "\"loss_first\": %.6f, \"loss_last\": %.6f, \"loss_falls\": %s}\n",
+      r.stage, r.variant, r.ranks, r.dtype.c_str(), r.model.c_str(), r.sizes.c_str(),
+      at::get_num_threads(), static_cast<long long>(r.params), r.step_ms,
+      json_list(r.steps_ms, 3).c_str(), r.state_mib, r.rss_max(), json_mem(r, 0).c_str(),
+      json_mem(r, 1).c_str(), json_mem(r, 2).c_str(), r.wire_mib, extra, r.loss_first,
+      r.loss_last, r.ok ? "true" : "false");
+}
+
+void print_row(const Row& r, bool json) {
   if (json) {
-    if (r.measured) {
-      std::snprintf(extra, sizeof extra,
-                    ", \"pmpi_p2p_mib_per_step\": %.3f, \"pmpi_coll_mib_per_step\": %.3f",
-                    r.measured_mib[0], r.measured_mib[1]);
-    }
-    std::printf(
-        "{\"stage\": %d, \"variant\": \"%s\", \"ranks\": %d, \"dtype\": \"%s\", \"params\": %lld, "
-        "\"step_ms\": %.2f, \"model_state_mib\": %.1f, \"peak_rss_mib\": %.1f, "
-        "\"wire_mib_per_step\": %.1f%s, \"loss_falls\": %s}\n",
-        r.stage, r.variant, r.ranks, r.dtype.c_str(), static_cast<long long>(r.params), r.step_ms,
-        r.state_mib, r.rss_mib, r.wire_mib, extra, r.ok ? "true" : "false");
+    print_json(r);
     return;
   }
+  char extra[160] = "";
   if (r.measured) {
     std::snprintf(extra, sizeof extra,
                   " (measured: sent point-to-point %.1f, handed to collectives %.1f)",
                   r.measured_mib[0], r.measured_mib[1]);
   }
   std::printf(
-      "stage %d%-10s N=%d %s %.1fM params: step %.1f ms, model states %.1f MiB/rank, "
+      "%s stage %d%-10s N=%d %s %.1fM params: step %.1f ms, model states %.1f MiB/rank, "
       "peak RSS %.0f MiB/rank, wire %.1f MiB/step/rank%s, loss %.4f -> %.4f\n",
-      r.stage, r.variant, r.ranks, r.dtype.c_str(), r.params / 1e6, r.step_ms, r.state_mib,
-      r.rss_mib, r.wire_mib, extra, r.loss_first, r.loss_last);
+      r.model.c_str(), r.stage, r.variant, r.ranks, r.dtype.c_str(), r.params / 1e6, r.step_ms,
+      r.state_mib, r.rss_max(), r.wire_mib, extra, r.loss_first, r.loss_last);
 }
 
-int64_t int_flag(int argc, char** argv, const char* name, int64_t fallback) {
-  return std::stoll(flag_value(argc, argv, name, std::to_string(fallback)));
-}
-
-int run(int argc, char** argv) {
-  const int stage = static_cast<int>(int_flag(argc, argv, "--stage", 0));
-  const int layers = static_cast<int>(int_flag(argc, argv, "--layers", 12));
-  const int64_t width = int_flag(argc, argv, "--width", 2048);
-  const int64_t batch = int_flag(argc, argv, "--batch", 8);
-  const int steps = static_cast<int>(int_flag(argc, argv, "--steps", 10));
-  const bool offload = has_flag(argc, argv, "--offload");
-  const bool prefetch = !has_flag(argc, argv, "--no-prefetch");
-  const std::string dtype = flag_value(argc, argv, "--dtype", "bf16");
-  const bool json = has_flag(argc, argv, "--json");
-
-  auto comm = comm::init_from_env();
-  torch::manual_seed(0);
-  auto model = std::make_shared<StackImpl>(layers, width);
-  Json cfg = {{"train_micro_batch_size_per_gpu", batch},
-              {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-4}}}}},
+Json engine_config(int argc, char** argv, int stage, bool offload, bool prefetch,
+                   const std::string& dtype) {
+  const double lr = std::stod(flag_value(argc, argv, "--lr", "1e-4"));
+  Json cfg = {{"train_micro_batch_size_per_gpu", int_flag(argc, argv, "--batch", 8)},
+              {"gradient_clipping", 0.0},
+              {"optimizer",
+               {{"type", "AdamW"},
+                {"params",
+                 {{"lr", lr}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.01}}}}},
               {"zero_optimization",
                {{"stage", stage},
                 {"overlap_comm", true},
@@ -153,56 +305,54 @@ int run(int argc, char** argv) {
                 {"stage3_prefetch_bucket_size", prefetch ? 50000000 : 0}}}};
   if (dtype == "bf16") cfg["bf16"] = {{"enabled", true}};
   if (offload) cfg["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+  return cfg;
+}
+
+int run(int argc, char** argv) {
+  const int stage = static_cast<int>(int_flag(argc, argv, "--stage", 0));
+  const int steps = static_cast<int>(int_flag(argc, argv, "--steps", 10));
+  const int warmup = static_cast<int>(int_flag(argc, argv, "--warmup", 2));
+  const bool offload = has_flag(argc, argv, "--offload");
+  const bool prefetch = !has_flag(argc, argv, "--no-prefetch");
+  const std::string dtype = flag_value(argc, argv, "--dtype", "bf16");
+  const std::string kind = flag_value(argc, argv, "--model", "blocks");
+  const bool json = has_flag(argc, argv, "--json");
+
+  auto comm = comm::init_from_env();
+  Workload work = make_workload(kind, argc, argv, comm->rank(), comm->size());
   InitializeOptions io;
   io.comm = comm;
-  auto engine = initialize(model, cfg, io);
-  const int64_t params = width * width * layers + width * layers;
+  auto engine = initialize(work.model, engine_config(argc, argv, stage, offload, prefetch, dtype), io);
 
-  torch::Tensor x = torch::randn({batch, width}).mul(0.5);
-  torch::Tensor target = torch::randn({batch, width}).mul(0.5);
   std::vector<double> losses;
   std::vector<double> times;
   engine->reset_comm_stats();  // the wire bytes of the steps only, not of initialize's broadcast
   PmpiWindow pmpi;
   pmpi.mark("steps_begin", false);
-  for (int s = 0; s < steps + 2; ++s) {
+  for (int s = 0; s < steps + warmup; ++s) {
     comm->barrier();
     const double t0 = now_seconds();
-    auto out = model->forward(engine->to_model_dtype(x));
-    auto loss = torch::mse_loss(out.to(torch::kFloat), target);
+    auto loss = work.loss(*engine);
     engine->backward(loss);
     engine->step();
     at::Tensor dt = at::full({1}, now_seconds() - t0, at::kDouble);
     comm->all_reduce(dt, comm::ReduceOp::kMax);
     losses.push_back(loss.item<double>());
-    if (s >= 2) times.push_back(dt.item<double>());
+    if (s >= warmup) times.push_back(dt.item<double>() * 1e3);
   }
   pmpi.mark("steps_end", true);
   const bool ok = std::isfinite(losses.back()) && losses.back() < losses.front();
-  struct rusage ru {};
-  getrusage(RUSAGE_SELF, &ru);
-  at::Tensor rss = at::full({1}, static_cast<double>(ru.ru_maxrss) / 1024.0, at::kDouble);
-  comm->all_reduce(rss, comm::ReduceOp::kMax);
+  const auto mem = memory_per_rank(*comm);
   const auto bytes = engine->model_state_bytes();
   at::Tensor state = at::full({1}, static_cast<double>(bytes.total()), at::kDouble);
   comm->all_reduce(state, comm::ReduceOp::kMax);
-  const double wire = engine->comm_stats().total_wire_bytes() / (steps + 2);
-  const std::array<double, 2> measured = pmpi.max_per_step(*comm, steps + 2);
+  const double wire = engine->comm_stats().total_wire_bytes() / (steps + warmup);
+  const std::array<double, 2> measured = pmpi.max_per_step(*comm, steps + warmup);
   if (comm->rank() == 0) {
-    Row row{stage,
-            offload ? "+offload" : (stage == 3 && !prefetch ? "-prefetch" : ""),
-            comm->size(),
-            dtype,
-            params,
-            median(times) * 1e3,
-            state.item<double>() / (1 << 20),
-            rss.item<double>(),
-            wire / (1 << 20),
-            pmpi.active(),
-            {measured[0] / (1 << 20), measured[1] / (1 << 20)},
-            losses.front(),
-            losses.back(),
-            ok};
+    Row row{stage, offload ? "+offload" : (stage == 3 && !prefetch ? "-prefetch" : ""),
+            comm->size(), dtype, kind, work.sizes, work.params, median(times),
+            state.item<double>() / (1 << 20), wire / (1 << 20), times, mem, pmpi.active(),
+            {measured[0] / (1 << 20), measured[1] / (1 << 20)}, losses.front(), losses.back(), ok};
     print_row(row, json);
   }
   return ok ? 0 : 1;

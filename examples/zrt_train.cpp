@@ -21,6 +21,7 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include <cxxopts.hpp>
 #include <torch/torch.h>
@@ -33,6 +34,7 @@
 #include "core/logging.h"
 #include "core/tool_main.h"
 #include "examples/gpt.h"
+#include "examples/mlp.h"
 #include "runtime/initialize.h"
 #include "runtime/trainer.h"
 
@@ -83,47 +85,15 @@ class ByteDataset : public Dataset {
   at::Tensor bytes_;
 };
 
-// y = sin(x · a) + 0.5 · cos(x · b), x in [-1, 1]^16.
+// zrt-train's MLP training and evaluation sets (examples/mlp.h regression_data).
 class RegressionDataset : public Dataset {
  public:
-  RegressionDataset(int64_t n, uint64_t seed) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-    x_ = at::rand({n, 16}, gen) * 2 - 1;
-    auto a = at::linspace(-1, 1, 16).view({16, 1});
-    auto b = at::linspace(1, -1, 16).view({16, 1});
-    y_ = at::cat({at::sin(x_.matmul(a) * 2), 0.5 * at::cos(x_.matmul(b) * 3)}, 1);
-  }
+  RegressionDataset(int64_t n, uint64_t seed) { std::tie(x_, y_) = regression_data(n, seed); }
   int64_t size() const override { return x_.size(0); }
   std::pair<at::Tensor, at::Tensor> get(int64_t i) const override { return {x_[i], y_[i]}; }
 
  private:
   at::Tensor x_, y_;
-};
-
-struct MlpBlockImpl : torch::nn::Module {
-  explicit MlpBlockImpl(int64_t width) {
-    fc = register_module("fc", torch::nn::Linear(width, width));
-  }
-  torch::Tensor forward(const torch::Tensor& x) { return x + torch::tanh(fc->forward(x)); }
-  torch::nn::Linear fc{nullptr};
-};
-
-struct MlpImpl : torch::nn::Module {
-  MlpImpl(int64_t width, int64_t layers) {
-    in = register_module("input", torch::nn::Linear(16, width));
-    for (int64_t i = 0; i < layers; ++i) {
-      blocks.push_back(register_module("h" + std::to_string(i),
-                                       std::make_shared<zrt::ShardUnit<MlpBlockImpl>>(width)));
-    }
-    out = register_module("output", torch::nn::Linear(width, 2));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    x = in->forward(x);
-    for (auto& b : blocks) x = b->forward(x);
-    return out->forward(x).to(torch::kFloat);
-  }
-  torch::nn::Linear in{nullptr}, out{nullptr};
-  std::vector<std::shared_ptr<zrt::ShardUnit<MlpBlockImpl>>> blocks;
 };
 
 int run(int argc, char** argv) {
