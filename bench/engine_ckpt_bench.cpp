@@ -5,7 +5,7 @@
 //   mpirun -np N build/bench/engine_ckpt_bench --dir DIR [--stage 1] [--width 2048]
 //          [--layers 16] [--no-load]
 //
-// The model is zrt-train's MLP (examples/zrt_train.cpp; the Python twin is tests/peers/twins.py
+// The model is zrt-train's MLP (examples/mlp.h; the Python twin is tests/peers/twins.py
 // Mlp): input Linear(16, W), blocks h{i} = x + tanh(Linear(W, W)(x)), output Linear(W, 2), fp32,
 // AdamW. After one step: a warm-up save to DIR/warmup (not timed, deleted), the timed save of tag
 // global_step1 into DIR/ckpt (the whole commit: temp files, fsync, rename, directory fsync,
@@ -24,6 +24,7 @@
 #include "comm/init.h"
 #include "core/error.h"
 #include "core/tool_main.h"
+#include "examples/mlp.h"
 #include "runtime/initialize.h"
 #include "zero/shard_unit.h"
 #include <fcntl.h>
@@ -34,32 +35,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The blocks and layout of examples/zrt_train.cpp's MlpImpl (same names and shapes).
-struct MlpBlockImpl : torch::nn::Module {
-  explicit MlpBlockImpl(int64_t width) {
-    fc = register_module("fc", torch::nn::Linear(width, width));
-  }
-  torch::Tensor forward(const torch::Tensor& x) { return x + torch::tanh(fc->forward(x)); }
-  torch::nn::Linear fc{nullptr};
-};
-
-struct MlpImpl : torch::nn::Module {
-  MlpImpl(int64_t width, int64_t layers) {
-    in = register_module("input", torch::nn::Linear(16, width));
-    for (int64_t i = 0; i < layers; ++i) {
-      blocks.push_back(register_module("h" + std::to_string(i),
-                                       std::make_shared<ShardUnit<MlpBlockImpl>>(width)));
-    }
-    out = register_module("output", torch::nn::Linear(width, 2));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    x = in->forward(x);
-    for (auto& b : blocks) x = b->forward(x);
-    return out->forward(x);
-  }
-  torch::nn::Linear in{nullptr}, out{nullptr};
-  std::vector<std::shared_ptr<ShardUnit<MlpBlockImpl>>> blocks;
-};
+using examples::MlpImpl;  // zrt-train's MLP (examples/mlp.h)
 
 int64_t int_flag(int argc, char** argv, const char* name, int64_t fallback) {
   return std::stoll(flag_value(argc, argv, name, std::to_string(fallback)));

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from adam_report import print_tables, summarize, write_svg
-from common import format_count, loadavg, machine_meta, parse_count
+from common import compile_c, format_count, loadavg, machine_meta, parse_count
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -91,12 +91,8 @@ def parse_args():
 def build_plain(folder):
     """Compiles plain_adam.c into folder/plain_adam.so; returns its path and the compiler line."""
     os.makedirs(folder, exist_ok=True)
-    out = os.path.join(folder, "plain_adam.so")
-    cmd = ["gcc", "-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC",
-           os.path.join(HERE, "plain_adam.c"), "-o", out]
-    subprocess.run(cmd, check=True)
-    version = subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout
-    return out, " ".join(cmd[:6]) + f" ({version.splitlines()[0]})"
+    return compile_c("gcc", ["-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-shared",
+                             "-fPIC"], "plain_adam.c", os.path.join(folder, "plain_adam.so"))
 
 
 def child_env(threads):

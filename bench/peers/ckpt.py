@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 
-from common import Jsonl, loadavg, machine_meta, rotations
+from common import Jsonl, compile_c, loadavg, machine_meta, rotations
 from ckpt_report import print_tables, summarize, write_svg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -88,11 +88,7 @@ def parse_args():
 
 def build_plain(folder):
     """Compiles plain_write.c into folder/plain_write; returns its path and the compiler line."""
-    out = os.path.join(folder, "plain_write")
-    cmd = ["gcc", "-O2", "-pthread", os.path.join(HERE, "plain_write.c"), "-o", out]
-    subprocess.run(cmd, check=True)
-    version = subprocess.run(["gcc", "--version"], capture_output=True, text=True).stdout
-    return out, " ".join(cmd[:3]) + f" ({version.splitlines()[0]})"
+    return compile_c("gcc", ["-O2", "-pthread"], "plain_write.c", os.path.join(folder, "plain_write"))
 
 
 def child_env(threads, **extra):

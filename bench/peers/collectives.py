@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from common import Jsonl, format_count, loadavg, machine_meta, parse_count, rotations
+from common import Jsonl, compile_c, format_count, loadavg, machine_meta, parse_count, rotations
 from collectives_report import print_report, summarize, write_svg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -317,11 +317,7 @@ def measure(args, n, variants, workdir, emit):
 
 
 def build_mpi_coll(folder):
-    out = os.path.join(folder, "mpi_coll")
-    cmd = ["mpicc", "-O3", os.path.join(HERE, "mpi_coll.c"), "-o", out]
-    subprocess.run(cmd, check=True)
-    version = subprocess.run(["mpicc", "--version"], capture_output=True, text=True).stdout
-    return out, " ".join(cmd[:2]) + f" ({version.splitlines()[0]})"
+    return compile_c("mpicc", ["-O3"], "mpi_coll.c", os.path.join(folder, "mpi_coll"))
 
 
 def mpi_version():

@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
@@ -53,6 +54,16 @@ def machine_meta(**extra):
             "loadavg": loadavg()}
     info.update(extra)
     return info
+
+
+def compile_c(compiler, flags, source, out):
+    """Compiles one C file of bench/peers/ (`source`, relative to this folder) into `out`; returns
+    `out` and the compiler line with its version, for the report."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    cmd = [compiler] + list(flags) + [os.path.join(here, source), "-o", out]
+    subprocess.run(cmd, check=True)
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    return out, " ".join([compiler] + list(flags)) + f" ({version.splitlines()[0]})"
 
 
 def rotations(variants, reps):
