@@ -11,6 +11,7 @@
 
 #include <ATen/ATen.h>
 
+#include "checkpoint/reshard.h"
 #include "checkpoint/value.h"
 #include "checkpoint/value_view.h"
 #include "optim/optimizer.h"
@@ -42,7 +43,7 @@ struct FullState {
 
 // Per saved group, the parameter names and shapes in flattening order (model states
 // "param_shapes").
-using ParamShapes = std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>>;
+using ParamShapes = std::vector<ckpt::NamedShapes>;
 ParamShapes read_param_shapes(const ckpt::ValueView& model_states);
 
 // Reassembles a FullState from a checkpoint written at `world_size` with `zero_stage`:
