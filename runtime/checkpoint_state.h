@@ -1,7 +1,8 @@
 // Conversions between the engine's state and the values of DeepSpeed-layout checkpoint files
 // (checkpoint/FORMAT.md, "Engine keys"): the torch-layout optimizer state dict, and the
 // reassembly of whole per-parameter tensors (fp32 weights, Adam moments) from the partitions of
-// any ZeRO stage and world size — the basis of loading at another world size or stage.
+// any ZeRO stage and world size — the basis of loading at another world size or stage. The
+// partition arithmetic itself is checkpoint/reshard.h's; this file knows which keys hold what.
 // Pure functions of values; the engine decides what to read and where the results go.
 #pragma once
 
