@@ -27,8 +27,9 @@ using NamedShapes = std::vector<std::pair<std::string, Shape>>;
 //  * kFlat (stages 1/2; stage 0 is W = 1): the parameters are packed back to back from element 0
 //    of one flat group, zero-padded to a multiple of 2·W and cut into W equal partitions of P
 //    elements. Padding is only at the end of the group, so concatenating the ranks' partitions in
-//    rank order gives the group whether each rank's piece is padded (the Adam moments, P
-//    elements) or "lean" (padding dropped: single_partition_of_fp32_groups, P - padding(r)).
+//    rank order gives the group whether they are all padded (the Adam moments, P elements each)
+//    or all "lean" (padding dropped: single_partition_of_fp32_groups, P - padding(r)); with
+//    alignment 2·W the padding may span several ranks (1 element over 5 ranks: 10 padded).
 //  * kPerParam (stage 3): every parameter on its own: pn = ceil(numel/W); rank r holds elements
 //    [r·pn, (r+1)·pn) ∩ [0, numel) zero-padded to pn, and a rank's flat group is its pieces
 //    back to back (fp32_flat_groups, moments alike). DeepSpeed's zero_to_fp32 concatenates the
