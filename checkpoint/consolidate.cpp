@@ -9,26 +9,13 @@
 
 #include "checkpoint/layout.h"
 #include "checkpoint/pt_file.h"
+#include "checkpoint/reshard.h"
 #include "checkpoint/value_view.h"
 #include "core/error.h"
+#include "core/shard.h"
 
 namespace zrt::ckpt {
 namespace {
-
-using Shape = std::vector<int64_t>;
-using NamedShapes = std::vector<std::pair<std::string, Shape>>;
-
-int64_t checked_numel(const Shape& shape, const std::string& context, const std::string& name) {
-  int64_t n = 1;
-  for (int64_t d : shape) {
-    ZRT_CHECK_AS(CheckpointError, d >= 0, context, ": parameter '", name,
-                 "' has a negative dimension ", d);
-    ZRT_CHECK_AS(CheckpointError, d == 0 || n <= std::numeric_limits<int64_t>::max() / 4 / d,
-                 context, ": parameter '", name, "' has too many elements");
-    n *= d;
-  }
-  return n;
-}
 
 NamedShapes shapes_of(const ValueView& dict) {
   NamedShapes out;
@@ -132,23 +119,20 @@ void merge_stage12(OrderedTensors& out, const std::vector<ValueView>& osds, int 
   ZRT_CHECK_AS(CheckpointError, m0.param_shapes.size() == num_groups, context,
                ": param_shapes has ", m0.param_shapes.size(),
                " groups but the optimizer partitions have ", num_groups);
-  const int64_t align = 2 * static_cast<int64_t>(world);
   for (size_t g = 0; g < num_groups; ++g) {
     std::vector<at::Tensor> parts;
     for (const auto& flats : per_rank) parts.push_back(flats[g]);
-    const at::Tensor full = cat_or_empty(parts);
-    int64_t offset = 0;
-    for (const auto& [name, shape] : m0.param_shapes[g]) {
-      const int64_t n = checked_numel(shape, context, name);
-      ZRT_CHECK_AS(CheckpointError, offset + n <= full.numel(), context, ": parameter '", name,
-                   "' needs elements [", offset, ", ", offset + n, ") of group ", g,
-                   " but the ranks' partitions hold only ", full.numel());
-      out.set(name, full.narrow(0, offset, n).view(shape));
-      offset += n;
+    const NamedShapes& params = m0.param_shapes[g];
+    for (auto& [name, t] :
+         merge_partitions(PartitionLayout::kFlat, parts, params, context, static_cast<int>(g))) {
+      out.set(name, std::move(t));
     }
     // DeepSpeed pads each group to a multiple of 2 * world; both counts round up the same way.
-    const int64_t consumed = (offset + align - 1) / align * align;
-    const int64_t avail = (full.numel() + align - 1) / align * align;
+    int64_t avail = 0;
+    for (const at::Tensor& p : parts) avail += p.numel();
+    const int64_t align = flat_alignment(world);
+    const int64_t consumed = round_up(group_numel(params), align);
+    avail = round_up(avail, align);
     ZRT_CHECK_AS(CheckpointError, consumed == avail, context, ": consumed ", consumed,
                  " numels out of ", avail, " - something is wrong");
   }
@@ -176,20 +160,11 @@ void merge_stage3(OrderedTensors& out, const std::vector<ValueView>& osds, int w
       }
     }
   }
-  int64_t offset = 0;
-  for (const auto& [name, shape] : merged) {
-    const int64_t n = checked_numel(shape, context, name);
-    const int64_t pn = (n + world - 1) / world;  // ceil(numel / world), padding at the end
-    std::vector<at::Tensor> parts;
-    for (int r = 0; r < world; ++r) {
-      ZRT_CHECK_AS(CheckpointError, offset + pn <= flats[r].numel(), context, ": parameter '", name,
-                   "' needs elements [", offset, ", ", offset + pn, ") of rank ", r,
-                   "'s fp32 partition, which has only ", flats[r].numel());
-      parts.push_back(flats[r].narrow(0, offset, pn));
-    }
-    out.set(name, at::cat(parts, 0).narrow(0, 0, n).view(shape));
-    offset += pn;
+  for (auto& [name, t] : merge_partitions(PartitionLayout::kPerParam, flats, merged, context)) {
+    out.set(name, std::move(t));
   }
+  const int64_t offset =
+      rank_partition(PartitionLayout::kPerParam, merged, 0, world).partition_numel;
   const int64_t avail = flats[0].numel() * world;
   ZRT_CHECK_AS(CheckpointError, offset * world == avail, context, ": consumed ", offset * world,
                " numels out of ", avail, " - something is wrong");
@@ -200,7 +175,7 @@ void merge_frozen(OrderedTensors& out, int stage, const std::vector<ModelState>&
   const ModelState& m0 = models[0];
   if (m0.frozen_shapes.empty()) return;
   for (const auto& [name, shape] : m0.frozen_shapes) {
-    const int64_t n = checked_numel(shape, context, name);
+    const int64_t n = checked_shape_numel(shape, context, name);
     std::vector<at::Tensor> frags;
     for (size_t i = 0; i < (stage <= 2 ? 1 : models.size()); ++i) {
       ZRT_CHECK_AS(CheckpointError, models[i].frozen_fragments.has_value(), context,
@@ -259,14 +234,9 @@ NamedTensors consolidate_stage0_fp32(const Value& model_states, const std::strin
                  flats.length(), " fp32 groups but ", m.param_shapes.size(),
                  " groups in param_shapes");
     for (size_t g = 0; g < m.param_shapes.size(); ++g) {
-      const at::Tensor flat = flat_of(flats.at(g));
-      int64_t offset = 0;
-      for (const auto& [name, shape] : m.param_shapes[g]) {
-        const int64_t n = checked_numel(shape, context, name);
-        ZRT_CHECK_AS(CheckpointError, offset + n <= flat.numel(), context, ": fp32 group ", g,
-                     " has ", flat.numel(), " elements, too few for '", name, "'");
-        masters[name] = flat.narrow(0, offset, n).view(shape);
-        offset += n;
+      for (auto& [name, t] : merge_partitions(PartitionLayout::kFlat, {flat_of(flats.at(g))},
+                                              m.param_shapes[g], context, static_cast<int>(g))) {
+        masters[name] = std::move(t);
       }
     }
   }
@@ -387,12 +357,8 @@ NamedTensors load_fp32_state_dict(const std::string& save_dir,
   optim_read.mode = ReadMode::kTolerant;
   optim_read.only_keys = {"optimizer_state_dict"};
   ReadOptions model_read = optim_read;
-  model_read.only_keys = {"module",
-                          "optimizer",
-                          "buffer_names",
-                          "param_shapes",
-                          "frozen_param_shapes",
-                          "frozen_param_fragments",
+  model_read.only_keys = {"module",       "optimizer",           "buffer_names",
+                          "param_shapes", "frozen_param_shapes", "frozen_param_fragments",
                           "shared_params"};
   std::vector<Value> optims, models;
   for (const auto& f : optim_files) optims.push_back(load_pt(join_path(dir, f), optim_read));

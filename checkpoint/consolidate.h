@@ -1,7 +1,8 @@
 // Consolidation of a ZeRO checkpoint into one fp32 state dict: DeepSpeed's zero_to_fp32 algorithm
 // (spec/deepspeed.md §4.6) over already-read file contents, plus a directory-level helper that
-// reads the files itself. Owns only the reassembly (param_shapes order, padding, frozen and shared
-// parameters, buffers); reading files is pt_file.h's job and resharding the engine's.
+// reads the files itself. Owns only what zero_to_fp32 adds to the partition arithmetic of
+// reshard.h (which keys, param_shapes order, its consistency checks, frozen and shared parameters,
+// buffers); reading files is pt_file.h's job and loading at another world size the engine's.
 #pragma once
 
 #include <optional>

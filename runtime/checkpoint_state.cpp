@@ -1,9 +1,6 @@
 #include "runtime/checkpoint_state.h"
 
-#include <numeric>
-
 #include "core/error.h"
-#include "core/shard.h"
 
 namespace zrt::runtime {
 
@@ -123,50 +120,6 @@ ParamShapes read_param_shapes(const ValueView& model_states) {
   return shapes;
 }
 
-namespace {
-
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
-}
-
-// Splits a group's concatenated flat values (at least Σ numel elements) into parameters.
-void split_flat(const at::Tensor& flat,
-                const std::vector<std::pair<std::string, std::vector<int64_t>>>& group,
-                const std::string& context,
-                const std::function<at::Tensor&(const std::string&)>& slot) {
-  int64_t offset = 0;
-  for (const auto& [name, shape] : group) {
-    const int64_t n = numel_of(shape);
-    ZRT_CHECK_AS(CheckpointError, offset + n <= flat.numel(), context, ": parameter ", name,
-                 " needs elements [", offset, ", ", offset + n, ") but the group holds ",
-                 flat.numel());
-    slot(name) = flat.narrow(0, offset, n).view(shape).clone();
-    offset += n;
-  }
-}
-
-// Stage 3: parameter k of a group owns pn = ceil(numel/W) elements of every rank's flat.
-void split_stage3(const std::vector<at::Tensor>& flats, int world,
-                  const std::vector<std::pair<std::string, std::vector<int64_t>>>& group,
-                  const std::string& context,
-                  const std::function<at::Tensor&(const std::string&)>& slot) {
-  int64_t offset = 0;
-  for (const auto& [name, shape] : group) {
-    const int64_t n = numel_of(shape);
-    const int64_t pn = param_partition_size(n, world);
-    std::vector<at::Tensor> pieces;
-    for (int r = 0; r < world; ++r) {
-      ZRT_CHECK_AS(CheckpointError, offset + pn <= flats[r].numel(), context, ": rank ", r,
-                   "'s flat group is too small for parameter ", name);
-      pieces.push_back(flats[r].narrow(0, offset, pn));
-    }
-    slot(name) = at::cat(pieces).narrow(0, 0, n).view(shape).clone();
-    offset += pn;
-  }
-}
-
-}  // namespace
-
 FullState reassemble_full_state(int zero_stage, int world_size, const ParamShapes& shapes,
                                 const std::vector<Value>& optim_files,
                                 const Value& stage0_optimizer, const std::string& context) {
@@ -216,21 +169,21 @@ FullState reassemble_full_state(int zero_stage, int world_size, const ParamShape
     auto it = base0.state.find(static_cast<int64_t>(g));
     full.group_steps.push_back(it == base0.state.end() ? 0 : it->second.step);
     const auto& group = shapes[g];
-    // Gathers, for one kind of tensor, every rank's piece of group g and splits it.
-    auto assemble = [&](const std::function<at::Tensor(int rank)>& piece,
+    // Gathers, for one kind of tensor, every rank's piece of group g and splits it
+    // (Note [Partition layouts]; stage 0 is one flat "rank").
+    auto assemble = [&](const std::function<at::Tensor(int rank)>& piece, const char* tensor,
                         const std::function<at::Tensor&(const std::string&)>& slot) {
-      if (zero_stage == 3) {
-        std::vector<at::Tensor> flats;
-        for (int r = 0; r < world_size; ++r) flats.push_back(piece(r).reshape({-1}));
-        split_stage3(flats, world_size, group, context, slot);
-      } else {
-        std::vector<at::Tensor> flats;
-        for (int r = 0; r < static_cast<int>(fp32.size()); ++r)
-          flats.push_back(piece(r).reshape({-1}));
-        split_flat(at::cat(flats), group, context, slot);
+      const auto layout =
+          zero_stage == 3 ? ckpt::PartitionLayout::kPerParam : ckpt::PartitionLayout::kFlat;
+      std::vector<at::Tensor> parts;
+      for (int r = 0; r < static_cast<int>(fp32.size()); ++r) parts.push_back(piece(r));
+      for (auto& [name, t] :
+           ckpt::merge_partitions(layout, parts, group, context, static_cast<int>(g), tensor)) {
+        // kFlat results are views of the whole group (or of the file's tensor): own storage.
+        slot(name) = layout == ckpt::PartitionLayout::kFlat ? t.clone() : t;
       }
     };
-    assemble([&](int r) { return fp32[r].at(g).to(at::kFloat); },
+    assemble([&](int r) { return fp32[r].at(g).to(at::kFloat); }, "fp32",
              [&](const std::string& n) -> at::Tensor& { return full.params[n].fp32; });
     const bool has_moments = it != base0.state.end();
     if (!has_moments) continue;
@@ -247,12 +200,12 @@ FullState reassemble_full_state(int zero_stage, int world_size, const ParamShape
       return t.to(at::kFloat).reshape({-1}).narrow(0, 0, valid);
     };
     if (full.optimizer == "SGD") {
-      assemble([&](int r) { return moment(r, "momentum_buffer"); },
+      assemble([&](int r) { return moment(r, "momentum_buffer"); }, "momentum_buffer",
                [&](const std::string& n) -> at::Tensor& { return full.params[n].momentum; });
     } else {
-      assemble([&](int r) { return moment(r, "exp_avg"); },
+      assemble([&](int r) { return moment(r, "exp_avg"); }, "exp_avg",
                [&](const std::string& n) -> at::Tensor& { return full.params[n].exp_avg; });
-      assemble([&](int r) { return moment(r, "exp_avg_sq"); },
+      assemble([&](int r) { return moment(r, "exp_avg_sq"); }, "exp_avg_sq",
                [&](const std::string& n) -> at::Tensor& { return full.params[n].exp_avg_sq; });
     }
   }

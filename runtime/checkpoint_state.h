@@ -1,7 +1,8 @@
 // Conversions between the engine's state and the values of DeepSpeed-layout checkpoint files
 // (checkpoint/FORMAT.md, "Engine keys"): the torch-layout optimizer state dict, and the
 // reassembly of whole per-parameter tensors (fp32 weights, Adam moments) from the partitions of
-// any ZeRO stage and world size — the basis of loading at another world size or stage.
+// any ZeRO stage and world size — the basis of loading at another world size or stage. The
+// partition arithmetic itself is checkpoint/reshard.h's; this file knows which keys hold what.
 // Pure functions of values; the engine decides what to read and where the results go.
 #pragma once
 
@@ -11,6 +12,7 @@
 
 #include <ATen/ATen.h>
 
+#include "checkpoint/reshard.h"
 #include "checkpoint/value.h"
 #include "checkpoint/value_view.h"
 #include "optim/optimizer.h"
@@ -42,7 +44,7 @@ struct FullState {
 
 // Per saved group, the parameter names and shapes in flattening order (model states
 // "param_shapes").
-using ParamShapes = std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>>;
+using ParamShapes = std::vector<ckpt::NamedShapes>;
 ParamShapes read_param_shapes(const ckpt::ValueView& model_states);
 
 // Reassembles a FullState from a checkpoint written at `world_size` with `zero_stage`:

@@ -10,6 +10,7 @@
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/pt_file.h"
+#include "checkpoint/reshard.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -57,29 +58,31 @@ std::string find_optim_file(const ckpt::Manifest& manifest, int rank, bool bf16)
 at::Tensor Engine::my_partition(int group,
                                 const std::function<at::Tensor(const std::string&)>& full,
                                 at::ScalarType dtype) const {
+  // Note [Partition layouts] (checkpoint/reshard.h): the engine partitions like DeepSpeed.
+  const ckpt::NamedShapes params = param_shapes().at(group);
+  const std::string context = "resharding a checkpoint";
   if (auto* s3 = dynamic_cast<runtime::Stage3ModelStates*>(states_.get())) {
     const zero::Stage3Layout& layout = s3->layout();
     at::Tensor out =
-        at::zeros({layout.group_partition_numel(group)}, at::TensorOptions().dtype(dtype));
-    for (const zero::Stage3Param& p : layout.params()) {
-      if (p.group != group) continue;
-      const ShardInfo mine = param_shard(p.numel, layout.rank(), layout.world_size());
-      if (mine.size > 0) {
-        out.narrow(0, p.group_offset, mine.size)
-            .copy_(full(p.name).reshape({-1}).narrow(0, mine.offset, mine.size));
-      }
-    }
+        ckpt::partition_from_whole(ckpt::PartitionLayout::kPerParam, params, layout.rank(),
+                                   layout.world_size(), full, dtype, context);
+    ZRT_INTERNAL_ASSERT(out.numel() == layout.group_partition_numel(group));
     return out;
   }
   const auto& flat = dynamic_cast<const runtime::FlatModelStates&>(*states_);
   const zero::FlatGroup& g = flat.groups().at(group);
-  at::Tensor padded = at::zeros({g.padded_numel()}, at::TensorOptions().dtype(dtype));
-  for (const zero::FlatParam& p : g.params()) {
-    padded.narrow(0, p.offset, p.numel).copy_(full(p.name).reshape({-1}));
+  if (config_.zero.stage != 0) {
+    at::Tensor out = ckpt::partition_from_whole(ckpt::PartitionLayout::kFlat, params, comm_->rank(),
+                                                g.partition().world_size, full, dtype, context);
+    ZRT_INTERNAL_ASSERT(out.numel() == g.partition().partition_size);
+    return out;
   }
-  if (config_.zero.stage == 0) return padded;
-  const ShardInfo mine = g.partition().partition(comm_->rank());
-  return padded.narrow(0, mine.offset, mine.size).clone();
+  // Stage 0 keeps the whole group, padded to the alignment of its world size: one rank's group.
+  const at::Tensor whole =
+      ckpt::partition_from_whole(ckpt::PartitionLayout::kFlat, params, 0, 1, full, dtype, context);
+  at::Tensor padded = at::zeros({g.padded_numel()}, at::TensorOptions().dtype(dtype));
+  padded.narrow(0, 0, whole.numel()).copy_(whole);
+  return padded;
 }
 
 void Engine::refresh_masters_from_params() {

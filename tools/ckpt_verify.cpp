@@ -12,14 +12,16 @@
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/pt_file.h"
+#include "checkpoint/reshard.h"
 #include "core/error.h"
 
 namespace zrt::tools {
 namespace {
 
+using ckpt::NamedShapes;
+using ckpt::PartitionLayout;
+using ckpt::Shape;
 using ckpt::Value;
-using Shape = std::vector<int64_t>;
-using NamedShapes = std::vector<std::pair<std::string, Shape>>;
 
 std::optional<Shape> shape_of(const Value& v) {
   if (v.is_size()) return v.as_size();
@@ -43,8 +45,6 @@ const Value* get(const Value* dict, const char* key) {
   const Value* v = dict->find(key);
   return v != nullptr && !v->is_none() ? v : nullptr;
 }
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 class Verifier {
  public:
@@ -326,9 +326,16 @@ class Verifier {
       NamedShapes named;
       for (const auto& [k, v] : group.as_dict()) {
         const std::optional<Shape> s = shape_of(v);
-        const bool valid = k.is_str() && s && std::all_of(s->begin(), s->end(), [](int64_t d) {
-                             return d >= 0 && d < (int64_t{1} << 40);
-                           });
+        // Bounded per dimension and in all, so that the partition arithmetic cannot overflow.
+        int64_t n = 1;
+        auto plausible = [&](int64_t d) {
+          if (d < 0 || d >= (int64_t{1} << 40) || (d != 0 && n > (int64_t{1} << 50) / d)) {
+            return false;
+          }
+          n *= d;
+          return true;
+        };
+        const bool valid = k.is_str() && s && std::all_of(s->begin(), s->end(), plausible);
         if (!valid) {
           problem(str(file, ": param_shapes[", g, "][", k.repr(),
                       "] is not a valid shape: ", v.repr(80)));
@@ -340,12 +347,6 @@ class Verifier {
       shapes_.push_back(std::move(named));
     }
     return ok;
-  }
-
-  static int64_t numel(const Shape& s) {
-    int64_t n = 1;
-    for (int64_t d : s) n *= d;
-    return n;
   }
 
   // Stages 0-2: the module's tensors have the shapes param_shapes records.
@@ -421,37 +422,40 @@ class Verifier {
         }
         const Value* paddings = get(optim_of(r), "group_paddings");
         for (size_t g = 0; g < shapes_.size(); ++g) {
-          int64_t total = 0;
-          for (const auto& [name, shape] : shapes_[g]) total += numel(shape);
-          const int64_t part = ceil_div(total, 2 * w) * 2 * w / w;
-          const int64_t lean = std::clamp<int64_t>(total - r * part, 0, part);
+          const int64_t total = ckpt::group_numel(shapes_[g]);
+          const ckpt::RankPartition mine =
+              ckpt::rank_partition(PartitionLayout::kFlat, shapes_[g], r, static_cast<int>(w));
+          const int64_t part = mine.partition_numel;
+          const int64_t lean = mine.valid_numel;
           if ((*parts)[g].numel() != lean) {
             problem(str(file, ": fp32 partition of group ", g, " has ", (*parts)[g].numel(),
                         " elements; with ", total, " parameters over ", w, " ranks rank ", r,
                         " holds ", lean));
           }
           if (paddings != nullptr && paddings->is_sequence() && g < paddings->length() &&
-              (!(*paddings)[g].is_int() || (*paddings)[g].as_int() != part - lean)) {
+              (!(*paddings)[g].is_int() || (*paddings)[g].as_int() != mine.padding())) {
             problem(str(file, ": group_paddings[", g, "] is ", (*paddings)[g].repr(40),
-                        ", expected ", part - lean));
+                        ", expected ", mine.padding()));
           }
           check_moments(r, get(optim_of(r), "base_optimizer_state"), g, part);
         }
       } else {
         const auto parts = flats(r, "fp32_flat_groups");
         if (!parts) continue;
+        // Every rank's flat group holds the same padded pieces (Note [Partition layouts]).
+        auto per_rank = [&](const NamedShapes& group) {
+          return ckpt::rank_partition(PartitionLayout::kPerParam, group, r, static_cast<int>(w))
+              .partition_numel;
+        };
         int64_t expected_total = 0, have_total = 0;
-        for (const auto& group : shapes_) {
-          for (const auto& [name, shape] : group) expected_total += ceil_div(numel(shape), w);
-        }
+        for (const auto& group : shapes_) expected_total += per_rank(group);
         for (const at::Tensor& t : *parts) have_total += t.numel();
         if (have_total != expected_total) {
           problem(str(file, ": fp32 flat groups hold ", have_total, " elements; with ", w,
                       " ranks the parameters in param_shapes need ", expected_total, " per rank"));
         } else if (parts->size() == shapes_.size()) {
           for (size_t g = 0; g < shapes_.size(); ++g) {
-            int64_t n = 0;
-            for (const auto& [name, shape] : shapes_[g]) n += ceil_div(numel(shape), w);
+            const int64_t n = per_rank(shapes_[g]);
             if ((*parts)[g].numel() != n) {
               problem(str(file, ": fp32 flat group ", g, " has ", (*parts)[g].numel(),
                           " elements, its parameters need ", n));
