@@ -33,14 +33,11 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 
-from common import Jsonl, compile_c, loadavg, machine_meta, rotations
+from common import Jsonl, compile_c, free_port, loadavg, machine_meta, rotations, run_together
 from ckpt_report import print_tables, summarize, write_svg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -99,34 +96,11 @@ def child_env(threads, **extra):
 
 
 def run_all(launches, timeout):
-    """Runs [(argv, env)] at once, each in its own session, output to temporary files. Returns
-    (stdout of the first, error text or None); on a failure or past `timeout` seconds every
-    process group still running is killed."""
-    logs = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in launches]
-    procs = [subprocess.Popen(argv, env=env, stdout=o, stderr=e, start_new_session=True)
-             for (argv, env), (o, e) in zip(launches, logs)]
-    deadline = time.monotonic() + timeout
-    error = None
-    while any(p.poll() is None for p in procs):
-        bad = [p for p in procs if p.poll() not in (None, 0)]
-        if bad or time.monotonic() > deadline:
-            error = (f"exit code {bad[0].returncode}" if bad else f"timeout after {timeout:.0f} s")
-            break
-        time.sleep(0.1)
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-    if error is None and any(p.returncode != 0 for p in procs):
-        error = "exit codes " + str([p.returncode for p in procs])
-    texts = []
-    for o, e in logs:
-        o.seek(0)
-        e.seek(0)
-        texts.append((o.read(), e.read()))
-        o.close()
-        e.close()
-    if error:  # first line: why, and the last line any process printed (often the exception)
+    """Runs [(argv, env)] at once (common.run_together). Returns (stdout of the first, error text
+    or None): on a failure, why, the last line any process printed (often the exception) and the
+    tails of the outputs."""
+    texts, error = run_together(launches, timeout)
+    if error:
         lines = [ln for pair in texts for s in pair for ln in s.splitlines()
                  if any(c.isalpha() for c in ln)]
         tail = "\n".join(s[-1500:] for pair in texts for s in pair if s.strip())
@@ -139,12 +113,6 @@ def json_line(stdout, prefix):
     if not lines:
         raise RuntimeError(f"no result line starting {prefix!r} in the output")
     return json.loads(lines[-1])
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch_zerort(stage, world, folder, args, threads):

@@ -31,13 +31,13 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from common import Jsonl, compile_c, format_count, loadavg, machine_meta, parse_count, rotations
+from common import (Jsonl, compile_c, format_count, free_port, loadavg, machine_meta, parse_count,
+                    rotations, run_together)
 from collectives_report import print_report, summarize, write_svg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -202,46 +202,16 @@ def forced_variants(args, n, coll_bin, algos, sizes):
     return out
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_python_ranks(argv, n, timeout, workdir):
-    """Runs argv as n torch.distributed ranks (env://, a free loopback port); kills all of them
-    when one fails or the deadline passes. Returns (rank 0's stdout, None) or (stdout, error)."""
+    """Runs argv as n torch.distributed ranks (env://, a free loopback port); all of them are
+    killed when one fails or the deadline passes. Returns (rank 0's stdout, error or None)."""
+    del workdir  # the outputs go to temporary files
     port = free_port()
-    procs, logs = [], []
-    for rank in range(n):
-        env = dict(child_env(), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(n),
-                   LOCAL_WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        out = open(os.path.join(workdir, f"rank{rank}.out"), "w+")
-        err = open(os.path.join(workdir, f"rank{rank}.err"), "w+")
-        logs.append((out, err))
-        procs.append(subprocess.Popen(argv, env=env, stdout=out, stderr=err))
-    deadline = time.monotonic() + timeout
-    error = None
-    while any(p.poll() is None for p in procs):
-        bad = [(i, p.returncode) for i, p in enumerate(procs) if p.poll() not in (None, 0)]
-        if bad or time.monotonic() > deadline:
-            error = (f"rank {bad[0][0]} exited with {bad[0][1]}" if bad
-                     else f"timed out after {timeout} s")
-            break
-        time.sleep(0.1)
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-    if error is None and any(p.returncode for p in procs):
-        error = "exit codes " + str([p.returncode for p in procs])
-    texts = []
-    for out, err in logs:
-        out.seek(0)
-        err.seek(0)
-        texts.append((out.read(), err.read()))
-        out.close()
-        err.close()
+    launches = [(argv, dict(child_env(), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(n),
+                            LOCAL_WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT=str(port)))
+                for rank in range(n)]
+    texts, error = run_together(launches, timeout)
     if error:
         error += ": " + " | ".join(e.strip().splitlines()[-1] for _, e in texts if e.strip())[-400:]
     return texts[0][0], error

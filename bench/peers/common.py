@@ -7,9 +7,12 @@ import importlib.metadata as md
 import json
 import os
 import platform
+import signal
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -64,6 +67,48 @@ def compile_c(compiler, flags, source, out):
     subprocess.run(cmd, check=True)
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
     return out, " ".join([compiler] + list(flags)) + f" ({version.splitlines()[0]})"
+
+
+def free_port():
+    """A TCP port on the loopback interface that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_together(launches, timeout):
+    """Starts [(argv, env)] at once, each in its own process group with stdout and stderr in
+    temporary files; on the first non-zero exit or past `timeout` seconds kills every group still
+    running, so that no rank outlives a failure. Returns ([(stdout, stderr)], error or None)."""
+    logs = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for _ in launches]
+    procs = [subprocess.Popen(argv, env=env, stdout=o, stderr=e, start_new_session=True)
+             for (argv, env), (o, e) in zip(launches, logs)]
+    deadline = time.monotonic() + timeout
+    error = None
+    while any(p.poll() is None for p in procs):
+        bad = [(i, p.returncode) for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if bad or time.monotonic() > deadline:
+            error = (f"process {bad[0][0]} exited with {bad[0][1]}" if bad
+                     else f"timed out after {timeout:.0f} s")
+            break
+        time.sleep(0.1)
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p.wait()
+    if error is None and any(p.returncode != 0 for p in procs):
+        error = "exit codes " + str([p.returncode for p in procs])
+    texts = []
+    for o, e in logs:
+        o.seek(0)
+        e.seek(0)
+        texts.append((o.read(), e.read()))
+        o.close()
+        e.close()
+    return texts, error
 
 
 def rotations(variants, reps):

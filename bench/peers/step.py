@@ -29,14 +29,11 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 
-from common import Jsonl, format_load, loadavg, machine_meta, rotations
+from common import Jsonl, format_load, free_port, loadavg, machine_meta, rotations, run_together
 from step_report import print_report, write_svg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -102,57 +99,17 @@ def worker_argv(v, model, args, sizes, threads):
     return argv + size_flags(sizes)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_all(procs, timeout):
-    """Waits for every process; on the first failure or the deadline kills all of them (their
-    whole process groups). Returns None or why it failed."""
-    deadline = time.monotonic() + timeout
-    failed = None
-    while any(p.poll() is None for p in procs):
-        bad = [p for p in procs if p.poll() not in (None, 0)]
-        if bad or time.monotonic() > deadline:
-            failed = (f"a process exited with {bad[0].returncode}" if bad
-                      else f"deadline of {timeout} s passed")
-            break
-        time.sleep(0.1)
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        p.wait()
-    if failed is None and any(p.returncode != 0 for p in procs):
-        failed = "exit codes " + str([p.returncode for p in procs])
-    return failed
-
-
 def launch(argvs, envs, timeout, logdir):
-    """Starts one process per argv (own process group, output to files); returns rank 0's last
-    JSON line, or raises RuntimeError with the failure and the tail of the output."""
-    procs, logs = [], []
-    for i, (argv, env) in enumerate(zip(argvs, envs)):
-        log = open(os.path.join(logdir, f"rank{i}.log"), "w+")
-        logs.append(log)
-        procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True))
-    failed = wait_all(procs, timeout)
-    texts = []
-    for log in logs:
-        log.seek(0)
-        texts.append(log.read())
-        log.close()
-    rows = [ln for ln in texts[0].splitlines() if ln.startswith("{\"")]
+    """Starts one process per argv (common.run_together); returns rank 0's last JSON line, or
+    raises RuntimeError with the failure and the tail of the output."""
+    del logdir  # the outputs go to temporary files
+    texts, failed = run_together(list(zip(argvs, envs)), timeout)
+    rows = [ln for ln in texts[0][0].splitlines() if ln.startswith("{\"")]
     row = json.loads(rows[-1]) if rows else {}
     if row and not row.get("loss_falls"):
         raise RuntimeError(f"loss did not fall: {row.get('loss_first')} -> {row.get('loss_last')}")
     if failed or not rows:
-        tail = "\n".join(t[-1500:] for t in texts)
+        tail = "\n".join((out + err)[-1500:] for out, err in texts)
         raise RuntimeError(f"{failed or 'no JSON line'}: {' '.join(argvs[0])}\n{tail}")
     return row
 
