@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from adam_report import print_tables, summarize, write_svg
-from common import compile_c, format_count, loadavg, machine_meta, parse_count
+from common import choices, compile_c, format_count, loadavg, machine_meta, parse_count
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -71,14 +71,8 @@ def parse_args():
         args.sizes, args.reps, args.warmup, args.steps = "1M", 2, 1, 2
     args.sizes = [parse_count(s) for s in args.sizes.split(",")]
     args.threads = [int(t) for t in args.threads.split(",")]
-    args.variants = args.variants.split(",")
-    args.impls = args.impls.split(",")
-    for impl in args.impls:
-        if impl not in IMPLS:
-            ap.error(f"unknown implementation {impl!r} (known: {', '.join(IMPLS)})")
-    for v in args.variants:
-        if v not in ("fp32", "bf16"):
-            ap.error(f"unknown variant {v!r} (fp32, bf16)")
+    args.variants = choices(ap, "--variants", args.variants, ("fp32", "bf16"))
+    args.impls = choices(ap, "--impls", args.impls, IMPLS)
     if args.reps < 1 or args.steps < 1 or args.warmup < 0 or min(args.threads) < 1:
         ap.error("--reps, --steps and --threads must be >= 1, --warmup >= 0")
     args.adam_bench = os.path.join(args.bin, "bench", "adam_bench")

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from common import Jsonl, compile_c, free_port, loadavg, machine_meta, rotations, run_together
+from common import Jsonl, choices, compile_c, free_port, loadavg, machine_meta, rotations, run_together
 from ckpt_report import print_tables, summarize, write_svg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,10 +66,7 @@ def parse_args():
         args.width, args.layers, args.rounds = 256, 2, 1
     args.stages = [int(s) for s in args.stages.split(",")]
     args.worlds = [int(n) for n in args.worlds.split(",")]
-    args.variants = args.variants.split(",")
-    for v in args.variants:
-        if v not in VARIANTS:
-            ap.error(f"unknown variant {v!r} (known: {', '.join(VARIANTS)})")
+    args.variants = choices(ap, "--variants", args.variants, VARIANTS)
     if {"plain", "plain_nokick"} & set(args.variants) and "zerort" not in args.variants:
         ap.error("plain writes ZeroRT's file sizes: it needs the zerort variant")
     if args.rounds < 1 or min(args.worlds) < 1 or any(s not in (0, 1, 2, 3) for s in args.stages):

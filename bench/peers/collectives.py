@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 
-from common import (Jsonl, compile_c, format_count, free_port, loadavg, machine_meta, parse_count,
+from common import (Jsonl, choices, compile_c, format_count, free_port, loadavg, machine_meta, parse_count,
                     rotations, run_together)
 from collectives_report import print_report, summarize, write_svg
 
@@ -75,14 +75,8 @@ def parse_args():
         args.sizes, args.ranks, args.reps = "1M", "2", 1
     args.sizes = sorted({parse_count(s) for s in args.sizes.split(",")})
     args.ranks = [int(n) for n in args.ranks.split(",")]
-    args.ops = args.ops.split(",")
-    args.groups = args.groups.split(",")
-    for op in args.ops:
-        if op not in OPS:
-            ap.error(f"unknown op {op!r} (known: {', '.join(OPS)})")
-    for g in args.groups:
-        if g not in GROUPS:
-            ap.error(f"unknown group {g!r} (known: {', '.join(GROUPS)})")
+    args.ops = choices(ap, "--ops", args.ops, OPS)
+    args.groups = choices(ap, "--groups", args.groups, GROUPS)
     if args.reps < 1 or min(args.ranks) < 2:
         ap.error("--reps must be >= 1 and --ranks >= 2")
     if "zrt" in args.groups and not os.access(args.comm_bench, os.X_OK):

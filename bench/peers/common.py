@@ -41,6 +41,16 @@ def parse_count(text):
     return int(float(text[:-1]) * scale) if scale else int(text)
 
 
+def choices(ap, flag, text, known):
+    """A comma-separated flag value as a list, every item one of `known`, else ap.error naming
+    the flag and what it accepts."""
+    items = [x for x in text.split(",") if x]
+    for x in items:
+        if x not in known:
+            ap.error(f"{flag}: unknown {x!r} (known: {', '.join(known)})")
+    return items
+
+
 def machine_meta(**extra):
     """The machine, the peers' versions, the command line and the load, as one JSON object."""
     versions = {}

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from common import Jsonl, format_load, free_port, loadavg, machine_meta, rotations, run_together
+from common import Jsonl, choices, format_load, free_port, loadavg, machine_meta, rotations, run_together
 from step_report import print_report, write_svg
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -184,15 +184,9 @@ def parse_args():
         args.sizes, args.rounds, args.warmup, args.steps = QUICK_SIZES, 1, 1, 3
         if args.ranks == "1,2,4":
             args.ranks = "1,2"
-    args.models = args.models.split(",")
+    args.models = choices(ap, "--models", args.models, tuple(SIZES))
     args.ranks = [int(n) for n in args.ranks.split(",")]
-    args.frameworks = args.frameworks.split(",")
-    for fw in args.frameworks:
-        if fw not in FRAMEWORKS:
-            ap.error(f"unknown framework {fw!r} (known: {', '.join(FRAMEWORKS)})")
-    for m in args.models:
-        if m not in SIZES:
-            ap.error(f"unknown model {m!r} (gpt, mlp)")
+    args.frameworks = choices(ap, "--frameworks", args.frameworks, FRAMEWORKS)
     if "zerort" in args.frameworks and not os.access(
             os.path.join(args.bin, "bench", "zero_bench"), os.X_OK):
         ap.error(f"{args.bin}/bench/zero_bench not found: build the target zero_bench "
