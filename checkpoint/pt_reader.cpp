@@ -58,6 +58,7 @@ Value read_pt(const ByteSource& source, const ReadOptions& options) {
     ZRT_CHECK_AS(CheckpointError, e->size == nbytes, file, ": storage record '", name, "' has ",
                  e->size, " bytes but the pickle declares ", numel, " ", c10::toString(dtype),
                  " elements (", nbytes, " bytes)");
+    if (options.meta_tensors) return at::empty({numel}, at::TensorOptions().dtype(dtype).device(at::kMeta));
     at::Tensor t = at::empty({numel}, at::TensorOptions().dtype(dtype));
     zip.read(*e, t.data_ptr(), options.verify_crc);
     if (dtype == at::kBool) {

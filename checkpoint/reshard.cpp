@@ -100,24 +100,24 @@ NamedTensors merge_partitions(PartitionLayout layout, const std::vector<at::Tens
                                           : merge_per_param(flat, params, context, tensor);
 }
 
-at::Tensor partition_from_whole(PartitionLayout layout, const NamedShapes& params, int rank,
-                                int world_size,
-                                const std::function<at::Tensor(const std::string&)>& whole,
-                                at::ScalarType dtype, const std::string& context) {
+void fill_partition(PartitionLayout layout, const NamedShapes& params, int rank, int world_size,
+                    const RangeReader& read, at::Tensor& partition, const std::string& context) {
   const RankPartition mine = rank_partition(layout, params, rank, world_size);
-  at::Tensor out = at::zeros({mine.partition_numel}, at::TensorOptions().dtype(dtype));
+  ZRT_INTERNAL_ASSERT(partition.dim() == 1 && partition.numel() >= mine.partition_numel,
+                      "fill_partition: the partition has ", partition.numel(), " elements, needs ",
+                      mine.partition_numel);
   // `range`: the parameter's elements in the group's coordinates (kFlat: the flat group;
   // kPerParam: the parameter itself); `held`: this rank's range there; `base`: where `held`
-  // starts in `out`.
+  // starts in `partition`.
   auto copy = [&](const std::string& name, int64_t numel, ShardInfo range, ShardInfo held,
                   int64_t base) {
     const ShardInfo overlap = intersect(range, held);
     if (overlap.empty()) return;
-    const at::Tensor t = whole(name);
-    ZRT_CHECK_AS(CheckpointError, t.defined() && t.numel() == numel, context, ": parameter '", name,
-                 "' has ", t.defined() ? t.numel() : 0, " elements, its shape needs ", numel);
-    out.narrow(0, base + overlap.offset - held.offset, overlap.size)
-        .copy_(t.reshape({-1}).narrow(0, overlap.offset - range.offset, overlap.size));
+    const at::Tensor t = read(name, numel, ShardInfo{overlap.offset - range.offset, overlap.size});
+    if (!t.defined()) return;
+    ZRT_CHECK_AS(CheckpointError, t.numel() == overlap.size, context, ": parameter '", name,
+                 "': asked for ", overlap.size, " elements, got ", t.numel());
+    partition.narrow(0, base + overlap.offset - held.offset, overlap.size).copy_(t.reshape({-1}));
   };
   if (layout == PartitionLayout::kFlat) {
     const ShardInfo held = make_flat_partition(group_numel(params), world_size).partition(rank);
@@ -127,7 +127,7 @@ at::Tensor partition_from_whole(PartitionLayout layout, const NamedShapes& param
       copy(name, n, ShardInfo{offset, n}, held, 0);
       offset += n;
     }
-    return out;
+    return;
   }
   int64_t base = 0;
   for (const auto& [name, shape] : params) {
@@ -136,6 +136,21 @@ at::Tensor partition_from_whole(PartitionLayout layout, const NamedShapes& param
     copy(name, n, ShardInfo{0, n}, ShardInfo{rank * pn, pn}, base);
     base += pn;
   }
+}
+
+at::Tensor partition_from_whole(PartitionLayout layout, const NamedShapes& params, int rank,
+                                int world_size,
+                                const std::function<at::Tensor(const std::string&)>& whole,
+                                at::ScalarType dtype, const std::string& context) {
+  at::Tensor out = at::zeros({rank_partition(layout, params, rank, world_size).partition_numel},
+                             at::TensorOptions().dtype(dtype));
+  RangeReader read = [&](const std::string& name, int64_t numel, ShardInfo range) {
+    const at::Tensor t = whole(name);
+    ZRT_CHECK_AS(CheckpointError, t.defined() && t.numel() == numel, context, ": parameter '", name,
+                 "' has ", t.defined() ? t.numel() : 0, " elements, its shape needs ", numel);
+    return t.reshape({-1}).narrow(0, range.offset, range.size);
+  };
+  fill_partition(layout, params, rank, world_size, read, out, context);
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/value.h"
+#include "core/shard.h"
 
 namespace zrt::ckpt {
 
@@ -65,6 +66,21 @@ RankPartition rank_partition(PartitionLayout layout, const NamedShapes& params, 
 NamedTensors merge_partitions(PartitionLayout layout, const std::vector<at::Tensor>& parts,
                               const NamedShapes& params, const std::string& context, int group = 0,
                               const std::string& tensor = "fp32");
+
+// Elements `range` of parameter `name`'s flattened whole tensor (`numel` elements in all) as a
+// 1-D tensor of range.size elements, any dtype; or an undefined tensor to leave those elements of
+// the partition as they are (e.g. a parameter the weights do not have).
+using RangeReader =
+    std::function<at::Tensor(const std::string& name, int64_t numel, ShardInfo range)>;
+
+// Writes this rank's share of every parameter of the group into `partition` (1-D, at least
+// rank_partition(...).partition_numel elements, any dtype: values are converted), asking `read`
+// only for the elements this rank holds, one parameter at a time, so that no whole tensor need
+// ever exist (e.g. ranged reads of a safetensors file). Elements outside the parameters (padding)
+// are left as they are. Throws CheckpointError naming `context` and the parameter when `read`
+// returns a tensor of the wrong size.
+void fill_partition(PartitionLayout layout, const NamedShapes& params, int rank, int world_size,
+                    const RangeReader& read, at::Tensor& partition, const std::string& context);
 
 // This rank's partition ← whole tensors (the inverse of merge_partitions): `whole(name)` returns
 // parameter `name`'s whole tensor (any shape with the right number of elements, any dtype).

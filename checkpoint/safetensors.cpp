@@ -56,10 +56,9 @@ Json parse_header(const std::string& file, const std::string& text) {
   }
 }
 
+// A header entry with its byte range relative to the start of the data.
 struct Entry {
-  std::string name;
-  at::ScalarType dtype;
-  std::vector<int64_t> shape;
+  SafetensorsEntry tensor;
   uint64_t begin = 0, end = 0;
 };
 
@@ -130,7 +129,7 @@ FileInfo save_safetensors(const NamedTensors& tensors, const std::string& path,
                              [&](ByteSink& sink) { write_safetensors(tensors, sink, metadata); });
 }
 
-SafetensorsFile read_safetensors(const ByteSource& source, const SafetensorsReadOptions& options) {
+SafetensorsIndex index_safetensors(const ByteSource& source, const SafetensorsReadOptions& options) {
   const std::string& file = source.name();
   const uint64_t size = source.size();
   ZRT_CHECK_AS(CheckpointError, size >= 8, file, ": ", size,
@@ -151,7 +150,7 @@ SafetensorsFile read_safetensors(const ByteSource& source, const SafetensorsRead
                " tensors exceed the limit of ", options.max_tensors);
   const uint64_t data_start = 8 + n, data_size = size - data_start;
 
-  SafetensorsFile out;
+  SafetensorsIndex out;
   std::vector<Entry> entries;
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") {
@@ -173,19 +172,19 @@ SafetensorsFile read_safetensors(const ByteSource& source, const SafetensorsRead
       bad("expected exactly {dtype, shape, data_offsets}");
     }
     Entry e;
-    e.name = name;
+    e.tensor.name = name;
     const Json& dtype = info["dtype"];
     auto dt =
         dtype.is_string() ? dtype_of_safetensors_name(dtype.get<std::string>()) : std::nullopt;
     if (!dt) bad(str("unsupported dtype ", dtype.dump()));
-    e.dtype = *dt;
+    e.tensor.dtype = *dt;
     const Json& shape = info["shape"];
     if (!shape.is_array() || shape.size() > 64) bad("shape must be a list of at most 64 ints");
     for (const Json& d : shape) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t{1} << 62)) {
         bad("shape entries must be non-negative ints");
       }
-      e.shape.push_back(d.get<int64_t>());
+      e.tensor.shape.push_back(d.get<int64_t>());
     }
     const Json& offs = info["data_offsets"];
     if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() ||
@@ -197,7 +196,7 @@ SafetensorsFile read_safetensors(const ByteSource& source, const SafetensorsRead
     if (e.begin > e.end || e.end > data_size) {
       bad(str("data_offsets [", e.begin, ", ", e.end, ") outside the ", data_size, " data bytes"));
     }
-    const uint64_t bytes = checked_byte_size(file, name, e.shape, e.dtype);
+    const uint64_t bytes = checked_byte_size(file, name, e.tensor.shape, e.tensor.dtype);
     if (bytes != e.end - e.begin) {
       bad(str("shape and dtype give ", bytes, " bytes but data_offsets span ", e.end - e.begin));
     }
@@ -209,24 +208,55 @@ SafetensorsFile read_safetensors(const ByteSource& source, const SafetensorsRead
   });
   uint64_t expected = 0;
   for (const Entry& e : entries) {
-    ZRT_CHECK_AS(CheckpointError, e.begin == expected, file, ": tensor '", e.name,
+    ZRT_CHECK_AS(CheckpointError, e.begin == expected, file, ": tensor '", e.tensor.name,
                  "' starts at byte ", e.begin, " but the previous data end at ", expected,
                  " (gap or overlap)");
     expected = e.end;
   }
   ZRT_CHECK_AS(CheckpointError, expected == data_size, file, ": tensors cover ", expected,
                " bytes but the file holds ", data_size, " data bytes");
-  for (const Entry& e : entries) {
-    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
-    if (e.end > e.begin) source.read_at(data_start + e.begin, t.data_ptr(), e.end - e.begin);
-    if (e.dtype == at::kBool) {
-      const auto* b = static_cast<const uint8_t*>(t.data_ptr());
-      for (int64_t i = 0; i < t.numel(); ++i) {
-        ZRT_CHECK_AS(CheckpointError, b[i] <= 1, file, ": bool tensor '", e.name,
-                     "' holds the byte ", int(b[i]));
-      }
+  for (Entry& e : entries) {
+    e.tensor.offset = data_start + e.begin;
+    e.tensor.nbytes = e.end - e.begin;
+    out.tensors.push_back(std::move(e.tensor));
+  }
+  return out;
+}
+
+int64_t SafetensorsEntry::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+at::Tensor read_safetensors_range(const ByteSource& source, const SafetensorsEntry& entry,
+                                  int64_t begin, int64_t count) {
+  const int64_t numel = entry.numel();
+  ZRT_CHECK_AS(CheckpointError, begin >= 0 && count >= 0 && begin <= numel && count <= numel - begin,
+               source.name(), ": tensor '", entry.name, "': elements [", begin, ", ", begin + count,
+               ") lie outside its ", numel);
+  const uint64_t item = dtype_itemsize(entry.dtype);
+  at::Tensor t = at::empty({count}, at::TensorOptions().dtype(entry.dtype));
+  if (count > 0) {
+    source.read_at(entry.offset + static_cast<uint64_t>(begin) * item, t.data_ptr(),
+                   static_cast<uint64_t>(count) * item);
+  }
+  if (entry.dtype == at::kBool) {
+    const auto* b = static_cast<const uint8_t*>(t.data_ptr());
+    for (int64_t i = 0; i < count; ++i) {
+      ZRT_CHECK_AS(CheckpointError, b[i] <= 1, source.name(), ": bool tensor '", entry.name,
+                   "' holds the byte ", int(b[i]));
     }
-    out.tensors.emplace_back(e.name, std::move(t));
+  }
+  return t;
+}
+
+SafetensorsFile read_safetensors(const ByteSource& source, const SafetensorsReadOptions& options) {
+  SafetensorsIndex index = index_safetensors(source, options);
+  SafetensorsFile out;
+  out.metadata = std::move(index.metadata);
+  for (const SafetensorsEntry& e : index.tensors) {
+    out.tensors.emplace_back(e.name, read_safetensors_range(source, e, 0, e.numel()).view(e.shape));
   }
   return out;
 }

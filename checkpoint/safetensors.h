@@ -38,6 +38,31 @@ void write_safetensors(const NamedTensors& tensors, ByteSink& sink,
 FileInfo save_safetensors(const NamedTensors& tensors, const std::string& path,
                           const StringPairs& metadata = {}, Storage* storage = nullptr);
 
+// One tensor of a safetensors file, located without reading its data.
+struct SafetensorsEntry {
+  std::string name;
+  at::ScalarType dtype = at::kFloat;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0;  // of its first byte in the file
+  uint64_t nbytes = 0;
+  int64_t numel() const;
+};
+
+struct SafetensorsIndex {
+  std::vector<SafetensorsEntry> tensors;  // in data order
+  StringPairs metadata;
+};
+
+// Reads and validates the header only (every check of read_safetensors but the bool bytes).
+// Throws CheckpointError naming the file and the first problem.
+SafetensorsIndex index_safetensors(const ByteSource& source,
+                                   const SafetensorsReadOptions& options = {});
+// Elements [begin, begin + count) of `entry`'s flattened tensor as a new 1-D tensor of its dtype;
+// reads only those bytes. Throws CheckpointError for a range outside the tensor, a failed read,
+// or a bool byte other than 0 or 1.
+at::Tensor read_safetensors_range(const ByteSource& source, const SafetensorsEntry& entry,
+                                  int64_t begin, int64_t count);
+
 // Throws CheckpointError naming the file and the first problem.
 SafetensorsFile read_safetensors(const ByteSource& source,
                                  const SafetensorsReadOptions& options = {});

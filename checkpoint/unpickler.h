@@ -32,6 +32,9 @@ struct ReadOptions {
   // Keep only these top-level dict keys (empty: everything); storages reachable only from the
   // other keys are not read at all.
   std::vector<std::string> only_keys;
+  // Read no tensor data: every tensor is on the meta device, with its dtype, shape and strides
+  // (an index of the file; record sizes are still checked against the pickle).
+  bool meta_tensors = false;
   // Resource caps (each violation is a CheckpointError).
   uint64_t max_pickle_bytes = uint64_t{256} << 20;
   size_t max_zip_entries = size_t{1} << 20;

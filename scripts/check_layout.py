@@ -79,7 +79,7 @@ LONG_FUNCTION_ALLOWLIST = {
     ("bench/ckpt_bench.cpp", "main"): "benchmark driver: flag parsing, sweep and report inline",
     ("checkpoint/commit.cpp", "commit_checkpoint"): "the five commit phases (prepare, write, "
                                                     "unmark, rename vote, mark) in sequence",
-    ("checkpoint/safetensors.cpp", "read_safetensors"): "header validation, field by field",
+    ("checkpoint/safetensors.cpp", "index_safetensors"): "header validation, field by field",
     ("checkpoint/unpickler.cpp", "Parser::run"): "pickle VM dispatch, one case per opcode (52)",
     ("checkpoint/zip_reader.cpp", "ZipReader::parse"): "EOCD/zip64/central-directory checks, "
                                                        "field by field as miniz does",

@@ -10,9 +10,9 @@
 #include "checkpoint/io.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/pt_file.h"
 #include "checkpoint/storage.h"
 #include "checkpoint/tensor_types.h"
-#include "checkpoint/zip_reader.h"
 #include "core/error.h"
 #include <sys/stat.h>
 
@@ -176,33 +176,10 @@ std::vector<const TagFile*> files_of(const std::vector<TagFile>& files, FileKind
 }
 
 ckpt::Value read_pt_metadata(const std::string& path, ckpt::ReadMode mode) {
-  ckpt::FileSource source(path);
   ckpt::ReadOptions options;
   options.mode = mode;
-  ckpt::ZipReader zip(source, options.max_zip_entries);
-  std::string prefix;
-  for (const ckpt::ZipEntry& e : zip.entries()) {
-    const size_t slash = e.name.find('/');
-    ZRT_CHECK_AS(CheckpointError, slash != std::string::npos, path, ": zip entry '", e.name,
-                 "' is not inside the archive folder (not a torch.save file)");
-    if (prefix.empty()) prefix = e.name.substr(0, slash + 1);
-    ZRT_CHECK_AS(CheckpointError, e.name.compare(0, prefix.size(), prefix) == 0, path,
-                 ": zip entries in two folders");
-  }
-  const ckpt::ZipEntry* pkl = zip.find(prefix + "data.pkl");
-  ZRT_CHECK_AS(CheckpointError, pkl != nullptr, path,
-               ": no data.pkl record (not a torch.save file)");
-  const std::string pickle = zip.read_string(*pkl, options.max_pickle_bytes, true);
-  ckpt::StorageLoader loader = [&](const std::string& key, at::ScalarType dtype, int64_t numel) {
-    const ckpt::ZipEntry* e = zip.find(prefix + "data/" + key);
-    ZRT_CHECK_AS(CheckpointError, e != nullptr, path, ": storage record 'data/", key,
-                 "' is missing");
-    const uint64_t nbytes = static_cast<uint64_t>(numel) * ckpt::dtype_itemsize(dtype);
-    ZRT_CHECK_AS(CheckpointError, e->size == nbytes, path, ": storage record 'data/", key, "' has ",
-                 e->size, " bytes but the pickle declares ", nbytes);
-    return at::empty({numel}, at::TensorOptions().dtype(dtype).device(at::kMeta));
-  };
-  return ckpt::unpickle(pickle, loader, options, path);
+  options.meta_tensors = true;  // shapes and dtypes; no tensor bytes are read
+  return ckpt::load_pt(path, options);
 }
 
 std::string format_bytes(uint64_t bytes) {

@@ -170,6 +170,56 @@ TEST(Reshard, AsksOnlyForTheParametersARankHolds) {
   EXPECT_TRUE(asked.empty());
 }
 
+TEST(Reshard, FillPartitionReadsExactlyTheHeldRanges) {
+  // The ranges fill_partition asks for, in each parameter's own coordinates, must add up to the
+  // rank's real elements and reproduce the reference partition; padding and skipped parameters
+  // keep the values the partition had.
+  for (PartitionLayout layout : kLayouts) {
+    for (const NamedShapes& params : awkward_groups()) {
+      const auto wholes = wholes_of(params);
+      for (int w = 1; w <= 5; ++w) {
+        for (int r = 0; r < w; ++r) {
+          const RankPartition mine = rank_partition(layout, params, r, w);
+          int64_t asked = 0;
+          RangeReader read = [&](const std::string& name, int64_t numel, ShardInfo range) {
+            EXPECT_EQ(numel, wholes.at(name).numel()) << name;
+            EXPECT_GT(range.size, 0) << name;
+            EXPECT_LE(range.end(), numel) << name;
+            asked += range.size;
+            return wholes.at(name).reshape({-1}).narrow(0, range.offset, range.size).to(at::kDouble);
+          };
+          at::Tensor part = torch::full({mine.partition_numel + 3}, -1.0f);
+          fill_partition(layout, params, r, w, read, part, "test");
+          SCOPED_TRACE(std::string(name_of(layout)) + " w=" + std::to_string(w) +
+                       " r=" + std::to_string(r));
+          EXPECT_EQ(asked, mine.valid_numel);
+          const at::Tensor ref = reference_partition(layout, params, wholes, r, w);
+          // Real elements equal the reference; the rest (padding, the 3 extra) stayed -1.
+          const at::Tensor real = ref.ne(0) | part.narrow(0, 0, ref.numel()).ne(-1);
+          EXPECT_TRUE(torch::equal(part.narrow(0, 0, ref.numel()).masked_select(real),
+                                   ref.masked_select(real)));
+          EXPECT_TRUE(torch::equal(part.narrow(0, ref.numel(), 3), torch::full({3}, -1.0f)));
+          EXPECT_EQ(part.eq(-1).sum().item<int64_t>(), mine.padding() + 3);
+        }
+      }
+    }
+  }
+  // An undefined tensor leaves the parameter's elements untouched; a short one is an error.
+  const NamedShapes params = awkward_groups()[0];
+  at::Tensor part = torch::full({rank_partition(PartitionLayout::kPerParam, params, 0, 1)
+                                     .partition_numel},
+                                7.0f);
+  fill_partition(PartitionLayout::kPerParam, params, 0, 1,
+                 [](const std::string&, int64_t, ShardInfo) { return at::Tensor(); }, part, "t");
+  EXPECT_TRUE(torch::equal(part, torch::full_like(part, 7.0f)));
+  EXPECT_NE(zrt::test::error_of<CheckpointError>([&] {
+              fill_partition(PartitionLayout::kPerParam, params, 0, 1,
+                             [](const std::string&, int64_t, ShardInfo) { return torch::ones({1}); },
+                             part, "loading w");
+            }).find("loading w: parameter 'embed.weight': asked for 35 elements, got 1"),
+            std::string::npos);
+}
+
 TEST(Reshard, Errors) {
   const auto error_of = &zrt::test::error_of<CheckpointError>;
   const NamedShapes params = awkward_groups()[0];
