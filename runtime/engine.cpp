@@ -20,6 +20,7 @@
 #include "zero/flat_layout.h"
 #include "zero/scalar_type.h"
 #include "zero/shard_unit.h"
+#include "zero/stage3_layout.h"
 #include "zrt/build_config.h"
 
 namespace zrt {
@@ -36,13 +37,48 @@ int64_t architecture_fingerprint(torch::nn::Module& model) {
   };
   for (const auto& p : model.named_parameters()) {
     mix(p.key());
-    mix(zrt::str(p.value().sizes(), p.value().scalar_type(), p.value().requires_grad()));
+    mix(zrt::str(p.value().sizes(), p.value().scalar_type(), p.value().requires_grad(),
+                 zero::storage_allocated(p.value())));
   }
   for (const auto& b : model.named_buffers()) {
     mix(b.key());
     mix(zrt::str(b.value().sizes(), b.value().scalar_type()));
   }
   return static_cast<int64_t>(h);
+}
+
+// Module::to(dtype), except for parameters built without storage (zrt::defer_parameters), which
+// change dtype without data (Note [Deferred parameters] in zero/stage3_layout.cpp); those need
+// ZeRO-3, which partitions shapes alone.
+void cast_model(torch::nn::Module& model, at::ScalarType dtype, int stage) {
+  std::vector<std::string> deferred;
+  for (const auto& p : model.named_parameters()) {
+    if (!zero::storage_allocated(p.value())) deferred.push_back(p.key());
+  }
+  if (deferred.empty()) {
+    model.to(dtype);
+    return;
+  }
+  ZRT_CHECK_AS(ConfigError, stage == 3, "the model's parameters were built without storage (",
+               deferred.size(), " of them, e.g. '", deferred.front(),
+               "': zrt::defer_parameters); only ZeRO stage 3 partitions such a model, the config "
+               "asks for stage ", stage);
+  at::NoGradGuard no_grad;
+  for (const auto& p : model.named_parameters()) {
+    at::Tensor t = p.value();
+    if (!t.is_floating_point() || t.scalar_type() == dtype) continue;
+    if (zero::storage_allocated(t)) {
+      t.set_data(t.to(dtype));
+    } else {
+      at::Tensor shell = at::empty({0}, t.options().dtype(dtype));
+      shell.unsafeGetTensorImpl()->set_sizes_contiguous(t.sizes());
+      t.set_data(shell);
+      zero::release_storage(t);
+    }
+  }
+  for (const auto& b : model.named_buffers()) {
+    if (b.value().is_floating_point()) b.value().set_data(b.value().to(dtype));
+  }
 }
 
 // fp16 on CPU parameters needs fp16 CPU kernels: refuse the job up front (a ConfigError, exit 2)
@@ -107,7 +143,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig 
   model_dtype_ = zero::scalar_type_of(config_.model_dtype);
   check_dtype_supported(model_dtype_, *model_);
   see_memory_usage("ZeroRT Engine: before partitioning the model");
-  model_->to(model_dtype_);
+  cast_model(*model_, model_dtype_, config_.zero.stage);
   check_and_broadcast_model();
 
   std::vector<zero::NamedParam> named;
@@ -242,6 +278,7 @@ void Engine::check_and_broadcast_model() {
   }
   if (n == 1) return;
   for (const auto& p : model_->named_parameters()) {
+    if (!zero::storage_allocated(p.value())) continue;  // deferred: no values yet, on any rank
     at::Tensor t = p.value().detach();
     if (t.is_contiguous()) {
       comm_->broadcast(t, 0);

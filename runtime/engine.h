@@ -187,6 +187,11 @@ class Engine {
   sched::LRScheduler* lr_scheduler() { return scheduler_.get(); }
   optim::LossScaler& loss_scaler() { return *loss_scaler_; }
   runtime::ModelStates& model_states() { return *states_; }
+  // Parameters registered under two names (tied weights): (alias, owner) pairs; the owner is the
+  // name the engine partitions and checkpoints.
+  const std::vector<std::pair<std::string, std::string>>& tied_parameters() const {
+    return aliases_;
+  }
 
  private:
   void build_flat(std::vector<std::vector<zero::NamedParam>> groups);
@@ -216,7 +221,6 @@ class Engine {
                              const std::string& context);
   void load_partitioned_state(const std::string& dir, const std::string& tag, int saved_stage,
                               int saved_world, const ckpt::Value& model_states);
-  void refresh_masters_from_params();
   at::Tensor my_partition(int group, const std::function<at::Tensor(const std::string&)>& full,
                           at::ScalarType dtype) const;
 

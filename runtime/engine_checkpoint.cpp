@@ -57,26 +57,7 @@ Value Engine::module_state_dict() {
 std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> Engine::param_shapes()
     const {
   std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> shapes;
-  if (auto* s3 = dynamic_cast<runtime::Stage3ModelStates*>(states_.get())) {
-    shapes.resize(s3->layout().num_groups());
-    std::vector<std::vector<std::pair<int64_t, std::pair<std::string, std::vector<int64_t>>>>> by;
-    by.resize(shapes.size());
-    for (const auto& p : s3->layout().params()) {
-      if (p.group >= 0) by[p.group].push_back({p.group_offset, {p.name, p.shape}});
-    }
-    for (size_t g = 0; g < by.size(); ++g) {
-      std::sort(by[g].begin(), by[g].end(),
-                [](const auto& a, const auto& b) { return a.first < b.first; });
-      for (auto& e : by[g]) shapes[g].push_back(e.second);
-    }
-    return shapes;
-  }
-  const auto& flat = dynamic_cast<const runtime::FlatModelStates&>(*states_);
-  for (const zero::FlatGroup& g : flat.groups()) {
-    std::vector<std::pair<std::string, std::vector<int64_t>>> group;
-    for (const zero::FlatParam& p : g.params()) group.emplace_back(p.name, p.shape);
-    shapes.push_back(std::move(group));
-  }
+  for (runtime::GroupPartition& g : states_->group_partitions()) shapes.push_back(std::move(g.params));
   return shapes;
 }
 

@@ -59,59 +59,16 @@ at::Tensor Engine::my_partition(int group,
                                 const std::function<at::Tensor(const std::string&)>& full,
                                 at::ScalarType dtype) const {
   // Note [Partition layouts] (checkpoint/reshard.h): the engine partitions like DeepSpeed.
-  const ckpt::NamedShapes params = param_shapes().at(group);
-  const std::string context = "resharding a checkpoint";
-  if (auto* s3 = dynamic_cast<runtime::Stage3ModelStates*>(states_.get())) {
-    const zero::Stage3Layout& layout = s3->layout();
-    at::Tensor out =
-        ckpt::partition_from_whole(ckpt::PartitionLayout::kPerParam, params, layout.rank(),
-                                   layout.world_size(), full, dtype, context);
-    ZRT_INTERNAL_ASSERT(out.numel() == layout.group_partition_numel(group));
-    return out;
-  }
-  const auto& flat = dynamic_cast<const runtime::FlatModelStates&>(*states_);
-  const zero::FlatGroup& g = flat.groups().at(group);
-  if (config_.zero.stage != 0) {
-    at::Tensor out = ckpt::partition_from_whole(ckpt::PartitionLayout::kFlat, params, comm_->rank(),
-                                                g.partition().world_size, full, dtype, context);
-    ZRT_INTERNAL_ASSERT(out.numel() == g.partition().partition_size);
-    return out;
-  }
-  // Stage 0 keeps the whole group, padded to the alignment of its world size: one rank's group.
-  const at::Tensor whole =
-      ckpt::partition_from_whole(ckpt::PartitionLayout::kFlat, params, 0, 1, full, dtype, context);
-  at::Tensor padded = at::zeros({g.padded_numel()}, at::TensorOptions().dtype(dtype));
-  padded.narrow(0, 0, whole.numel()).copy_(whole);
+  const runtime::GroupPartition g = states_->group_partitions().at(group);
+  const at::Tensor part = ckpt::partition_from_whole(g.layout, g.params, g.rank, g.world_size, full,
+                                                     dtype, "resharding a checkpoint");
+  if (part.numel() == g.lp.numel()) return part;
+  // Stage 0 keeps the whole group padded to the alignment of its world size.
+  ZRT_INTERNAL_ASSERT(part.numel() < g.lp.numel(), "partition of ", part.numel(),
+                      " elements for a group partition of ", g.lp.numel());
+  at::Tensor padded = at::zeros({g.lp.numel()}, at::TensorOptions().dtype(dtype));
+  padded.narrow(0, 0, part.numel()).copy_(part);
   return padded;
-}
-
-void Engine::refresh_masters_from_params() {
-  at::NoGradGuard no_grad;
-  auto* s3 = dynamic_cast<runtime::Stage3ModelStates*>(states_.get());
-  auto& targets = states_->targets();
-  for (size_t g = 0; g < targets.size(); ++g) {
-    at::Tensor source =
-        s3 != nullptr
-            ? s3->layout().partition_flat(static_cast<int>(g))
-            : dynamic_cast<runtime::FlatModelStates&>(*states_).partition_of(static_cast<int>(g));
-    if (!targets[g].master.is_same(source)) targets[g].master.copy_(source);
-  }
-}
-
-// Writes fp32 masters into the low-precision parameters everywhere (partitions, then the
-// all-gather of stages 1/2 or the persistent refresh of stage 3).
-static void params_from_masters(runtime::ModelStates& states) {
-  at::NoGradGuard no_grad;
-  auto* s3 = dynamic_cast<runtime::Stage3ModelStates*>(&states);
-  auto& targets = states.targets();
-  for (size_t g = 0; g < targets.size(); ++g) {
-    at::Tensor part =
-        s3 != nullptr
-            ? s3->layout().partition_flat(static_cast<int>(g))
-            : dynamic_cast<runtime::FlatModelStates&>(states).partition_of(static_cast<int>(g));
-    if (!targets[g].master.is_same(part)) part.copy_(targets[g].master);
-  }
-  states.after_optimizer_step();
 }
 
 void Engine::load_module_weights(const std::string& dir, const std::string& tag,
@@ -183,7 +140,7 @@ void Engine::assign_module_weights(const std::unordered_map<std::string, at::Ten
                    ": the checkpoint has weights for '", name, "', which the model does not have");
     }
   }
-  refresh_masters_from_params();
+  runtime::masters_from_params(*states_);
 }
 
 void Engine::load_partitioned_state(const std::string& dir, const std::string& tag, int saved_stage,
@@ -289,7 +246,7 @@ void Engine::load_partitioned_state(const std::string& dir, const std::string& t
   // whose attributes are the state its BUILD set.
   if (loss_scaler.is_object()) loss_scaler = loss_scaler.as_object().state;
   if (!loss_scaler.is_none()) loss_scaler_->load_state_dict(ckpt::to_json(loss_scaler));
-  params_from_masters(*states_);
+  runtime::params_from_masters(*states_);
   // Buffers (and frozen parameters) come from the model states.
   const ValueView module = ValueView(model_states, dir)["module"];
   for (const auto& b : model_->named_buffers()) {

@@ -93,4 +93,19 @@ ModelStateBytes FlatModelStates::memory() const {
   return m;
 }
 
+std::vector<GroupPartition> FlatModelStates::group_partitions() const {
+  std::vector<GroupPartition> out;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    GroupPartition gp;
+    for (const zero::FlatParam& p : groups_[g].params()) gp.params.emplace_back(p.name, p.shape);
+    if (policy_.shard_optimizer) {  // stages 1/2; stage 0 keeps the whole group on every rank
+      gp.rank = comm_->rank();
+      gp.world_size = groups_[g].partition().world_size;
+    }
+    gp.lp = device_partitions_.at(g);
+    out.push_back(std::move(gp));
+  }
+  return out;
+}
+
 }  // namespace zrt::runtime

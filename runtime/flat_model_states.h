@@ -31,6 +31,7 @@ class FlatModelStates final : public ModelStates {
   void zero_grad() override { reducer_->zero_grad(); }
   bool grads_replicated() const override { return !policy_.shard_optimizer; }
   ModelStateBytes memory() const override;
+  std::vector<GroupPartition> group_partitions() const override;
 
   const std::vector<zero::FlatGroup>& groups() const { return groups_; }
   const zero::GradReducer& reducer() const { return *reducer_; }

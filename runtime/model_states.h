@@ -9,6 +9,8 @@
 
 #include <ATen/ATen.h>
 
+#include "checkpoint/reshard.h"
+
 namespace zrt::runtime {
 
 // What the optimizer updates for one parameter group on this rank.
@@ -26,6 +28,19 @@ struct ModelStateBytes {
   int64_t optimizer = 0;  // optimizer state (Adam moments)
   int64_t gathered = 0;   // stage 3: parameters currently gathered beyond the persistent ones
   int64_t total() const { return params + grads + master + optimizer; }
+};
+
+// One optimizer group as checkpoints and whole-tensor loads see it: its parameters in flattening
+// order, how they are cut over the ranks (Note [Partition layouts] in checkpoint/reshard.h) and
+// this rank's partition of the parameters themselves.
+struct GroupPartition {
+  ckpt::NamedShapes params;
+  ckpt::PartitionLayout layout = ckpt::PartitionLayout::kFlat;
+  int rank = 0;  // stage 0: rank 0 of 1, every rank holds the whole group
+  int world_size = 1;
+  // 1-D: this rank's partition of the parameters in the model dtype (stage 0: the whole group,
+  // padded); at least rank_partition(layout, params, rank, world_size).partition_numel elements.
+  at::Tensor lp;
 };
 
 class ModelStates {
@@ -48,6 +63,15 @@ class ModelStates {
   // True when every rank holds the same full gradients (stage 0): the global norm is local.
   virtual bool grads_replicated() const = 0;
   virtual ModelStateBytes memory() const = 0;
+  // One entry per optimizer group, in the order of targets().
+  virtual std::vector<GroupPartition> group_partitions() const = 0;
 };
+
+// Copies every group's partition of the parameters into its fp32 master (after the parameters were
+// written, e.g. by a load), skipping masters that are the partition itself.
+void masters_from_params(ModelStates& states);
+// Collective: copies the fp32 masters into the parameters' partitions, then refreshes every rank's
+// parameters from them (the all-gather of stages 1/2, the persistent parameters of stage 3).
+void params_from_masters(ModelStates& states);
 
 }  // namespace zrt::runtime

@@ -1,5 +1,7 @@
 #include "runtime/stage3_model_states.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace zrt::runtime {
@@ -73,6 +75,27 @@ ModelStateBytes Stage3ModelStates::memory() const {
   m.grads = coordinator_->grad_bytes();
   m.gathered = coordinator_->stats().gathered_bytes;
   return m;
+}
+
+std::vector<GroupPartition> Stage3ModelStates::group_partitions() const {
+  std::vector<GroupPartition> out(static_cast<size_t>(layout_->num_groups()));
+  // A group's parameters in the order of their partitions in its flat (group_offset).
+  std::vector<std::vector<const zero::Stage3Param*>> members(out.size());
+  for (const zero::Stage3Param& p : layout_->params()) {
+    if (p.group >= 0) members[static_cast<size_t>(p.group)].push_back(&p);
+  }
+  for (size_t g = 0; g < out.size(); ++g) {
+    std::sort(members[g].begin(), members[g].end(),
+              [](const zero::Stage3Param* a, const zero::Stage3Param* b) {
+                return a->group_offset < b->group_offset;
+              });
+    for (const zero::Stage3Param* p : members[g]) out[g].params.emplace_back(p->name, p->shape);
+    out[g].layout = ckpt::PartitionLayout::kPerParam;
+    out[g].rank = layout_->rank();
+    out[g].world_size = layout_->world_size();
+    out[g].lp = layout_->partition_flat(static_cast<int>(g));
+  }
+  return out;
 }
 
 }  // namespace zrt::runtime

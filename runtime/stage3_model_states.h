@@ -32,6 +32,7 @@ class Stage3ModelStates final : public ModelStates {
   void zero_grad() override { coordinator_->zero_grad(); }
   bool grads_replicated() const override { return false; }
   ModelStateBytes memory() const override;
+  std::vector<GroupPartition> group_partitions() const override;
 
   zero::Stage3Layout& layout() { return *layout_; }
   zero::ParamCoordinator& coordinator() { return *coordinator_; }

@@ -8,6 +8,7 @@
 #include "config/hf_plan.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "runtime/pretrained.h"
 #include "runtime/sampler.h"
 #include "runtime/trainer.h"
 
@@ -131,16 +132,17 @@ void Trainer::load_model_weights(const std::string& path, bool inference) {
     engine_->load_checkpoint(dir.parent_path().string(), dir.filename().string(), only_module);
     return;
   }
-  for (const char* name : {"model.safetensors", "pytorch_model.bin"}) {
-    const std::string file = (fs::path(path) / name).string();
-    if (fs::is_regular_file(file, ec)) {
-      engine_->load_module_file(file);
+  // A Hugging Face model folder: every rank reads only its partitions' elements.
+  for (const char* name : {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                           "pytorch_model.bin.index.json"}) {
+    if (fs::is_regular_file(fs::path(path) / name, ec)) {
+      load_pretrained(*engine_, path);
       return;
     }
   }
   throw CheckpointError(str(path, ": no weights found: the folder has no `latest` file, no "
-                            "*_model_states.pt (a checkpoint tag), no model.safetensors and no "
-                            "pytorch_model.bin"));
+                            "*_model_states.pt (a checkpoint tag), no model.safetensors(.index.json) "
+                            "and no pytorch_model.bin(.index.json)"));
 }
 
 }  // namespace zrt

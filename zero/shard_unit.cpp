@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "zero/stage3_layout.h"
+
 namespace zrt::zero {
 namespace {
 
@@ -32,3 +34,20 @@ at::Tensor mark_unit_output(const at::Tensor& output, UnitHooks* hooks, int unit
 }
 
 }  // namespace zrt::zero
+
+namespace zrt {
+
+void defer_parameters(torch::nn::Module& module) {
+  zero::keep_large_blocks_mmapped();  // Note [Returning released memory] (zero/stage3_layout.h)
+  at::NoGradGuard no_grad;
+  for (const auto& p : module.named_parameters()) {
+    // A new tensor of the parameter's shape whose storage has no bytes (nothing is allocated),
+    // swapped in as the parameter's data: the old storage is freed with its last user.
+    at::Tensor shell = at::empty({0}, p.value().options());
+    shell.unsafeGetTensorImpl()->set_sizes_contiguous(p.value().sizes());
+    p.value().set_data(shell);
+    zero::release_storage(p.value());
+  }
+}
+
+}  // namespace zrt

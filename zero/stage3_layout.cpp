@@ -2,6 +2,10 @@
 
 #include <unordered_map>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include "core/error.h"
 #include "core/shard.h"
 
@@ -15,6 +19,16 @@ namespace zrt::zero {
 // backward, while between forward and backward the memory is really free. Parameters are first
 // given a private contiguous storage (set_data of a clone) so no other tensor shares it by
 // accident.
+
+void keep_large_blocks_mmapped() {
+#ifdef __GLIBC__
+  static const bool done = [] {
+    // 128 KiB, glibc's initial threshold; setting it turns the dynamic adjustment off.
+    return ::mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1;
+  }();
+  (void)done;
+#endif
+}
 
 void release_storage(const at::Tensor& param) {
   c10::StorageImpl* s = param.storage().unsafeGetStorageImpl();
@@ -40,6 +54,7 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
                            int world_size, int rank, int64_t persistence_threshold,
                            int64_t model_persistence_threshold, bool offload_partitions)
     : world_size_(world_size), rank_(rank) {
+  keep_large_blocks_mmapped();  // Note [Returning released memory]
   std::unordered_map<std::string, int> unit_by_name(unit_of.begin(), unit_of.end());
   units_.resize(num_units + 1);
   int64_t persisted = 0;
@@ -100,17 +115,26 @@ at::Tensor Stage3Layout::partition_of(int i) const {
   return partition_flats_[p.group].narrow(0, p.group_offset, p.pn);
 }
 
+// Note [Deferred parameters]
+// A model built with zrt::defer_parameters (zero/shard_unit.h) has parameters with shapes but no
+// storage, so that no rank ever holds all of it. partition() then gives each one a zero-filled
+// private storage (one parameter at a time, released again at once unless persistent) and zero
+// partitions; the values arrive later through the partitions (runtime/pretrained.h writes the
+// masters, then the parameters are refreshed from them), as DeepSpeed's zero.Init + from_pretrained.
+
 void Stage3Layout::partition() {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     Stage3Param& p = params_[i];
+    const bool has_values = storage_allocated(p.param);
     // A private contiguous storage for each parameter (Note [Releasing parameter storage]).
-    p.param.set_data(p.param.detach().clone(at::MemoryFormat::Contiguous));
+    p.param.set_data(has_values ? p.param.detach().clone(at::MemoryFormat::Contiguous)
+                                : at::zeros(p.shape, p.param.options()));
     if (p.group >= 0) {
       const ShardInfo mine = param_shard(p.numel, rank_, world_size_);
       at::Tensor part = partition_of(static_cast<int>(i));
       part.zero_();
-      if (mine.size > 0)
+      if (has_values && mine.size > 0)
         part.narrow(0, 0, mine.size).copy_(p.param.reshape(-1).narrow(0, mine.offset, mine.size));
       // One rank (Note [Stage 3 on one rank]): the parameter becomes a view of its partition,
       // so that an updated partition is the updated parameter, with no copy at all.

@@ -82,6 +82,12 @@ class Stage3Layout {
 };
 
 // Storage helpers (see the file comment).
+// Note [Returning released memory]: glibc raises its mmap threshold each time a large block is
+// freed, after which blocks of that size come from the heap, where freed memory stays resident;
+// a rank that releases gathered parameters (or deferred ones) would keep the peak of every
+// gather. Fixing the threshold (mallopt, once per process) keeps large blocks mmapped, so a
+// release gives the memory back. Called by the stage-3 layout and by zrt::defer_parameters.
+void keep_large_blocks_mmapped();
 void release_storage(const at::Tensor& param);
 void allocate_storage(const at::Tensor& param);
 bool storage_allocated(const at::Tensor& param);

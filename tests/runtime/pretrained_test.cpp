@@ -1,0 +1,259 @@
+// runtime/pretrained.h over the in-process backend (ranks as threads): bf16 safetensors shards
+// with an index load into every stage at world sizes 1-3, fp32 and bf16 models; every rank reads
+// exactly the bytes of the elements it holds; the fp32 masters hold the file's values; a model
+// that trains on afterwards; missing, unexpected and mis-shaped names reported together.
+#include "runtime/pretrained.h"
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include "checkpoint/reshard.h"
+#include "checkpoint/safetensors.h"
+#include "comm/local_comm.h"
+#include "tests/runtime/parity.h"
+#include "tests/support/error_of.h"
+#include "tests/support/temp_dir.h"
+#include "zero/shard_unit.h"
+#include "zero/stage3_layout.h"
+
+namespace zrt {
+namespace {
+
+// The message `text` contains `part`.
+void expect_contains(const std::string& text, const std::string& part) {
+  EXPECT_NE(text.find(part), std::string::npos) << "expected \"" << part << "\" in: " << text;
+}
+
+using test::Case;
+using test::Precision;
+
+// Values unlike TinyStack's own, rounded to bf16 (the file's dtype), by name.
+std::map<std::string, at::Tensor> pretrained_values() {
+  test::TinyStack model{false};
+  std::map<std::string, at::Tensor> out;
+  float salt = 1;
+  for (const auto& p : model->named_parameters()) {
+    const int64_t n = p.value().numel();
+    out[p.key()] = torch::arange(n, torch::kFloat)
+                       .mul(0.13f * salt++)
+                       .cos()
+                       .mul(0.3f)
+                       .to(at::kBFloat16)
+                       .view(p.value().sizes());
+  }
+  return out;
+}
+
+// Two safetensors shards and model.safetensors.index.json, as save_pretrained writes them.
+void write_sharded(const std::string& dir, const std::map<std::string, at::Tensor>& values) {
+  ckpt::NamedTensors shard[2];
+  Json map = Json::object();
+  int i = 0;
+  for (const auto& [name, t] : values) {
+    const int s = i++ % 2;
+    shard[s].emplace_back(name, t);
+    map[name] = str("model-0000", s + 1, "-of-00002.safetensors");
+  }
+  for (int s = 0; s < 2; ++s) {
+    ckpt::save_safetensors(shard[s], str(dir, "/model-0000", s + 1, "-of-00002.safetensors"));
+  }
+  std::ofstream(dir + "/model.safetensors.index.json") << Json{{"weight_map", map}}.dump();
+}
+
+void check_loaded(Engine& engine, const std::map<std::string, at::Tensor>& values,
+                  const PretrainedLoadReport& report, const std::string& what) {
+  // Bytes: exactly this rank's elements, 2 bytes each.
+  uint64_t mine = 0;
+  const auto groups = engine.model_states().group_partitions();
+  auto& targets = engine.model_states().targets();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& gp = groups[g];
+    mine += 2 * static_cast<uint64_t>(
+                    ckpt::rank_partition(gp.layout, gp.params, gp.rank, gp.world_size).valid_numel);
+    const at::Tensor expected = ckpt::partition_from_whole(
+        gp.layout, gp.params, gp.rank, gp.world_size,
+        [&](const std::string& n) { return values.at(n).to(at::kFloat); }, at::kFloat, "test");
+    EXPECT_TRUE(torch::equal(targets[g].master.narrow(0, 0, expected.numel()).cpu(), expected))
+        << what << " master of group " << g;
+  }
+  EXPECT_EQ(report.bytes_read, mine) << what;
+  EXPECT_TRUE(report.missing.empty() && report.unexpected.empty()) << what;
+  GatheredParameters access(engine);
+  for (const auto& p : engine.module().named_parameters()) {
+    EXPECT_TRUE(torch::equal(p.value().to(at::kFloat), values.at(p.key()).to(at::kFloat)))
+        << what << " " << p.key();
+  }
+}
+
+TEST(Pretrained, ShardedBf16IntoEveryStageAndWorld) {
+  test::TempDir dir("zrt_pretrained");
+  const auto values = pretrained_values();
+  write_sharded(dir.path(), values);
+  for (int world : {1, 2, 3}) {
+    for (int stage : {0, 1, 2, 3}) {
+      for (Precision precision : {Precision::kFp32, Precision::kBf16Adam}) {
+        for (bool persistent : {false, true}) {
+          if (persistent && stage != 3) continue;
+          const Case c{stage, precision, 1, false, stage == 2 && world == 2};
+          const std::string what = str(test::describe(c), " world ", world,
+                                       persistent ? " (small parameters persistent)" : "");
+          Json cfg = test::config_for(c);
+          if (persistent) cfg["zero_optimization"].erase("stage3_param_persistence_threshold");
+          comm::run_local_world(world, [&](comm::Comm& comm) {
+            auto model = std::make_shared<test::TinyStackImpl>(false);
+            InitializeOptions io;
+            io.comm = std::shared_ptr<comm::Comm>(&comm, [](comm::Comm*) {});
+            auto engine = initialize(model, cfg, io);
+            const PretrainedLoadReport report = load_pretrained(*engine, dir.path());
+            check_loaded(*engine, values, report, what);
+            // Training goes on from the loaded weights: the loss of the first step is the loaded
+            // model's, and it falls.
+            auto [x, y] = test::tiny_batch(comm.rank(), 0);
+            double first = 0, last = 0;
+            for (int step = 0; step < 3; ++step) {
+              auto loss =
+                  torch::mse_loss(model->forward(engine->to_model_dtype(x)).to(at::kFloat), y);
+              (step == 0 ? first : last) = loss.item<double>();
+              engine->backward(loss);
+              engine->step();
+            }
+            EXPECT_LT(last, first) << what;
+          });
+        }
+      }
+    }
+  }
+}
+
+TEST(Pretrained, DeferredConstructionUnderZero3) {
+  // A model whose parameters never had storage (zrt::defer_parameters) partitions under ZeRO-3,
+  // takes its values from the files, and trains; stages 0-2 refuse it by name.
+  test::TempDir dir("zrt_pretrained_deferred");
+  const auto values = pretrained_values();
+  write_sharded(dir.path(), values);
+  for (int world : {1, 2, 3}) {
+    for (Precision precision : {Precision::kFp32, Precision::kBf16Adam}) {
+      const Case c{3, precision};
+      comm::run_local_world(world, [&](comm::Comm& comm) {
+        auto model = std::make_shared<test::TinyStackImpl>(false);
+        zrt::defer_parameters(*model);
+        for (const auto& p : model->named_parameters()) {
+          EXPECT_FALSE(zero::storage_allocated(p.value())) << p.key();
+        }
+        InitializeOptions io;
+        io.comm = std::shared_ptr<comm::Comm>(&comm, [](comm::Comm*) {});
+        auto engine = initialize(model, test::config_for(c), io);
+        check_loaded(*engine, values, load_pretrained(*engine, dir.path()),
+                     str(test::describe(c), " deferred, world ", world));
+        auto [x, y] = test::tiny_batch(comm.rank(), 0);
+        auto loss = torch::mse_loss(model->forward(engine->to_model_dtype(x)).to(at::kFloat), y);
+        EXPECT_TRUE(std::isfinite(loss.item<double>()));
+        engine->backward(loss);
+        engine->step();
+      });
+    }
+  }
+  comm::run_local_world(2, [&](comm::Comm& comm) {
+    auto model = std::make_shared<test::TinyStackImpl>(false);
+    zrt::defer_parameters(*model->blocks[0]);
+    InitializeOptions io;
+    io.comm = std::shared_ptr<comm::Comm>(&comm, [](comm::Comm*) {});
+    expect_contains(
+        test::error_of<ConfigError>([&] { initialize(model, test::config_for(Case{1}), io); }),
+        "the model's parameters were built without storage (3 of them, e.g. "
+        "'h0.norm_scale': zrt::defer_parameters); only ZeRO stage 3 partitions "
+        "such a model, the config asks for stage 1");
+  });
+}
+
+TEST(Pretrained, InitDeferredIsTheSameAtEveryWorldSize) {
+  // Training from scratch without ever building the whole model: every world size gives the
+  // values a single process gives, and each parameter was initialised whole.
+  std::map<std::string, at::Tensor> at_one;
+  for (int world : {1, 2, 3}) {
+    for (int64_t persistence : {0, 100000}) {
+      comm::run_local_world(world, [&](comm::Comm& comm) {
+        auto model = std::make_shared<test::TinyStackImpl>(false);
+        zrt::defer_parameters(*model);
+        Json cfg = test::config_for(Case{3});
+        cfg["zero_optimization"]["stage3_param_persistence_threshold"] = persistence;
+        InitializeOptions io;
+        io.comm = std::shared_ptr<comm::Comm>(&comm, [](comm::Comm*) {});
+        auto engine = initialize(model, cfg, io);
+        std::map<std::string, std::vector<int64_t>> seen;
+        init_deferred(*engine, 42, [&](const std::string& name, at::Tensor& t, at::Generator& gen) {
+          seen[name] = t.sizes().vec();
+          t.normal_(0.0, 0.5, gen);
+        });
+        GatheredParameters access(*engine);
+        for (const auto& p : model->named_parameters()) {
+          EXPECT_EQ(seen.at(p.key()), p.value().sizes().vec()) << p.key();
+          EXPECT_GT(p.value().abs().sum().item<double>(), 0.0) << p.key();
+          if (comm.rank() != 0) continue;
+          if (world == 1 && persistence == 0) {
+            at_one[p.key()] = p.value().clone();
+          } else {
+            EXPECT_TRUE(torch::equal(p.value(), at_one.at(p.key())))
+                << p.key() << " at world " << world;
+          }
+        }
+      });
+    }
+  }
+}
+
+TEST(Pretrained, MismatchesAreReportedTogether) {
+  test::TempDir dir("zrt_pretrained_bad");
+  auto values = pretrained_values();
+  values.erase("h1.fc.bias");                                     // missing
+  values["h2.extra"] = torch::zeros({2});                         // unexpected
+  values["output.weight"] = torch::zeros({3, 8}, at::kBFloat16);  // mis-shaped (3 x 7)
+  ckpt::NamedTensors all(values.begin(), values.end());
+  ckpt::save_safetensors(all, dir.path() + "/model.safetensors");
+  for (int world : {1, 2}) {
+    comm::run_local_world(world, [&](comm::Comm& comm) {
+      auto model = std::make_shared<test::TinyStackImpl>(false);
+      InitializeOptions io;
+      io.comm = std::shared_ptr<comm::Comm>(&comm, [](comm::Comm*) {});
+      auto engine = initialize(model, test::config_for(Case{3}), io);
+      const std::string error =
+          test::error_of<CheckpointError>([&] { load_pretrained(*engine, dir.path()); });
+      expect_contains(error, "model.safetensors");
+      expect_contains(error, ": the weights do not fit the model");
+      expect_contains(error, "missing from the weights (1): h1.fc.bias");
+      expect_contains(error, "not in the model (1): h2.extra");
+      expect_contains(error,
+                      "mismatched (1): 'output.weight' is [3, 8] in the weights but "
+                      "[3, 7] in the model");
+      // Without strict the names are reported, not errors; the shape still is one.
+      PretrainedLoadOptions lenient;
+      lenient.strict = false;
+      expect_contains(
+          test::error_of<CheckpointError>([&] { load_pretrained(*engine, dir.path(), lenient); }),
+          "mismatched (1)");
+    });
+  }
+  values["output.weight"] = torch::zeros({3, 7}, at::kBFloat16);
+  ckpt::NamedTensors fixed(values.begin(), values.end());
+  ckpt::save_safetensors(fixed, dir.path() + "/model.safetensors");
+  comm::run_local_world(2, [&](comm::Comm& comm) {
+    auto model = std::make_shared<test::TinyStackImpl>(false);
+    const at::Tensor kept = model->blocks[1]->fc->bias.clone();
+    InitializeOptions io;
+    io.comm = std::shared_ptr<comm::Comm>(&comm, [](comm::Comm*) {});
+    auto engine = initialize(model, test::config_for(Case{2}), io);
+    PretrainedLoadOptions lenient;
+    lenient.strict = false;
+    const PretrainedLoadReport report = load_pretrained(*engine, dir.path(), lenient);
+    EXPECT_EQ(report.missing, std::vector<std::string>{"h1.fc.bias"});
+    EXPECT_EQ(report.unexpected, std::vector<std::string>{"h2.extra"});
+    EXPECT_TRUE(torch::equal(model->blocks[1]->fc->bias, kept));  // kept its value
+    EXPECT_TRUE(torch::equal(model->out->weight, torch::zeros({3, 7})));
+  });
+}
+
+}  // namespace
+}  // namespace zrt
