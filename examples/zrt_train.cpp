@@ -1,5 +1,8 @@
-// zrt-train: trains a GPT-style byte-level language model (default) or an MLP regression model
-// with ZeroRT's Trainer, from HF-style TrainingArguments and a DeepSpeed config. Launch with
+// zrt-train: trains a GPT-style byte-level language model (default), an MLP regression model, or
+// fine-tunes a LLaMA-architecture model from a Hugging Face folder (--model llama
+// --model_name_or_path DIR; the result is saved in output_dir in HF format, as
+// trainer.save_model() does) with ZeroRT's Trainer, from HF-style TrainingArguments and a
+// DeepSpeed config. Launch with
 // zrt-launch (or mpirun):
 //
 //   zrt-launch --np 2 -- build/bin/zrt-train --deepspeed examples/configs/zero3.json \
@@ -16,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -34,8 +38,10 @@
 #include "core/logging.h"
 #include "core/tool_main.h"
 #include "examples/gpt.h"
+#include "examples/llama.h"
 #include "examples/mlp.h"
 #include "runtime/initialize.h"
+#include "runtime/pretrained.h"
 #include "runtime/trainer.h"
 
 namespace zrt::examples {
@@ -96,9 +102,67 @@ class RegressionDataset : public Dataset {
   at::Tensor x_, y_;
 };
 
+struct ModelSetup {
+  std::shared_ptr<torch::nn::Module> model;
+  LossFn loss_fn;
+  OutputLossFn output_loss;
+  std::function<at::Tensor(const at::Tensor&)> forward;
+  std::optional<LlamaConfig> llama;  // set for --model llama (saved with save_pretrained)
+};
+
+std::string read_corpus(const cxxopts::ParseResult& result) {
+  if (!result.count("train_file")) return generate_corpus(result["corpus_bytes"].as<int64_t>(), 1234);
+  const std::string path = result["train_file"].as<std::string>();
+  std::ifstream in(path, std::ios::binary);
+  ZRT_CHECK(in.good(), "--train_file: cannot read ", path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// --model llama: transformers' LlamaForCausalLM from --model_name_or_path's config.json, fine-tuned
+// on the corpus's bytes as token ids (modulo the vocabulary: the example has no tokenizer). Under
+// ZeRO-3 the model is built without values (partitioned construction) and the weights load into
+// the partitions.
+ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config, int64_t context,
+                       std::shared_ptr<Dataset>* train, std::shared_ptr<Dataset>* eval) {
+  ZRT_CHECK_AS(UsageError, result.count("model_name_or_path"),
+               "--model llama needs --model_name_or_path DIR (a Hugging Face LLaMA folder)");
+  const std::string dir = result["model_name_or_path"].as<std::string>();
+  std::ifstream in(dir + "/config.json");
+  ZRT_CHECK_AS(ConfigError, in.good(), dir, "/config.json: cannot read it");
+  Json hf;
+  try {
+    hf = Json::parse(in);
+  } catch (const Json::exception& e) {
+    throw ConfigError(str(dir, "/config.json: not valid JSON: ", e.what()));
+  }
+  ModelSetup m;
+  m.llama = LlamaConfig::from_json(hf, dir + "/config.json");
+  const int64_t vocab = m.llama->vocab_size;
+  const bool stage3 = ds_config.contains("zero_optimization") &&
+                      ds_config["zero_optimization"].value("stage", 0) == 3;
+  auto llama = std::make_shared<LlamaForCausalLMImpl>(*m.llama, /*deferred=*/stage3);
+  ZRT_LOG_INFO("LLaMA from ", dir, ": ", m.llama->num_hidden_layers, " layers, hidden ",
+               m.llama->hidden_size, ", ", llama->num_params(), " parameters",
+               stage3 ? " (built partitioned: no rank holds the whole model)" : "");
+  const std::string text = read_corpus(result);
+  const size_t split = text.size() * 9 / 10;
+  *train = std::make_shared<ByteDataset>(text.substr(0, split), context);
+  *eval = std::make_shared<ByteDataset>(text.substr(split), context);
+  m.model = llama;
+  m.output_loss = [vocab](const at::Tensor& logits, const at::Tensor& y) {
+    return torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
+                                     y.remainder(vocab).reshape({-1}));
+  };
+  m.forward = [llama, vocab](const at::Tensor& x) { return llama->forward(x.remainder(vocab)); };
+  m.loss_fn = [m](torch::nn::Module&, const at::Tensor& x, const at::Tensor& y) {
+    return m.output_loss(m.forward(x), y);
+  };
+  return m;
+}
+
 int run(int argc, char** argv) {
   cxxopts::Options options("zrt-train", "Train a GPT byte-level LM or an MLP with ZeroRT.");
-  options.add_options("model")("model", "gpt or mlp",
+  options.add_options("model")("model", "gpt, mlp or llama (--model_name_or_path: an HF folder)",
                                cxxopts::value<std::string>()->default_value("gpt"))(
       "layers", "transformer blocks / MLP blocks", cxxopts::value<int64_t>()->default_value("2"))(
       "heads", "attention heads", cxxopts::value<int64_t>()->default_value("4"))(
@@ -110,7 +174,9 @@ int run(int argc, char** argv) {
       "model_name_or_path",
       "weights to start from: a checkpoint folder (checkpoint-N, a save_dir with `latest`, a "
       "global_stepN tag) or a .safetensors/.pt state dict",
-      cxxopts::value<std::string>())("h,help", "show this help");
+      cxxopts::value<std::string>())(
+      "max_shard_size", "--model llama: bytes per safetensors file of the saved model",
+      cxxopts::value<int64_t>()->default_value("5000000000"))("h,help", "show this help");
   config::add_training_arguments(options);
   std::vector<std::string> args(argv + 1, argv + argc);
   std::vector<std::string> joined = config::join_bool_flag_values(args);
@@ -146,6 +212,7 @@ int run(int argc, char** argv) {
   std::shared_ptr<Dataset> train, eval;
   LossFn loss_fn;
   OutputLossFn output_loss;  // one example's output against its target
+  std::optional<ModelSetup> llama;
   if (kind == "gpt") {
     GptConfig c;
     c.width = width;
@@ -154,15 +221,7 @@ int run(int argc, char** argv) {
     c.context = result["context"].as<int64_t>();
     ZRT_CHECK_AS(UsageError, c.width % c.heads == 0, "--width ", c.width,
                  " must be a multiple of --heads ", c.heads);
-    std::string text;
-    if (result.count("train_file")) {
-      const std::string path = result["train_file"].as<std::string>();
-      std::ifstream in(path, std::ios::binary);
-      ZRT_CHECK(in.good(), "--train_file: cannot read ", path);
-      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    } else {
-      text = generate_corpus(result["corpus_bytes"].as<int64_t>(), 1234);
-    }
+    const std::string text = read_corpus(result);
     const size_t split = text.size() * 9 / 10;
     train = std::make_shared<ByteDataset>(text.substr(0, split), c.context);
     eval = std::make_shared<ByteDataset>(text.substr(split), c.context);
@@ -187,8 +246,14 @@ int run(int argc, char** argv) {
       return torch::mse_loss(mlp->forward(x), y);
     };
     output_loss = [](const at::Tensor& out, const at::Tensor& y) { return torch::mse_loss(out, y); };
+  } else if (kind == "llama") {
+    llama = setup_llama(result, ds_config, result["context"].as<int64_t>(), &train, &eval);
+    topts.model_dims.hidden_size = llama->llama->hidden_size;
+    model = llama->model;
+    loss_fn = llama->loss_fn;
+    output_loss = llama->output_loss;
   } else {
-    throw UsageError(str("--model must be gpt or mlp, got '", kind, "'"));
+    throw UsageError(str("--model must be gpt, mlp or llama, got '", kind, "'"));
   }
   Trainer trainer(model, targs, train, eval, loss_fn, topts);
   // HF's example scripts: each phase only when asked; with no --do_* flag, training.
@@ -211,6 +276,12 @@ int run(int argc, char** argv) {
     const TrainOutput out = trainer.train();
     const comm::CommTimes comm_after = comm->times();
     trainer.save_state();  // output_dir/trainer_state.json, as HF's scripts do
+    if (llama) {  // trainer.save_model(): HF-format weights and config.json in output_dir
+      SavePretrainedOptions so;
+      so.config = llama->llama->to_json();
+      so.max_shard_size = result["max_shard_size"].as<int64_t>();
+      save_pretrained(trainer.engine(), targs.output_dir, so);
+    }
     trainer.save_metrics("train", {{"train_loss", out.training_loss},
                                    {"train_runtime", out.train_runtime_s},
                                    {"train_samples_per_second", out.samples_per_second},
@@ -246,8 +317,9 @@ int run(int argc, char** argv) {
   if (targs.do_predict) {
     PredictionOutput pred = trainer.predict(
         *eval,
-        [model](torch::nn::Module&, const at::Tensor& x) {
+        [model, &llama](torch::nn::Module&, const at::Tensor& x) {
           // The models' forward through the same module tree the engine manages.
+          if (llama) return llama->forward(x);
           return model->as<GptImpl>() != nullptr ? model->as<GptImpl>()->forward(x)
                                                  : model->as<MlpImpl>()->forward(x);
         },

@@ -1,0 +1,391 @@
+// A LLaMA-architecture decoder (transformers' LlamaForCausalLM: RMSNorm, rotary position
+// embeddings with rope_theta, grouped-query attention, SwiGLU MLP, optional tied embeddings),
+// built from an HF config.json. Parameter names and maths are transformers', so an HF checkpoint's
+// tensors load by name:
+//
+//   model.embed_tokens.weight
+//   model.layers.{i}.input_layernorm.weight
+//   model.layers.{i}.self_attn.{q,k,v,o}_proj.weight   (+ .bias with attention_bias)
+//   model.layers.{i}.post_attention_layernorm.weight
+//   model.layers.{i}.mlp.{gate,up,down}_proj.weight    (+ .bias with mlp_bias)
+//   model.norm.weight
+//   lm_head.weight                                     (absent with tie_word_embeddings)
+//
+// Each decoder layer is a ZeRO-3 sharding unit (zrt::ShardUnit), and so are the embedding and
+// lm_head when they are separate. With tie_word_embeddings the output projection reads
+// model.embed_tokens.weight, as transformers' tied lm_head does, and no lm_head.weight exists
+// (transformers' save_pretrained leaves it out of the files too); that embedding then stays
+// gathered on every rank (a parameter two units read is kept whole).
+//
+// Note [LLaMA maths, as transformers computes it]
+// - RMSNorm: h = x in fp32; h = h * rsqrt(mean(h²) + eps); out = weight * h.to(x.dtype).
+// - Rotary: inv_freq[j] = 1 / theta^(2j / head_dim) in fp32; for absolute position p the angles
+//   p·inv_freq are repeated twice along the head dimension (cat(freqs, freqs)); cos and sin are
+//   taken in fp32 and cast to the activations' dtype; q' = q·cos + rotate_half(q)·sin with
+//   rotate_half(x) = cat(−x[d/2:], x[:d/2]).
+// - Attention: query head h reads key/value head h / (heads / kv_heads); scores scaled by
+//   head_dim^−1/2, causal (a query at absolute position p sees keys 0..p), softmax in fp32 then
+//   cast back, then o_proj.
+// - MLP: down_proj(silu(gate_proj(x)) · up_proj(x)).
+// - Pre-norm residual blocks; the final RMSNorm, then lm_head; logits in the model's dtype.
+//
+// Contract for generation: forward(tokens, cache) with a KvCache appends this call's keys and
+// values (after rotary) per layer and continues positions from cache.length; prompts of a batch
+// share one length (pad on the caller's side is not modelled).
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "zero/shard_unit.h"
+
+namespace zrt::examples {
+
+struct LlamaConfig {
+  int64_t vocab_size = 32000;
+  int64_t hidden_size = 4096;
+  int64_t intermediate_size = 11008;
+  int64_t num_hidden_layers = 32;
+  int64_t num_attention_heads = 32;
+  int64_t num_key_value_heads = 32;
+  int64_t head_dim = 128;
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;
+  bool mlp_bias = false;
+  Json extra;  // the config.json as read, written back by save_pretrained
+
+  // Reads an HF config.json object; `where` names the file in errors. Refuses what this model
+  // does not implement (another model_type or activation, rope_scaling) by naming the key.
+  static LlamaConfig from_json(const Json& j, const std::string& where);
+  // `extra` with this configuration's values written over it.
+  Json to_json() const;
+};
+
+inline LlamaConfig LlamaConfig::from_json(const Json& j, const std::string& where) {
+  ZRT_CHECK_AS(ConfigError, j.is_object(), where, ": expected a JSON object");
+  auto get_int = [&](const char* key, std::optional<int64_t> fallback) -> int64_t {
+    if (!j.contains(key) || j[key].is_null()) {
+      ZRT_CHECK_AS(ConfigError, fallback.has_value(), where, ": '", key, "' is missing");
+      return *fallback;
+    }
+    ZRT_CHECK_AS(ConfigError, j[key].is_number_integer() && j[key].get<int64_t>() > 0, where, ": '",
+                 key, "' must be a positive integer, got ", j[key].dump());
+    return j[key].get<int64_t>();
+  };
+  auto get_double = [&](const char* key, double fallback) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    ZRT_CHECK_AS(ConfigError, j[key].is_number() && j[key].get<double>() > 0, where, ": '", key,
+                 "' must be a positive number, got ", j[key].dump());
+    return j[key].get<double>();
+  };
+  auto get_bool = [&](const char* key, bool fallback) {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    ZRT_CHECK_AS(ConfigError, j[key].is_boolean(), where, ": '", key, "' must be true or false");
+    return j[key].get<bool>();
+  };
+  const std::string type = j.value("model_type", std::string("llama"));
+  ZRT_CHECK_AS(ConfigError, type == "llama", where, ": model_type '", type,
+               "' is not a LLaMA model (this example implements model_type 'llama')");
+  const std::string act = j.value("hidden_act", std::string("silu"));
+  ZRT_CHECK_AS(ConfigError, act == "silu", where, ": hidden_act '", act,
+               "' is not supported (LLaMA's MLP uses 'silu')");
+  ZRT_CHECK_AS(ConfigError, !j.contains("rope_scaling") || j["rope_scaling"].is_null(), where,
+               ": rope_scaling ", j.contains("rope_scaling") ? j["rope_scaling"].dump() : "",
+               " is not supported (only the default rotary embedding with rope_theta)");
+  // transformers 5 writes {"rope_parameters": {"rope_theta": ..., "rope_type": "default"}}, 4.x a
+  // top-level rope_theta (and rope_scaling for the other types).
+  std::optional<double> rope_parameters_theta;
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    const Json& rp = j["rope_parameters"];
+    ZRT_CHECK_AS(ConfigError, rp.is_object(), where, ": rope_parameters must be an object");
+    const std::string rope_type = rp.value("rope_type", std::string("default"));
+    ZRT_CHECK_AS(ConfigError, rope_type == "default", where, ": rope_parameters.rope_type '",
+                 rope_type, "' is not supported (only the default rotary embedding)");
+    if (rp.contains("rope_theta")) {
+      ZRT_CHECK_AS(ConfigError, rp["rope_theta"].is_number() && rp["rope_theta"].get<double>() > 0,
+                   where, ": rope_parameters.rope_theta must be a positive number");
+      rope_parameters_theta = rp["rope_theta"].get<double>();
+    }
+  }
+  LlamaConfig c;
+  c.vocab_size = get_int("vocab_size", std::nullopt);
+  c.hidden_size = get_int("hidden_size", std::nullopt);
+  c.intermediate_size = get_int("intermediate_size", std::nullopt);
+  c.num_hidden_layers = get_int("num_hidden_layers", std::nullopt);
+  c.num_attention_heads = get_int("num_attention_heads", std::nullopt);
+  c.num_key_value_heads = get_int("num_key_value_heads", c.num_attention_heads);
+  ZRT_CHECK_AS(ConfigError, c.hidden_size % c.num_attention_heads == 0 || j.contains("head_dim"),
+               where, ": hidden_size ", c.hidden_size, " is not a multiple of num_attention_heads ",
+               c.num_attention_heads, " and no head_dim is given");
+  c.head_dim = get_int("head_dim", c.hidden_size / c.num_attention_heads);
+  ZRT_CHECK_AS(ConfigError, c.num_attention_heads % c.num_key_value_heads == 0, where,
+               ": num_attention_heads ", c.num_attention_heads,
+               " is not a multiple of num_key_value_heads ", c.num_key_value_heads);
+  ZRT_CHECK_AS(ConfigError, c.head_dim % 2 == 0, where, ": head_dim ", c.head_dim,
+               " must be even (rotary embeddings rotate pairs)");
+  c.max_position_embeddings = get_int("max_position_embeddings", 2048);
+  c.rms_norm_eps = get_double("rms_norm_eps", 1e-6);
+  c.rope_theta = rope_parameters_theta.value_or(get_double("rope_theta", 10000.0));
+  c.tie_word_embeddings = get_bool("tie_word_embeddings", false);
+  c.attention_bias = get_bool("attention_bias", false);
+  c.mlp_bias = get_bool("mlp_bias", false);
+  c.extra = j;
+  return c;
+}
+
+inline Json LlamaConfig::to_json() const {
+  Json j = extra.is_object() ? extra : Json::object();
+  j["model_type"] = "llama";
+  j["architectures"] = Json::array({"LlamaForCausalLM"});
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_attention_heads"] = num_attention_heads;
+  j["num_key_value_heads"] = num_key_value_heads;
+  j["head_dim"] = head_dim;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rms_norm_eps"] = rms_norm_eps;
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    j["rope_parameters"]["rope_theta"] = rope_theta;
+  } else {
+    j["rope_theta"] = rope_theta;
+  }
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["attention_bias"] = attention_bias;
+  j["mlp_bias"] = mlp_bias;
+  j["hidden_act"] = "silu";
+  return j;
+}
+
+// Keys and values of every layer so far, for generation. k[l], v[l]: (batch, kv_heads, length,
+// head_dim), after rotary.
+struct KvCache {
+  std::vector<torch::Tensor> k, v;
+  int64_t length = 0;
+};
+
+struct LlamaRMSNormImpl : torch::nn::Module {
+  LlamaRMSNormImpl(int64_t dim, double eps) : eps(eps) {
+    weight = register_parameter("weight", torch::ones({dim}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = x.to(torch::kFloat);
+    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+    return weight * h.to(x.scalar_type());
+  }
+  double eps;
+  torch::Tensor weight;
+};
+TORCH_MODULE(LlamaRMSNorm);
+
+// cos and sin (t, head_dim) of absolute positions [offset, offset + t), in `dtype`.
+inline std::pair<torch::Tensor, torch::Tensor> llama_rotary(const LlamaConfig& c, int64_t offset,
+                                                            int64_t t, at::ScalarType dtype) {
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat);
+  auto exponent = torch::arange(0, c.head_dim, 2, torch::kLong).to(torch::kFloat) / c.head_dim;
+  auto inv_freq = 1.0 / torch::pow(torch::full({}, c.rope_theta, f32), exponent);
+  auto pos = torch::arange(offset, offset + t, torch::kLong).to(torch::kFloat);
+  auto freqs = pos.unsqueeze(1) * inv_freq.unsqueeze(0);  // (t, head_dim / 2)
+  auto emb = torch::cat({freqs, freqs}, -1);
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+inline torch::Tensor llama_rotate_half(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+struct LlamaAttentionImpl : torch::nn::Module {
+  explicit LlamaAttentionImpl(const LlamaConfig& c) : c(c) {
+    using torch::nn::LinearOptions;
+    const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+    q_proj = register_module(
+        "q_proj", torch::nn::Linear(LinearOptions(c.hidden_size, q).bias(c.attention_bias)));
+    k_proj = register_module(
+        "k_proj", torch::nn::Linear(LinearOptions(c.hidden_size, kv).bias(c.attention_bias)));
+    v_proj = register_module(
+        "v_proj", torch::nn::Linear(LinearOptions(c.hidden_size, kv).bias(c.attention_bias)));
+    o_proj = register_module(
+        "o_proj", torch::nn::Linear(LinearOptions(q, c.hidden_size).bias(c.attention_bias)));
+  }
+  // x: (b, t, hidden); cos/sin: (t, head_dim); `k_cache`/`v_cache` hold earlier positions (or are
+  // undefined) and receive this call's keys and values appended.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        torch::Tensor* k_cache, torch::Tensor* v_cache) {
+    const int64_t b = x.size(0), t = x.size(1), d = c.head_dim;
+    const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+    auto q = q_proj->forward(x).view({b, t, heads, d}).transpose(1, 2);
+    auto k = k_proj->forward(x).view({b, t, kv_heads, d}).transpose(1, 2);
+    auto v = v_proj->forward(x).view({b, t, kv_heads, d}).transpose(1, 2);
+    q = q * cos + llama_rotate_half(q) * sin;
+    k = k * cos + llama_rotate_half(k) * sin;
+    if (k_cache != nullptr) {
+      if (k_cache->defined()) {
+        k = torch::cat({*k_cache, k}, 2);
+        v = torch::cat({*v_cache, v}, 2);
+      }
+      *k_cache = k;
+      *v_cache = v;
+    }
+    const int64_t total = k.size(2), past = total - t, rep = heads / kv_heads;
+    if (rep > 1) {  // key/value head j serves query heads j·rep .. j·rep + rep − 1
+      k = k.unsqueeze(2).expand({b, kv_heads, rep, total, d}).reshape({b, heads, total, d});
+      v = v.unsqueeze(2).expand({b, kv_heads, rep, total, d}).reshape({b, heads, total, d});
+    }
+    auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
+    // Query i (absolute past + i) sees keys 0 .. past + i.
+    auto mask = torch::ones({t, total}, torch::TensorOptions().dtype(torch::kBool)).triu(past + 1);
+    scores = scores.to(torch::kFloat).masked_fill(mask, -std::numeric_limits<float>::infinity());
+    auto att = torch::softmax(scores, -1).to(x.scalar_type());
+    auto y = torch::matmul(att, v).transpose(1, 2).reshape({b, t, heads * d});
+    return o_proj->forward(y);
+  }
+  LlamaConfig c;
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+};
+TORCH_MODULE(LlamaAttention);
+
+struct LlamaMlpImpl : torch::nn::Module {
+  explicit LlamaMlpImpl(const LlamaConfig& c) {
+    using torch::nn::LinearOptions;
+    const int64_t h = c.hidden_size, m = c.intermediate_size;
+    gate_proj =
+        register_module("gate_proj", torch::nn::Linear(LinearOptions(h, m).bias(c.mlp_bias)));
+    up_proj = register_module("up_proj", torch::nn::Linear(LinearOptions(h, m).bias(c.mlp_bias)));
+    down_proj =
+        register_module("down_proj", torch::nn::Linear(LinearOptions(m, h).bias(c.mlp_bias)));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  }
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(LlamaMlp);
+
+struct LlamaDecoderLayerImpl : torch::nn::Module {
+  explicit LlamaDecoderLayerImpl(const LlamaConfig& c) {
+    input_layernorm =
+        register_module("input_layernorm", LlamaRMSNorm(c.hidden_size, c.rms_norm_eps));
+    self_attn = register_module("self_attn", LlamaAttention(c));
+    post_attention_layernorm =
+        register_module("post_attention_layernorm", LlamaRMSNorm(c.hidden_size, c.rms_norm_eps));
+    mlp = register_module("mlp", LlamaMlp(c));
+  }
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        torch::Tensor* k_cache, torch::Tensor* v_cache) {
+    x = x + self_attn->forward(input_layernorm->forward(x), cos, sin, k_cache, v_cache);
+    return x + mlp->forward(post_attention_layernorm->forward(x));
+  }
+  LlamaRMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  LlamaAttention self_attn{nullptr};
+  LlamaMlp mlp{nullptr};
+};
+
+// transformers' LlamaModel: the embedding, the decoder layers, the final norm. Every decoder layer
+// is a sharding unit, and so is the embedding unless lm_head reads it (tied embeddings: then it is
+// a plain module, kept gathered like every parameter outside the units). With `deferred`, each
+// part's parameters lose their storage as soon as it is built (zrt::defer_parameters), so the
+// whole model never exists; the weights come from zrt::load_pretrained under ZeRO-3.
+struct LlamaModelImpl : torch::nn::Module {
+  LlamaModelImpl(const LlamaConfig& c, bool deferred) {
+    if (c.tie_word_embeddings) {
+      tied_embed =
+          register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+      embed = tied_embed.ptr().get();
+    } else {
+      embed_unit = register_module("embed_tokens",
+                                   std::make_shared<zrt::ShardUnit<torch::nn::EmbeddingImpl>>(
+                                       torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)));
+      embed = embed_unit.get();
+    }
+    if (deferred) zrt::defer_parameters(*embed);
+    layers = register_module("layers", torch::nn::ModuleList());
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      units.push_back(std::make_shared<zrt::ShardUnit<LlamaDecoderLayerImpl>>(c));
+      if (deferred) zrt::defer_parameters(*units.back());
+      layers->push_back(units.back());
+    }
+    norm = register_module("norm", LlamaRMSNorm(c.hidden_size, c.rms_norm_eps));
+    if (deferred) zrt::defer_parameters(*norm);
+  }
+  torch::Tensor embed_forward(const torch::Tensor& tokens) {
+    return embed_unit ? embed_unit->forward(tokens) : tied_embed->forward(tokens);
+  }
+  torch::nn::EmbeddingImpl* embed = nullptr;  // whichever of the two below exists
+  torch::nn::Embedding tied_embed{nullptr};
+  std::shared_ptr<zrt::ShardUnit<torch::nn::EmbeddingImpl>> embed_unit;
+  torch::nn::ModuleList layers{nullptr};
+  std::vector<std::shared_ptr<zrt::ShardUnit<LlamaDecoderLayerImpl>>> units;
+  LlamaRMSNorm norm{nullptr};
+};
+TORCH_MODULE(LlamaModel);
+
+struct LlamaForCausalLMImpl : torch::nn::Module {
+  // Parameters initialised as transformers' _init_weights does (normal(0, initializer_range) for
+  // Linear and Embedding weights, zero biases, ones for the norms), in the order of
+  // named_parameters from the current torch generator; with `deferred`, no values at all (above).
+  explicit LlamaForCausalLMImpl(const LlamaConfig& c, bool deferred = false) : config(c) {
+    model = register_module("model", LlamaModel(c, deferred));
+    if (!c.tie_word_embeddings) {
+      lm_head = register_module(
+          "lm_head", std::make_shared<zrt::ShardUnit<torch::nn::LinearImpl>>(
+                         torch::nn::LinearOptions(c.hidden_size, c.vocab_size).bias(false)));
+      if (deferred) zrt::defer_parameters(*lm_head);
+    }
+    if (deferred) return;
+    const double init_std =
+        config.extra.is_object() ? config.extra.value("initializer_range", 0.02) : 0.02;
+    torch::NoGradGuard no_grad;
+    for (auto& p : named_parameters()) {
+      if (p.key().find("layernorm") != std::string::npos || p.key() == "model.norm.weight")
+        continue;
+      if (p.key().size() > 5 && p.key().compare(p.key().size() - 5, 5, ".bias") == 0) {
+        p.value().zero_();
+      } else {
+        p.value().normal_(0.0, init_std);
+      }
+    }
+  }
+  // tokens: (batch, t) int64 → logits (batch, t, vocab) in the model's dtype. With `cache`,
+  // positions continue from cache->length and the cache grows by t.
+  torch::Tensor forward(const torch::Tensor& tokens, KvCache* cache = nullptr) {
+    const int64_t t = tokens.size(1), offset = cache ? cache->length : 0;
+    auto x = model->embed_forward(tokens);
+    auto [cos, sin] = llama_rotary(config, offset, t, x.scalar_type());
+    if (cache != nullptr && cache->k.empty()) {
+      cache->k.resize(model->units.size());
+      cache->v.resize(model->units.size());
+    }
+    for (size_t l = 0; l < model->units.size(); ++l) {
+      x = model->units[l]->forward(x, cos, sin, cache ? &cache->k[l] : nullptr,
+                                   cache ? &cache->v[l] : nullptr);
+    }
+    if (cache != nullptr) cache->length += t;
+    x = model->norm->forward(x);
+    return lm_head ? lm_head->forward(x) : torch::linear(x, model->embed->weight);
+  }
+  // Parameters in all, from the shapes (valid for a deferred model too).
+  int64_t num_params() {
+    int64_t n = 0;
+    for (const auto& p : parameters()) n += p.numel();
+    return n;
+  }
+  LlamaConfig config;
+  LlamaModel model{nullptr};
+  std::shared_ptr<zrt::ShardUnit<torch::nn::LinearImpl>> lm_head;
+};
+TORCH_MODULE(LlamaForCausalLM);
+
+}  // namespace zrt::examples

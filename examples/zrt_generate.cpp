@@ -1,0 +1,383 @@
+// zrt-generate: generation with a LLaMA-architecture model (examples/llama.h) from a Hugging Face
+// model folder (config.json and the weights: model.safetensors, its shards with the index, or
+// pytorch_model.bin), served by ZeRO-3 inference over the ranks of the job: the model is built
+// without values (zrt::defer_parameters, one part at a time), each rank loads only the elements of
+// its partitions (zrt::load_pretrained), and every layer is gathered for its forward, with
+// prefetch, then released; parameters under the persistence threshold stay gathered.
+//
+//   zrt-launch --np 2 -- build/bin/zrt-generate --model_name_or_path DIR \
+//       --prompt_ids "1,15,27;4,5,6" --max_new_tokens 20
+//
+// Prompts are token ids, separated by ';'; prompts of one length form one batch (the KV cache of
+// a batch shares its positions). Greedy by default; --do_sample samples as transformers' generate
+// does (temperature, then top-k, then top-p) from a generator seeded with --seed; rank 0 picks
+// every token and broadcasts it. Generation of a prompt stops at --max_new_tokens or at the
+// config's eos_token_id (one id or a list). Rank 0 writes one JSON line per prompt, {"prompt":
+// [...], "generated":
+// [...]}, to --output (default stdout); --logits_out writes the prompts' logits (the first
+// forward of the first batch, fp32) as safetensors; --metrics_out the timings and every rank's
+// peak RSS as JSON.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <cxxopts.hpp>
+#include <torch/torch.h>
+
+#include "checkpoint/safetensors.h"
+#include "comm/init.h"
+#include "config/load.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/tool_main.h"
+#include "examples/llama.h"
+#include "runtime/initialize.h"
+#include "runtime/pretrained.h"
+#include <sys/resource.h>
+
+namespace zrt::examples {
+namespace {
+
+struct Sampling {
+  bool do_sample = false;
+  double temperature = 1.0;
+  int64_t top_k = 50;
+  double top_p = 1.0;
+};
+
+// The next token of every row of `logits` (batch, vocab), as transformers' generate picks it.
+at::Tensor next_tokens(const at::Tensor& logits, const Sampling& s, at::Generator& gen) {
+  if (!s.do_sample) return logits.argmax(-1);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  at::Tensor scores = logits.to(at::kFloat) / s.temperature;
+  if (s.top_k > 0 && s.top_k < scores.size(-1)) {
+    const at::Tensor kth = std::get<0>(scores.topk(s.top_k, -1)).narrow(-1, s.top_k - 1, 1);
+    scores = scores.masked_fill(scores < kth, neg_inf);
+  }
+  if (s.top_p < 1.0) {
+    // Drop the smallest tokens whose probabilities add up to at most 1 - top_p; keep at least one.
+    auto [sorted, order] = scores.sort(-1, /*descending=*/false);
+    at::Tensor drop = sorted.softmax(-1).cumsum(-1) <= (1.0 - s.top_p);
+    drop.narrow(-1, drop.size(-1) - 1, 1).fill_(false);
+    scores = scores.masked_fill(drop.scatter(-1, order, drop), neg_inf);
+  }
+  return at::multinomial(scores.softmax(-1), 1, /*replacement=*/false, gen).squeeze(-1);
+}
+
+std::vector<std::vector<int64_t>> parse_prompts(const std::string& text, int64_t vocab) {
+  std::vector<std::vector<int64_t>> prompts;
+  std::stringstream all(text);
+  std::string one;
+  while (std::getline(all, one, ';')) {
+    std::vector<int64_t> ids;
+    std::stringstream in(one);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      size_t used = 0;
+      int64_t id = -1;
+      try {
+        id = std::stoll(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      ZRT_CHECK_AS(UsageError, used > 0 && item.find_first_not_of(" ", used) == std::string::npos,
+                   "--prompt_ids: '", item, "' in prompt ", prompts.size() + 1,
+                   " is not an integer");
+      ZRT_CHECK_AS(UsageError, id >= 0 && id < vocab, "--prompt_ids: token ", id, " in prompt ",
+                   prompts.size() + 1, " is outside the vocabulary [0, ", vocab, ")");
+      ids.push_back(id);
+    }
+    ZRT_CHECK_AS(UsageError, !ids.empty(), "--prompt_ids: prompt ", prompts.size() + 1,
+                 " is empty");
+    prompts.push_back(std::move(ids));
+  }
+  ZRT_CHECK_AS(UsageError, !prompts.empty(), "--prompt_ids: no prompt given");
+  return prompts;
+}
+
+struct GenerateOptions {
+  Sampling sampling;
+  int64_t max_new_tokens = 20;
+  std::set<int64_t> eos;  // generation of a prompt stops at any of these
+};
+
+// Collective: every rank runs the same forwards. `prompts` (batch, t); returns the new tokens of
+// each row (up to and including eos). The first forward's logits go to `prompt_logits` if given.
+std::vector<std::vector<int64_t>> generate(LlamaForCausalLMImpl& model, comm::Comm& comm,
+                                           const at::Tensor& prompts, const GenerateOptions& o,
+                                           at::Generator& gen, at::Tensor* prompt_logits) {
+  at::NoGradGuard no_grad;
+  const int64_t batch = prompts.size(0);
+  KvCache cache;
+  at::Tensor logits = model.forward(prompts, &cache);
+  if (prompt_logits != nullptr) *prompt_logits = logits.to(at::kFloat);
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(batch));
+  std::vector<bool> done(static_cast<size_t>(batch), false);
+  for (int64_t step = 0; step < o.max_new_tokens; ++step) {
+    at::Tensor next = next_tokens(logits.select(1, logits.size(1) - 1), o.sampling, gen)
+                          .to(at::kLong)
+                          .contiguous();
+    comm.broadcast(next, 0);  // rank 0's choice, so that every rank feeds the same tokens
+    const int64_t* ids = next.data_ptr<int64_t>();
+    bool all_done = true;
+    for (int64_t b = 0; b < batch; ++b) {
+      if (!done[b]) {
+        out[b].push_back(ids[b]);
+        done[b] = o.eos.count(ids[b]) != 0;
+      }
+      all_done = all_done && done[b];
+    }
+    if (all_done || step + 1 == o.max_new_tokens) break;
+    logits = model.forward(next.view({batch, 1}), &cache);
+  }
+  return out;
+}
+
+std::string json_ids(const std::vector<int64_t>& ids) {
+  Json j = Json::array();
+  for (int64_t id : ids) j.push_back(id);
+  return j.dump();
+}
+
+// This process's resident and peak resident memory now, in MiB (/proc/self/status).
+std::pair<double, double> rss_now_mib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  double rss = 0, hwm = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) rss = std::stod(line.substr(6)) / 1024.0;
+    if (line.rfind("VmHWM:", 0) == 0) hwm = std::stod(line.substr(6)) / 1024.0;
+  }
+  return {rss, hwm};
+}
+
+void log_memory(const char* phase) {
+  const auto [rss, hwm] = rss_now_mib();
+  ZRT_LOG_DEBUG("memory after ", phase, ": RSS ", static_cast<int64_t>(rss), " MiB, peak ",
+                static_cast<int64_t>(hwm), " MiB");
+}
+
+// Every rank's peak RSS in MiB (getrusage), gathered on every rank.
+std::vector<double> peak_rss_mib(comm::Comm& comm) {
+  struct rusage ru {};
+  ::getrusage(RUSAGE_SELF, &ru);
+  at::Tensor mine = at::full({1}, static_cast<double>(ru.ru_maxrss) / 1024.0, at::kDouble);
+  at::Tensor all = at::empty({comm.size()}, at::kDouble);
+  comm.all_gather(all, mine);
+  return std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + comm.size());
+}
+
+Json inference_config(const cxxopts::ParseResult& r, bool bf16) {
+  if (r.count("deepspeed")) return config::load_config_source(r["deepspeed"].as<std::string>());
+  return {{"train_micro_batch_size_per_gpu", 1},
+          {"gradient_accumulation_steps", 1},
+          {"bf16", {{"enabled", bf16}}},
+          {"zero_optimization",
+           {{"stage", 3},
+            {"stage3_param_persistence_threshold", r["persistence_threshold"].as<int64_t>()},
+            {"stage3_prefetch_bucket_size", r["prefetch_bucket_size"].as<int64_t>()},
+            // Each forward of generation runs every layer once: a released layer is next needed
+            // a whole model later, so keeping "reused" ones gathered would keep the whole model.
+            {"stage3_max_reuse_distance", 0},
+            {"stage3_max_live_parameters", r["max_live_parameters"].as<int64_t>()}}}};
+}
+
+cxxopts::Options make_options() {
+  cxxopts::Options options("zrt-generate", "Generate with a LLaMA model under ZeRO-3 inference.");
+  options.add_options()("model_name_or_path", "Hugging Face model folder (config.json + weights)",
+                        cxxopts::value<std::string>())(
+      "prompt_ids", "token ids, ',' between ids, ';' between prompts",
+      cxxopts::value<std::string>())("max_new_tokens", "tokens to generate per prompt",
+                                     cxxopts::value<int64_t>()->default_value("20"))(
+      "do_sample", "sample instead of greedy decoding")(
+      "temperature", "sampling temperature", cxxopts::value<double>()->default_value("1.0"))(
+      "top_k", "sample among the k most likely (0: all)",
+      cxxopts::value<int64_t>()->default_value("50"))(
+      "top_p", "nucleus sampling mass", cxxopts::value<double>()->default_value("1.0"))(
+      "seed", "seed of the sampling generator", cxxopts::value<uint64_t>()->default_value("0"))(
+      "dtype", "fp32 or bf16", cxxopts::value<std::string>()->default_value("fp32"))(
+      "persistence_threshold", "parameters of at most this many elements stay gathered",
+      cxxopts::value<int64_t>()->default_value("100000"))(
+      "prefetch_bucket_size", "elements to prefetch ahead of the forward",
+      cxxopts::value<int64_t>()->default_value("50000000"))(
+      "max_live_parameters", "at most this many gathered elements at a time",
+      cxxopts::value<int64_t>()->default_value("1000000000"))(
+      "deepspeed", "a DeepSpeed config (ZeRO-3, no auto values) instead of the above",
+      cxxopts::value<std::string>())("output",
+                                     "file for the generated ids (JSON lines; default stdout)",
+                                     cxxopts::value<std::string>())(
+      "logits_out", "safetensors file for the first batch's prompt logits",
+      cxxopts::value<std::string>())("metrics_out", "JSON file for timings and per-rank peak RSS",
+                                     cxxopts::value<std::string>())("h,help", "show this help");
+  return options;
+}
+
+struct Args {
+  std::string dir;
+  LlamaConfig model;
+  std::vector<std::vector<int64_t>> prompts;
+  GenerateOptions generate;
+  Json deepspeed;
+  uint64_t seed = 0;
+  std::optional<std::string> output, logits_out, metrics_out;
+};
+
+Json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  ZRT_CHECK_AS(ConfigError, in.good(), path, ": cannot read it");
+  try {
+    return Json::parse(in);
+  } catch (const Json::exception& e) {
+    throw ConfigError(str(path, ": not valid JSON: ", e.what()));
+  }
+}
+
+// Parses and checks every argument; nullopt for --help.
+std::optional<Args> parse_args(int argc, char** argv) {
+  cxxopts::Options options = make_options();
+  cxxopts::ParseResult r;
+  try {
+    r = options.parse(argc, argv);
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(e.what());
+  }
+  if (r.count("help")) {
+    std::printf("%s", options.help().c_str());
+    return std::nullopt;
+  }
+  ZRT_CHECK_AS(UsageError, r.unmatched().empty(), "unexpected argument '",
+               r.unmatched().empty() ? "" : r.unmatched().front(), "'");
+  for (const char* required : {"model_name_or_path", "prompt_ids"}) {
+    ZRT_CHECK_AS(UsageError, r.count(required), "--", required, " is required");
+  }
+  const std::string dtype = r["dtype"].as<std::string>();
+  ZRT_CHECK_AS(UsageError, dtype == "fp32" || dtype == "bf16",
+               "--dtype must be fp32 or bf16, got '", dtype, "'");
+  Args a;
+  a.dir = r["model_name_or_path"].as<std::string>();
+  const Json hf = read_json_file(a.dir + "/config.json");
+  a.model = LlamaConfig::from_json(hf, a.dir + "/config.json");
+  a.prompts = parse_prompts(r["prompt_ids"].as<std::string>(), a.model.vocab_size);
+  GenerateOptions& go = a.generate;
+  go.max_new_tokens = r["max_new_tokens"].as<int64_t>();
+  ZRT_CHECK_AS(UsageError, go.max_new_tokens >= 1, "--max_new_tokens must be at least 1");
+  go.sampling.do_sample = r.count("do_sample") > 0;
+  go.sampling.temperature = r["temperature"].as<double>();
+  go.sampling.top_k = r["top_k"].as<int64_t>();
+  go.sampling.top_p = r["top_p"].as<double>();
+  ZRT_CHECK_AS(UsageError, go.sampling.temperature > 0, "--temperature must be positive");
+  ZRT_CHECK_AS(UsageError, go.sampling.top_p > 0 && go.sampling.top_p <= 1,
+               "--top_p must be in (0, 1]");
+  if (hf.contains("eos_token_id")) {  // one id or a list of them (e.g. LLaMA 3)
+    const Json& eos = hf["eos_token_id"];
+    for (const Json& id : eos.is_array() ? eos : Json::array({eos})) {
+      if (id.is_number_integer()) go.eos.insert(id.get<int64_t>());
+    }
+  }
+  a.deepspeed = inference_config(r, dtype == "bf16");
+  a.seed = r["seed"].as<uint64_t>();
+  if (r.count("output")) a.output = r["output"].as<std::string>();
+  if (r.count("logits_out")) a.logits_out = r["logits_out"].as<std::string>();
+  if (r.count("metrics_out")) a.metrics_out = r["metrics_out"].as<std::string>();
+  return a;
+}
+
+struct Results {
+  std::vector<std::vector<int64_t>> generated;
+  at::Tensor first_logits;
+  int64_t new_tokens = 0;
+};
+
+// Collective: the prompts of each length as one batch (in order of length).
+Results generate_all(LlamaForCausalLMImpl& model, comm::Comm& comm, const Args& a) {
+  std::map<size_t, std::vector<size_t>> by_length;
+  for (size_t i = 0; i < a.prompts.size(); ++i) by_length[a.prompts[i].size()].push_back(i);
+  Results res;
+  res.generated.resize(a.prompts.size());
+  at::Generator gen = at::detail::createCPUGenerator(a.seed);
+  for (const auto& [length, members] : by_length) {
+    std::vector<int64_t> ids;
+    for (size_t m : members) ids.insert(ids.end(), a.prompts[m].begin(), a.prompts[m].end());
+    const at::Tensor batch =
+        at::tensor(ids, at::kLong)
+            .view({static_cast<int64_t>(members.size()), static_cast<int64_t>(length)});
+    auto out = generate(model, comm, batch, a.generate, gen,
+                        res.first_logits.defined() ? nullptr : &res.first_logits);
+    for (size_t b = 0; b < members.size(); ++b) {
+      res.new_tokens += static_cast<int64_t>(out[b].size());
+      res.generated[members[b]] = std::move(out[b]);
+    }
+  }
+  return res;
+}
+
+void write_results(const Args& a, const Results& res, const Json& metrics) {
+  std::ostringstream lines;
+  for (size_t i = 0; i < a.prompts.size(); ++i) {
+    lines << "{\"prompt\": " << json_ids(a.prompts[i])
+          << ", \"generated\": " << json_ids(res.generated[i]) << "}\n";
+  }
+  if (a.output) {
+    std::ofstream(*a.output) << lines.str();
+  } else {
+    std::printf("%s", lines.str().c_str());
+  }
+  if (a.logits_out)
+    ckpt::save_safetensors({{"logits", res.first_logits.contiguous()}}, *a.logits_out);
+  if (a.metrics_out) std::ofstream(*a.metrics_out) << metrics.dump(2) << "\n";
+  std::fprintf(
+      stderr,
+      "zrt-generate: %d ranks, %lld parameters, loaded in %.2f s, %lld tokens in %.2f s "
+      "(%.1f tokens/s), peak RSS per rank (MiB): %s\n",
+      metrics["ranks"].get<int>(), static_cast<long long>(metrics["params"].get<int64_t>()),
+      metrics["load_seconds"].get<double>(), static_cast<long long>(res.new_tokens),
+      metrics["generate_seconds"].get<double>(), metrics["tokens_per_second"].get<double>(),
+      metrics["peak_rss_mib_per_rank"].dump().c_str());
+}
+
+int run(int argc, char** argv) {
+  const std::optional<Args> args = parse_args(argc, argv);
+  if (!args) return 0;
+  auto comm = comm::init_from_env(comm_options_for_config(args->deepspeed));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto model = std::make_shared<LlamaForCausalLMImpl>(args->model, /*deferred=*/true);
+  log_memory("building the model");
+  InitializeOptions io;
+  io.comm = comm;
+  auto engine = initialize(model, args->deepspeed, io);
+  ZRT_CHECK_AS(ConfigError, engine->zero_stage() == 3, "zrt-generate serves ZeRO-3 (the config ",
+               "has stage ", engine->zero_stage(), ")");
+  log_memory("partitioning");
+  PretrainedLoadOptions lo;
+  if (args->model.tie_word_embeddings) lo.ignore = {"lm_head.weight"};  // a copy of the embedding
+  const PretrainedLoadReport loaded = load_pretrained(*engine, args->dir, lo);
+  log_memory("loading");
+  engine->eval();
+  const auto t1 = std::chrono::steady_clock::now();
+  const Results res = generate_all(*model, *comm, *args);
+  const auto t2 = std::chrono::steady_clock::now();
+  const double gen_s = std::chrono::duration<double>(t2 - t1).count();
+  const Json metrics = {{"ranks", comm->size()},
+                        {"params", model->num_params()},
+                        {"dtype", std::string(c10::toString(engine->model_dtype()))},
+                        {"load_seconds", std::chrono::duration<double>(t1 - t0).count()},
+                        {"generate_seconds", gen_s},
+                        {"new_tokens", res.new_tokens},
+                        {"tokens_per_second", static_cast<double>(res.new_tokens) / gen_s},
+                        {"peak_rss_mib_per_rank", peak_rss_mib(*comm)},
+                        {"bytes_read_rank0", loaded.bytes_read}};
+  if (comm->rank() == 0) write_results(*args, res, metrics);
+  return 0;
+}
+
+}  // namespace
+}  // namespace zrt::examples
+
+int main(int argc, char** argv) {
+  return zrt::run_tool("zrt-generate", [&] { return zrt::examples::run(argc, argv); });
+}
