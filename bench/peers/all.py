@@ -4,7 +4,8 @@ other, on the same machine, into one folder:
 
     .venv/bin/python bench/peers/all.py --bin build --out bench-results [--quick] [--only adam,step]
 
-runs adam.py, collectives.py, step.py and ckpt.py (in that order; --only picks some), each with
+runs adam.py, collectives.py, step.py, ckpt.py and generate.py (in that order; --only picks
+some), each with
 its defaults (the real run) or --quick (a smoke run of a few minutes in all), writing
 OUT/<name>.md (its tables), OUT/<name>.jsonl and OUT/<name>.svg, and OUT/report.md: the tables of
 all of them under one header with the machine, the peers' versions, the load average before and
@@ -12,7 +13,8 @@ after each part and how long it took. A part that fails is reported as failed (i
 and the tail of its output) and the others still run; the exit code is then 1.
 
 Needs a Release build with -DZRT_BUILD_BENCH=ON (targets adam_bench, comm_bench, zero_bench,
-engine_ckpt_bench) and the project's venv (DeepSpeed, torch). Measure on an otherwise idle
+engine_ckpt_bench; zrt-launch and zrt-generate for generate.py) and the project's venv
+(DeepSpeed, torch, transformers). Measure on an otherwise idle
 machine: the parts time themselves against each other, not against a quiet reference."""
 
 import argparse
@@ -26,7 +28,7 @@ sys.path.insert(0, HERE)
 
 from common import format_load, loadavg, machine_meta  # noqa: E402
 
-PARTS = ("adam", "collectives", "step", "ckpt")
+PARTS = ("adam", "collectives", "step", "ckpt", "generate")
 
 
 def part_command(name, args, out):
