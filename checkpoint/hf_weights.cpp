@@ -6,6 +6,7 @@
 #include "checkpoint/io.h"
 #include "checkpoint/pt_file.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/storage.h"
 #include "core/error.h"
 #include "core/json.h"
 #include <sys/stat.h>
@@ -38,15 +39,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string join(const std::string& dir, const std::string& name) {
-  return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
-}
-
-std::string folder_of(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
-}
-
 }  // namespace
 
 int64_t WeightInfo::numel() const {
@@ -67,7 +59,7 @@ HfWeights::HfWeights(const std::string& path) : path_(path) {
   ZRT_CHECK_AS(CheckpointError, is_directory(path), path, ": no such file or folder of weights");
   for (const char* name : {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                            "pytorch_model.bin.index.json"}) {
-    const std::string candidate = join(path, name);
+    const std::string candidate = join_path(path, name);
     if (!is_regular(candidate)) continue;
     if (ends_with(candidate, ".index.json")) {
       index_sharded(candidate);
@@ -138,7 +130,7 @@ void HfWeights::index_sharded(const std::string& index_path) {
   ZRT_CHECK_AS(CheckpointError,
                index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
                index_path, ": no \"weight_map\" object");
-  const std::string folder = folder_of(index_path);
+  const std::string folder = parent_dir(index_path);
   std::map<std::string, std::string> mapped;  // tensor -> shard
   std::vector<std::string> shards;            // in order of first mention
   for (const auto& [name, shard] : index["weight_map"].items()) {
@@ -154,7 +146,7 @@ void HfWeights::index_sharded(const std::string& index_path) {
     if (std::find(shards.begin(), shards.end(), file) == shards.end()) shards.push_back(file);
   }
   for (const std::string& shard : shards) {
-    const std::string shard_path = join(folder, shard);
+    const std::string shard_path = join_path(folder, shard);
     ZRT_CHECK_AS(CheckpointError, is_regular(shard_path), index_path, ": shard '", shard,
                  "' is missing");
     const size_t first = tensors_.size();
