@@ -12,6 +12,7 @@
 #include "checkpoint/reshard.h"
 #include "checkpoint/value_view.h"
 #include "core/error.h"
+#include "core/strings.h"
 #include "core/shard.h"
 
 namespace zrt::ckpt {
@@ -343,10 +344,6 @@ NamedTensors load_fp32_state_dict(const std::string& save_dir,
   PosixStorage storage;
   ZRT_CHECK_AS(CheckpointError, storage.is_dir(dir), "Directory '", dir, "' doesn't exist");
   std::vector<std::string> optim_files, model_files;
-  auto ends_with = [](const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() &&
-           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
   for (const std::string& name : storage.list(dir)) {
     if (ends_with(name, "_optim_states.pt")) optim_files.push_back(name);
     if (ends_with(name, "_model_states.pt")) model_files.push_back(name);

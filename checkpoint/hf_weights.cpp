@@ -8,6 +8,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/storage.h"
 #include "core/error.h"
+#include "core/strings.h"
 #include "core/json.h"
 #include <sys/stat.h>
 
@@ -32,11 +33,6 @@ bool is_regular(const std::string& path) {
 bool is_directory(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "config/hf_plan.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/strings.h"
 #include "runtime/pretrained.h"
 #include "runtime/sampler.h"
 #include "runtime/trainer.h"
@@ -103,9 +104,6 @@ PredictionOutput Trainer::predict(const Dataset& data, const ForwardFn& forward,
 void Trainer::load_model_weights(const std::string& path, bool inference) {
   if (!engine_) ensure_engine(inference && stage3_config());
   std::error_code ec;
-  auto ends_with = [](const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
   if (fs::is_regular_file(path, ec)) {
     ZRT_CHECK_AS(CheckpointError,
                  ends_with(path, ".safetensors") || ends_with(path, ".pt") ||

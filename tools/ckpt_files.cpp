@@ -14,21 +14,13 @@
 #include "checkpoint/storage.h"
 #include "checkpoint/tensor_types.h"
 #include "core/error.h"
+#include "core/strings.h"
 #include <sys/stat.h>
 
 namespace zrt::tools {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.rfind(prefix, 0) == 0;
-}
 
 // The decimal number at the start of `s` (nullopt when there is none or it is absurdly long).
 std::optional<int> leading_int(const std::string& s) {

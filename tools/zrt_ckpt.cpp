@@ -23,6 +23,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/storage.h"
 #include "core/error.h"
+#include "core/strings.h"
 #include "core/tool_main.h"
 #include "tools/ckpt_files.h"
 #include "tools/ckpt_inspect.h"
@@ -244,11 +245,6 @@ bool is_dir(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Where to-fp32 writes: OUT itself, or a file named like zero_to_fp32's inside the folder OUT.
 // Throws zrt::Error (exit 2) for an output path that cannot be written.
 std::string output_path(const std::string& out, bool safetensors) {
@@ -269,7 +265,8 @@ std::string output_path(const std::string& out, bool safetensors) {
 int run_to_fp32(const Args& args) {
   const Parsed p = parse_args(kToFp32, args);
   if (p.help) return 0;
-  const bool safetensors = p.flag("safetensors") || ends_with(p.positional[1], ".safetensors");
+  const bool safetensors =
+      p.flag("safetensors") || zrt::ends_with(p.positional[1], ".safetensors");
   const std::string out = output_path(p.positional[1], safetensors);
   const CheckpointLocation loc = zrt::tools::locate_checkpoint(p.positional[0], tag_option(p));
   zrt::ckpt::PosixStorage storage;
