@@ -1,6 +1,7 @@
 // SGD (Note [SGD step] in sgd.h): options, the update in ATen ops, and the state round trip.
 #include "optim/sgd.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <ATen/ATen.h>
@@ -81,6 +82,34 @@ const at::Tensor& Sgd::momentum_buffer(size_t group, size_t index) const {
   return momentum_[group][index];
 }
 
+namespace {
+
+// One update of `param` (torch's SGD step; `buf`: the momentum buffer of the same elements).
+void sgd_update(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& buf,
+                bool first, const SgdOptions& o, double grad_scale) {
+  at::Tensor d = grad;
+  if (d.scalar_type() != param.scalar_type()) d = d.to(param.scalar_type());
+  if (grad_scale != 1.0) d = d * grad_scale;
+  if (o.weight_decay != 0.0) d = d.add(param, o.weight_decay);
+  if (o.momentum != 0.0) {
+    if (first) {
+      buf.copy_(d);
+    } else {
+      buf.mul_(o.momentum).add_(d, 1.0 - o.dampening);
+    }
+    d = o.nesterov ? d.add(buf, o.momentum) : buf;
+  }
+  param.add_(d, -o.lr);
+}
+
+// Note [SGD in chunks]: every operation of the update is elementwise, so running it a chunk of
+// a contiguous parameter at a time gives the same bits while its temporaries (the scaled and
+// decayed gradient) take a chunk instead of a second copy of the parameter: under ZeRO that
+// parameter is a rank's whole partition (375 MB for a 394M-parameter model over 4 ranks).
+constexpr int64_t kChunk = int64_t{1} << 20;
+
+}  // namespace
+
 void Sgd::step(double grad_scale) {
   ZRT_CHECK(std::isfinite(grad_scale), "SGD::step: grad_scale ", grad_scale, " is not finite");
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -90,20 +119,25 @@ void Sgd::step(double grad_scale) {
     for (size_t i = 0; i < groups_[g].size(); ++i) {
       const OptimParam& p = groups_[g][i];
       if (!p.grad.defined()) continue;
-      at::Tensor d = p.grad.reshape(p.param.sizes());
-      if (d.scalar_type() != p.param.scalar_type()) d = d.to(p.param.scalar_type());
-      if (grad_scale != 1.0) d = d * grad_scale;
-      if (o.weight_decay != 0.0) d = d.add(p.param, o.weight_decay);
-      if (o.momentum != 0.0) {
-        at::Tensor& buf = momentum_[g][i];
-        if (!buf.defined()) {
-          buf = d.clone(at::MemoryFormat::Contiguous);
-        } else {
-          buf.mul_(o.momentum).add_(d, 1.0 - o.dampening);
-        }
-        d = o.nesterov ? d.add(buf, o.momentum) : buf;
+      ZRT_CHECK(p.grad.numel() == p.param.numel(), "SGD::step: the gradient of param ", i,
+                " of group ", g, " has ", p.grad.numel(), " elements, the parameter ",
+                p.param.numel());
+      at::Tensor& buf = momentum_[g][i];
+      const bool first = o.momentum != 0.0 && !buf.defined();
+      if (first) buf = at::empty(p.param.sizes(), p.param.options());
+      const bool flat = p.param.is_contiguous() && p.grad.is_contiguous();
+      const at::Tensor param = flat ? p.param.view({-1}) : p.param;
+      const at::Tensor grad = flat ? p.grad.view({-1}) : p.grad.reshape(p.param.sizes());
+      const at::Tensor mom = buf.defined() && flat ? buf.view({-1}) : buf;
+      const int64_t n = param.numel();
+      const int64_t chunk = flat ? kChunk : std::max<int64_t>(n, 1);
+      for (int64_t begin = 0; begin < n; begin += chunk) {
+        const int64_t len = std::min(chunk, n - begin);
+        auto part = [&](const at::Tensor& t) {
+          return flat && t.defined() ? t.narrow(0, begin, len) : t;
+        };
+        sgd_update(part(param), part(grad), part(mom), first, o, grad_scale);
       }
-      p.param.add_(d, -o.lr);
       if (p.param_copy.defined()) p.param_copy.copy_(p.param.reshape(p.param_copy.sizes()));
     }
   }

@@ -157,7 +157,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig 
   auto groups = zero::assign_groups(collected.trainable, rules, &rule_of_group);
 
   if (config_.zero.stage == 3) {
-    build_stage3(std::move(groups), collected);
+    // Without an optimizer the engine only runs forwards (backward() and step() refuse).
+    build_stage3(std::move(groups), collected,
+                 /*inference=*/!config_.optimizer && !options.client_optimizer);
   } else {
     build_flat(std::move(groups));
   }
@@ -226,7 +228,7 @@ void Engine::build_flat(std::vector<std::vector<zero::NamedParam>> groups) {
 }
 
 void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
-                          const zero::CollectedParams& collected) {
+                          const zero::CollectedParams& collected, bool inference) {
   // Units are the outermost ShardUnit modules; their parameters' full names map to their index.
   std::vector<zero::ShardUnitBase*> units;
   std::vector<std::pair<std::string, int>> unit_of;
@@ -260,7 +262,7 @@ void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
       z.offload_param_enabled());
   layout->partition();
   states_ = std::make_unique<runtime::Stage3ModelStates>(std::move(layout), std::move(units), comm_,
-                                                         z, config_.gradient_options());
+                                                         z, config_.gradient_options(), inference);
 }
 
 Engine::~Engine() = default;

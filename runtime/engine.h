@@ -196,7 +196,7 @@ class Engine {
  private:
   void build_flat(std::vector<std::vector<zero::NamedParam>> groups);
   void build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
-                    const zero::CollectedParams& collected);
+                    const zero::CollectedParams& collected, bool inference);
   void build_optimizer(const EngineOptions& options);
   void apply_schedule();
   void check_and_broadcast_model();

@@ -15,8 +15,11 @@ namespace zrt::runtime {
 
 // What the optimizer updates for one parameter group on this rank.
 struct OptimTarget {
-  at::Tensor master;  // fp32 weights of this rank's partition (on the CPU when offloaded)
-  at::Tensor grad;    // the reduced gradient of the same elements (grad-accumulation dtype)
+  // fp32 weights of this rank's partition (on the CPU when offloaded). A stage-3 engine without
+  // an optimizer (inference) has no masters: this is the partition itself, in the model's dtype.
+  at::Tensor master;
+  // The reduced gradient of the same elements (grad-accumulation dtype); undefined in inference.
+  at::Tensor grad;
   at::Tensor lp;      // low-precision weights to refresh in the same pass, or undefined
 };
 

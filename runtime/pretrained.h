@@ -39,8 +39,9 @@ struct PretrainedLoadReport {
 // Collective: every rank calls it with the same path. Throws CheckpointError on every rank when
 // the weights do not fit the model, naming every missing, unexpected and mis-shaped tensor at
 // once (then nothing was changed), or when any rank fails to read its part (that rank's error
-// names the file; the masters are restored from the parameters, except in pure fp32 without
-// offload, where they are the parameters and may be partly overwritten).
+// names the file; the masters are restored from the parameters, except where they are the
+// parameters' partitions themselves, which may then be partly overwritten: pure fp32 without
+// offload, and every ZeRO-3 inference engine).
 PretrainedLoadReport load_pretrained(Engine& engine, const std::string& path,
                                      const PretrainedLoadOptions& options = {});
 

@@ -10,10 +10,11 @@ Stage3ModelStates::Stage3ModelStates(std::unique_ptr<zero::Stage3Layout> layout,
                                      std::vector<zero::ShardUnitBase*> units,
                                      std::shared_ptr<comm::Comm> comm,
                                      const zero::ZeroOptions& zero,
-                                     const zero::GradientOptions& gradients)
+                                     const zero::GradientOptions& gradients, bool inference)
     : layout_(std::move(layout)), units_(std::move(units)) {
-  coordinator_ = std::make_unique<zero::ParamCoordinator>(
-      *layout_, std::move(comm), zero::CoordinatorOptions::from(zero, gradients));
+  zero::CoordinatorOptions co = zero::CoordinatorOptions::from(zero, gradients);
+  co.gradients = !inference;
+  coordinator_ = std::make_unique<zero::ParamCoordinator>(*layout_, std::move(comm), co);
   const bool offload = zero.offload_optimizer_enabled();
   for (size_t u = 0; u < units_.size(); ++u) {
     units_[u]->attach(coordinator_.get(), static_cast<int>(u));
@@ -21,7 +22,9 @@ Stage3ModelStates::Stage3ModelStates(std::unique_ptr<zero::Stage3Layout> layout,
   for (int g = 0; g < layout_->num_groups(); ++g) {
     const at::Tensor& lp = layout_->partition_flat(g);
     OptimTarget t;
-    if (lp.scalar_type() == at::kFloat && !offload) {
+    if (inference) {
+      t.master = lp;  // nothing to update: the partitions are all there is
+    } else if (lp.scalar_type() == at::kFloat && !offload) {
       t.master = lp;  // pure fp32: the partitions are the masters
     } else {
       const bool pin =

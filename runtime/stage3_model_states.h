@@ -18,10 +18,13 @@ namespace zrt::runtime {
 class Stage3ModelStates final : public ModelStates {
  public:
   // Takes ownership of a partitioned layout and attaches the coordinator to `units`. `zero` and
-  // `gradients` are the config's (ResolvedConfig::zero, gradient_options()).
+  // `gradients` are the config's (ResolvedConfig::zero, gradient_options()). `inference`: forward
+  // only (no optimizer), so no gradient partitions and no fp32 masters (the partitions are the
+  // targets' masters, in the model's dtype); a backward through the model is an error.
   Stage3ModelStates(std::unique_ptr<zero::Stage3Layout> layout,
                     std::vector<zero::ShardUnitBase*> units, std::shared_ptr<comm::Comm> comm,
-                    const zero::ZeroOptions& zero, const zero::GradientOptions& gradients);
+                    const zero::ZeroOptions& zero, const zero::GradientOptions& gradients,
+                    bool inference = false);
   ~Stage3ModelStates() override;
 
   void begin_backward(bool boundary) override;

@@ -81,6 +81,7 @@ CoordinatorOptions CoordinatorOptions::from(const ZeroOptions& zero,
   o.prefetch_bucket_size = zero.prefetch_bucket_size;
   o.max_live_parameters = zero.max_live_parameters;
   o.max_reuse_distance = zero.max_reuse_distance;
+  o.reduce_bucket_size = zero.reduce_bucket_size;
   o.comm_dtype = scalar_type_of(gradients.comm_dtype);
   o.accum_dtype = scalar_type_of(gradients.accum_dtype);
   return o;
@@ -95,11 +96,12 @@ ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::C
   open_reduces_.resize(units);
   pending_grads_.assign(units, 0);
   position_of_.assign(units, -1);
-  for (int g = 0; g < layout_.num_groups(); ++g) {
-    grad_flats_.push_back(
-        at::zeros({layout_.group_partition_numel(g)},
-                  layout_.partition_flat(g).options().dtype(options_.accum_dtype)));
+  grad_flats_.resize(layout_.num_groups());
+  for (int g = 0; g < layout_.num_groups() && options_.gradients; ++g) {
+    grad_flats_[g] = at::zeros({layout_.group_partition_numel(g)},
+                               layout_.partition_flat(g).options().dtype(options_.accum_dtype));
   }
+  // Hooks even without gradients (inference): a loss.backward() through the model is an error.
   const auto& params = layout_.params();
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].group < 0) continue;
@@ -322,6 +324,10 @@ void ParamCoordinator::begin_backward() {
 
 void ParamCoordinator::on_grad_ready(int i) {
   const Stage3Param& p = layout_.params()[i];
+  ZRT_CHECK(options_.gradients, "the gradient of parameter '", p.name,
+            "' was produced through a ZeRO-3 inference engine (no optimizer, no gradient "
+            "partitions): run forwards under torch::NoGradGuard, or add an \"optimizer\" "
+            "section to train");
   ZRT_CHECK(in_backward_, "the gradient of parameter '", p.name,
             "' was produced outside engine.backward(): call engine.backward(loss) instead of "
             "loss.backward()");
@@ -382,7 +388,24 @@ void ParamCoordinator::launch_reduce(int unit) {
   r->work = comm_->reduce_scatter_async(r->out, r->send);
   stats_.reduce_scatters += 1;
   pending_grads_[unit] = 0;
+  reducing_elements_ += r->send.numel();
+  stats_.peak_reducing_elements = std::max(stats_.peak_reducing_elements, reducing_elements_);
   reduces_.push_back(std::move(r));
+  // Note [Bounded gradient reduction]: every unit's reduction holds the unit's whole gradient
+  // (its send buffer) until it is finished. Finishing them all only at the end of the backward
+  // would hold the whole model's gradient at once; as DeepSpeed's reduce buckets do, the
+  // gradients in flight stay within reduce_bucket_size, less the newest reduction, which keeps
+  // overlapping the backward of the next unit.
+  while (reduces_.size() > 1 && reducing_elements_ > options_.reduce_bucket_size) {
+    finish_oldest_reduce();
+  }
+}
+
+void ParamCoordinator::finish_oldest_reduce() {
+  std::unique_ptr<PendingReduce> r = std::move(reduces_.front());
+  reduces_.pop_front();
+  reducing_elements_ -= r->send.numel();
+  finish_reduce(*r);
 }
 
 void ParamCoordinator::finish_reduce(PendingReduce& r) {
@@ -406,11 +429,7 @@ void ParamCoordinator::end_backward() {
     // With one rank nothing is left to reduce (Note [Stage 3 on one rank]).
     if (pending_grads_[u] > 0 && comm_->size() > 1) launch_reduce(static_cast<int>(u));
   }
-  while (!reduces_.empty()) {
-    std::unique_ptr<PendingReduce> r = std::move(reduces_.front());
-    reduces_.pop_front();
-    finish_reduce(*r);
-  }
+  while (!reduces_.empty()) finish_oldest_reduce();
   for (int u = 0; u < layout_.num_units(); ++u) {
     if (gathered_[u] == kInFlight) gather(u);
     release(u);
@@ -420,12 +439,14 @@ void ParamCoordinator::end_backward() {
 }
 
 void ParamCoordinator::zero_grad() {
-  for (at::Tensor& g : grad_flats_) g.zero_();
+  for (at::Tensor& g : grad_flats_) {
+    if (g.defined()) g.zero_();
+  }
 }
 
 int64_t ParamCoordinator::grad_bytes() const {
   int64_t bytes = 0;
-  for (const at::Tensor& g : grad_flats_) bytes += g.nbytes();
+  for (const at::Tensor& g : grad_flats_) bytes += g.defined() ? g.nbytes() : 0;
   return bytes;
 }
 

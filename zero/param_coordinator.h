@@ -28,8 +28,13 @@ struct CoordinatorOptions {
   int64_t prefetch_bucket_size = 50000000;   // elements prefetched ahead at most (0: off)
   int64_t max_live_parameters = 1000000000;  // gathered elements beyond which prefetch stops
   int64_t max_reuse_distance = 1000000000;   // keep a unit gathered if reused within this
+  // Gradient elements that reductions in flight may hold (reduce_bucket_size): past it, the
+  // oldest is finished before the backward goes on (the newest always stays in flight).
+  int64_t reduce_bucket_size = 500000000;
   at::ScalarType comm_dtype = at::kFloat;    // gradient reduce-scatter dtype
   at::ScalarType accum_dtype = at::kFloat;   // gradient partition dtype
+  // false: forward only (inference): no gradient partitions; a gradient arriving is an error.
+  bool gradients = true;
 
   // The stage3_* prefetch and reuse limits of a config and its gradient dtypes.
   static CoordinatorOptions from(const ZeroOptions& zero, const GradientOptions& gradients);
@@ -41,6 +46,8 @@ struct CoordinatorStats {
   int64_t all_gathers = 0;          // unit gathers issued (prefetches included)
   int64_t prefetches = 0;
   int64_t reduce_scatters = 0;
+  // Most gradient elements held by reductions in flight at once, since the last reset_peak().
+  int64_t peak_reducing_elements = 0;
 };
 
 class ParamCoordinator final : public UnitHooks {
@@ -60,7 +67,8 @@ class ParamCoordinator final : public UnitHooks {
   // Collective: around every micro-step's autograd pass (see GradReducer for the contract).
   void begin_backward();
   void end_backward();
-  // This rank's gradient partition of group g (accum dtype), accumulated across micro-steps.
+  // This rank's gradient partition of group g (accum dtype), accumulated across micro-steps;
+  // undefined without gradients.
   const at::Tensor& grad_partition(int group) const { return grad_flats_.at(group); }
   void zero_grad();
 
@@ -72,7 +80,10 @@ class ParamCoordinator final : public UnitHooks {
   void release_all();
 
   const CoordinatorStats& stats() const { return stats_; }
-  void reset_peak() { stats_.peak_gathered_bytes = stats_.gathered_bytes; }
+  void reset_peak() {
+    stats_.peak_gathered_bytes = stats_.gathered_bytes;
+    stats_.peak_reducing_elements = reducing_elements_;
+  }
   int64_t grad_bytes() const;
   // Called by the autograd hook of a trainable parameter. Internal.
   void on_grad_ready(int param);
@@ -89,6 +100,7 @@ class ParamCoordinator final : public UnitHooks {
   bool reused_soon(int unit) const;
   void launch_reduce(int unit);
   void finish_reduce(PendingReduce& r);
+  void finish_oldest_reduce();  // waits for reduces_.front(), accumulates it, frees it
   void record_forward(int unit);
 
   Stage3Layout& layout_;
@@ -97,6 +109,7 @@ class ParamCoordinator final : public UnitHooks {
   std::vector<char> gathered_;  // per unit
   std::deque<std::unique_ptr<InFlightGather>> gathers_;
   std::deque<std::unique_ptr<PendingReduce>> reduces_;
+  int64_t reducing_elements_ = 0;  // send-buffer elements of reduces_
   std::vector<std::unique_ptr<PendingReduce>> open_reduces_;  // per unit, being filled
   std::vector<int> pending_grads_;                            // per unit
   std::vector<char> arrived_alone_;  // per parameter, one rank only: gradient added this pass

@@ -169,6 +169,55 @@ TEST(Pretrained, DeferredConstructionUnderZero3) {
   });
 }
 
+TEST(Pretrained, InferenceEngineHoldsOnlyItsPartitions) {
+  // ZeRO-3 without an optimizer (what zrt-generate builds): no gradient partitions and no fp32
+  // masters, for fp32 and bf16 models; the forward equals a training engine's of the same loaded
+  // weights, and backward() refuses.
+  test::TempDir dir("zrt_pretrained_inference");
+  const auto values = pretrained_values();
+  write_sharded(dir.path(), values);
+  for (int world : {1, 2, 3}) {
+    for (Precision precision : {Precision::kFp32, Precision::kBf16Adam}) {
+      const Case c{3, precision};
+      const std::string what = str(test::describe(c), " inference, world ", world);
+      comm::run_local_world(world, [&](comm::Comm& comm) {
+        auto io = InitializeOptions{};
+        io.comm = std::shared_ptr<comm::Comm>(&comm, [](comm::Comm*) {});
+        auto trained_model = std::make_shared<test::TinyStackImpl>(false);
+        auto training = initialize(trained_model, test::config_for(c), io);
+        load_pretrained(*training, dir.path());
+        Json cfg = test::config_for(c);
+        cfg.erase("optimizer");
+        auto model = std::make_shared<test::TinyStackImpl>(false);
+        zrt::defer_parameters(*model);
+        auto engine = initialize(model, cfg, io);
+        const PretrainedLoadReport report = load_pretrained(*engine, dir.path());
+        EXPECT_TRUE(report.missing.empty() && report.unexpected.empty()) << what;
+        const runtime::ModelStateBytes bytes = engine->model_state_bytes();
+        EXPECT_EQ(bytes.grads, 0) << what;
+        EXPECT_EQ(bytes.master, 0) << what;
+        EXPECT_EQ(bytes.params, training->model_state_bytes().params) << what;
+        EXPECT_GT(training->model_state_bytes().grads, 0) << what;
+        auto [x, y] = test::tiny_batch(comm.rank(), 0);
+        at::Tensor out, expected;
+        {
+          at::NoGradGuard no_grad;
+          out = model->forward(engine->to_model_dtype(x));
+          expected = trained_model->forward(training->to_model_dtype(x));
+        }
+        EXPECT_TRUE(torch::equal(out, expected)) << what;
+        auto loss = torch::mse_loss(model->forward(engine->to_model_dtype(x)).to(at::kFloat), y);
+        expect_contains(test::error_of<Error>([&] { engine->backward(loss); }),
+                        "inference mode");
+        if (world == 1) {  // a backward outside the engine is refused too (one rank: no gathers)
+          expect_contains(test::error_of<std::exception>([&] { loss.backward(); }),
+                          "through a ZeRO-3 inference engine");
+        }
+      });
+    }
+  }
+}
+
 TEST(Pretrained, InitDeferredIsTheSameAtEveryWorldSize) {
   // Training from scratch without ever building the whole model: every world size gives the
   // values a single process gives, and each parameter was initialised whole.

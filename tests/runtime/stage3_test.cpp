@@ -1,6 +1,7 @@
 // ZeRO-3 under mpirun (world sizes 1–4): inference equals the unsharded model, model states at
 // rest are 16Ψ/N, gathered bytes stay within the prefetch window, the first step moves 3Ψ(N−1)/N
-// elements, whole-model access writes back, and misuse gives clear errors.
+// elements, reduce_bucket_size bounds the gradients in flight, whole-model access writes back,
+// and misuse gives clear errors.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -113,6 +114,43 @@ TEST(Stage3Memory, AtRestSixteenPsiOverNAndWindowDuringSteps) {
     EXPECT_EQ(states.coordinator().stats().all_gathers, 0) << "one rank gathers nothing";
     EXPECT_EQ(states.coordinator().stats().reduce_scatters, 0) << "nor reduce-scatters";
   }
+}
+
+// Note [Bounded gradient reduction]: with reduce_bucket_size below one unit at most two units'
+// reductions are in flight (the newest, and the previous one until it is finished); with
+// DeepSpeed's default (5e8) every unit's stays in flight until the end of the backward. Both
+// give the same step.
+TEST(Stage3Memory, ReduceBucketSizeBoundsTheGradientsInFlight) {
+  const int n = test::world().size();
+  if (n == 1) GTEST_SKIP() << "one rank reduces nothing (Note [Stage 3 on one rank])";
+  std::vector<at::Tensor> after;
+  for (int64_t bucket : {int64_t{1}, int64_t{500000000}}) {
+    auto model = std::make_shared<test::TinyStackImpl>(true);
+    Json cfg = stage3_config(true, false);
+    cfg["zero_optimization"]["reduce_bucket_size"] = bucket;
+    auto engine = make_engine(model, cfg);
+    auto& states = dynamic_cast<runtime::Stage3ModelStates&>(engine->model_states());
+    int64_t largest = 0, all = 0;
+    for (const auto& unit : states.layout().units()) {
+      largest = std::max(largest, unit.reduce_partition * n);
+      all += unit.reduce_partition * n;
+    }
+    auto [x, y] = test::tiny_batch(test::world().rank(), 0);
+    engine->backward(torch::mse_loss(model->forward(x), y));
+    engine->step();
+    const int64_t peak = states.coordinator().stats().peak_reducing_elements;
+    if (bucket == 1) {
+      EXPECT_LE(peak, 2 * largest) << "the newest reduction and the one being finished";
+      EXPECT_LT(peak, all);
+    } else {
+      EXPECT_EQ(peak, all) << "every unit's reduction in flight until the end";
+    }
+    GatheredParameters access(*engine);
+    std::vector<at::Tensor> values;
+    for (const auto& p : model->parameters()) values.push_back(p.detach().reshape({-1}).clone());
+    after.push_back(at::cat(values));
+  }
+  EXPECT_TRUE(torch::equal(after[0], after[1])) << "the bound changes memory, not results";
 }
 
 TEST(Stage3Volume, FirstStepMovesThreePsi) {
