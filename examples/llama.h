@@ -35,6 +35,8 @@
 #pragma once
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -45,6 +47,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/strings.h"
 #include "zero/shard_unit.h"
 
 namespace zrt::examples {
@@ -68,6 +71,8 @@ struct LlamaConfig {
   // Reads an HF config.json object; `where` names the file in errors. Refuses what this model
   // does not implement (another model_type or activation, rope_scaling) by naming the key.
   static LlamaConfig from_json(const Json& j, const std::string& where);
+  // Reads `path`: a config.json, or a folder (an HF model folder) holding one.
+  static LlamaConfig from_file(const std::string& path);
   // `extra` with this configuration's values written over it.
   Json to_json() const;
 };
@@ -142,6 +147,22 @@ inline LlamaConfig LlamaConfig::from_json(const Json& j, const std::string& wher
   c.mlp_bias = get_bool("mlp_bias", false);
   c.extra = j;
   return c;
+}
+
+inline LlamaConfig LlamaConfig::from_file(const std::string& path) {
+  std::error_code ec;
+  const bool folder = std::filesystem::is_directory(path, ec);
+  const std::string file =
+      folder ? (std::filesystem::path(path) / "config.json").string() : path;
+  std::ifstream in(file);
+  ZRT_CHECK_AS(ConfigError, in.good(), file, ": cannot read it");
+  Json j;
+  try {
+    j = Json::parse(in);
+  } catch (const Json::exception& e) {
+    throw ConfigError(str(file, ": not valid JSON: ", e.what()));
+  }
+  return from_json(j, file);
 }
 
 inline Json LlamaConfig::to_json() const {
@@ -332,10 +353,32 @@ struct LlamaModelImpl : torch::nn::Module {
 };
 TORCH_MODULE(LlamaModel);
 
+// transformers' _init_weights for one parameter of LlamaForCausalLM, by name: ones for the norms,
+// zeros for biases, normal(0, initializer_range) for the other weights (from `gen`, or the current
+// torch generator when unset), and a zero row for pad_token_id in the embedding.
+inline void llama_init_parameter(const LlamaConfig& c, const std::string& name, torch::Tensor& t,
+                                 c10::optional<at::Generator> gen) {
+  torch::NoGradGuard no_grad;
+  const Json& j = c.extra;
+  if (name.find("layernorm") != std::string::npos || name == "model.norm.weight") {
+    t.fill_(1.0);
+  } else if (zrt::ends_with(name, ".bias")) {
+    t.zero_();
+  } else {
+    t.normal_(0.0, j.is_object() ? j.value("initializer_range", 0.02) : 0.02, gen);
+    const bool pad = name == "model.embed_tokens.weight" && j.is_object() &&
+                     j.contains("pad_token_id") && j["pad_token_id"].is_number_integer();
+    if (pad) {
+      const int64_t id = j["pad_token_id"].get<int64_t>();
+      if (id >= 0 && id < t.size(0)) t[id].zero_();
+    }
+  }
+}
+
 struct LlamaForCausalLMImpl : torch::nn::Module {
-  // Parameters initialised as transformers' _init_weights does (normal(0, initializer_range) for
-  // Linear and Embedding weights, zero biases, ones for the norms), in the order of
-  // named_parameters from the current torch generator; with `deferred`, no values at all (above).
+  // Parameters initialised as transformers' _init_weights does (llama_init_parameter), in the
+  // order of named_parameters from the current torch generator; with `deferred`, no values at
+  // all (above): zrt::init_deferred(engine, seed, ...) with llama_init_parameter gives them.
   explicit LlamaForCausalLMImpl(const LlamaConfig& c, bool deferred = false) : config(c) {
     model = register_module("model", LlamaModel(c, deferred));
     if (!c.tie_word_embeddings) {
@@ -345,18 +388,7 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
       if (deferred) zrt::defer_parameters(*lm_head);
     }
     if (deferred) return;
-    const double init_std =
-        config.extra.is_object() ? config.extra.value("initializer_range", 0.02) : 0.02;
-    torch::NoGradGuard no_grad;
-    for (auto& p : named_parameters()) {
-      if (p.key().find("layernorm") != std::string::npos || p.key() == "model.norm.weight")
-        continue;
-      if (p.key().size() > 5 && p.key().compare(p.key().size() - 5, 5, ".bias") == 0) {
-        p.value().zero_();
-      } else {
-        p.value().normal_(0.0, init_std);
-      }
-    }
+    for (auto& p : named_parameters()) llama_init_parameter(config, p.key(), p.value(), {});
   }
   // tokens: (batch, t) int64 → logits (batch, t, vocab) in the model's dtype. With `cache`,
   // positions continue from cache->length and the cache grows by t.

@@ -8,19 +8,25 @@
 //   zrt-launch --np 2 -- build/bin/zrt-generate --model_name_or_path DIR \
 //       --prompt_ids "1,15,27;4,5,6" --max_new_tokens 20
 //
-// Prompts are token ids, separated by ';'; prompts of one length form one batch (the KV cache of
-// a batch shares its positions). Greedy by default; --do_sample samples as transformers' generate
-// does (temperature, then top-k, then top-p) from a generator seeded with --seed; rank 0 picks
-// every token and broadcasts it. Generation of a prompt stops at --max_new_tokens or at the
-// config's eos_token_id (one id or a list). Rank 0 writes one JSON line per prompt, {"prompt":
-// [...], "generated":
-// [...]}, to --output (default stdout); --logits_out writes the prompts' logits (the first
-// forward of the first batch, fp32) as safetensors; --metrics_out the timings and every rank's
-// peak RSS as JSON.
+// Prompts are token ids, separated by ';'. Each rank generates its share of them (prompt i on rank
+// i mod N), as each DeepSpeed rank feeds its own inputs; --replicate_prompts makes every rank run
+// every prompt instead (rank 0 picks the tokens; the logits are then the same at every N). A
+// rank's prompts of one length form one batch (the KV cache of a batch shares its positions) and
+// its batches run one after the other. Every forward gathers each layer from all ranks, so ranks
+// run forwards in step: a rank that has finished runs one-token forwards until every rank has.
+// Greedy by default; --do_sample samples as transformers' generate does (temperature, then
+// top-k, then top-p), prompt i from a generator seeded with --seed + i, so the tokens do not
+// depend on N or on how prompts are batched. Generation of a prompt stops at --max_new_tokens or
+// at the config's eos_token_id (one id or a list). Rank 0 writes one JSON line per prompt,
+// {"prompt": [...], "generated": [...]}, to --output (default stdout); --logits_out writes every
+// prompt's logits from its first forward (fp32, "prompt.<i>": (length, vocab); for checking: every
+// rank receives all of them) as safetensors;
+// --metrics_out the timings and every rank's peak RSS as JSON.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <deque>
 #include <map>
 #include <set>
 #include <sstream>
@@ -103,39 +109,136 @@ std::vector<std::vector<int64_t>> parse_prompts(const std::string& text, int64_t
 struct GenerateOptions {
   Sampling sampling;
   int64_t max_new_tokens = 20;
-  std::set<int64_t> eos;  // generation of a prompt stops at any of these
+  std::set<int64_t> eos;   // generation of a prompt stops at any of these
+  bool replicate = false;  // every rank runs every prompt (rank 0 picks the tokens)
+  bool keep_logits = false;
+  int64_t vocab_size = 0;
 };
 
-// Collective: every rank runs the same forwards. `prompts` (batch, t); returns the new tokens of
-// each row (up to and including eos). The first forward's logits go to `prompt_logits` if given.
-std::vector<std::vector<int64_t>> generate(LlamaForCausalLMImpl& model, comm::Comm& comm,
-                                           const at::Tensor& prompts, const GenerateOptions& o,
-                                           at::Generator& gen, at::Tensor* prompt_logits) {
-  at::NoGradGuard no_grad;
-  const int64_t batch = prompts.size(0);
+struct Results {
+  std::vector<std::vector<int64_t>> generated;  // per prompt
+  std::vector<at::Tensor> first_logits;         // per prompt, (length, vocab), with keep_logits
+  int64_t new_tokens = 0;
+};
+
+// Prompts of one length that a rank generates together.
+struct Batch {
+  std::vector<size_t> members;  // prompt indices
+  at::Tensor input;             // the next forward's tokens, (rows, t)
   KvCache cache;
-  at::Tensor logits = model.forward(prompts, &cache);
-  if (prompt_logits != nullptr) *prompt_logits = logits.to(at::kFloat);
-  std::vector<std::vector<int64_t>> out(static_cast<size_t>(batch));
-  std::vector<bool> done(static_cast<size_t>(batch), false);
-  for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-    at::Tensor next = next_tokens(logits.select(1, logits.size(1) - 1), o.sampling, gen)
-                          .to(at::kLong)
-                          .contiguous();
-    comm.broadcast(next, 0);  // rank 0's choice, so that every rank feeds the same tokens
-    const int64_t* ids = next.data_ptr<int64_t>();
-    bool all_done = true;
-    for (int64_t b = 0; b < batch; ++b) {
-      if (!done[b]) {
-        out[b].push_back(ids[b]);
-        done[b] = o.eos.count(ids[b]) != 0;
-      }
-      all_done = all_done && done[b];
-    }
-    if (all_done || step + 1 == o.max_new_tokens) break;
-    logits = model.forward(next.view({batch, 1}), &cache);
+  std::vector<bool> done;
+  int64_t steps = 0;  // tokens picked so far for every row
+};
+
+// This rank's prompts, batched by length (shortest first).
+std::deque<Batch> rank_batches(const std::vector<std::vector<int64_t>>& prompts, int rank,
+                               int world, bool replicate) {
+  std::map<size_t, std::vector<size_t>> by_length;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (replicate || static_cast<int>(i % static_cast<size_t>(world)) == rank)
+      by_length[prompts[i].size()].push_back(i);
   }
-  return out;
+  std::deque<Batch> batches;
+  for (auto& [length, members] : by_length) {
+    std::vector<int64_t> ids;
+    for (size_t m : members) ids.insert(ids.end(), prompts[m].begin(), prompts[m].end());
+    Batch b;
+    b.input = at::tensor(ids, at::kLong)
+                  .view({static_cast<int64_t>(members.size()), static_cast<int64_t>(length)});
+    b.done.assign(members.size(), false);
+    b.members = std::move(members);
+    batches.push_back(std::move(b));
+  }
+  return batches;
+}
+
+// One forward of `b` and the token it picks for every unfinished row; false once `b` is done.
+bool advance(LlamaForCausalLMImpl& model, comm::Comm& comm, Batch& b, const GenerateOptions& o,
+             std::vector<at::Generator>& gens, Results& res) {
+  const at::Tensor logits = model.forward(b.input, &b.cache);
+  const auto rows = static_cast<int64_t>(b.members.size());
+  if (b.steps == 0 && o.keep_logits) {
+    for (int64_t r = 0; r < rows; ++r) res.first_logits[b.members[r]] = logits[r].to(at::kFloat);
+  }
+  const at::Tensor last = logits.select(1, logits.size(1) - 1);
+  at::Tensor next = at::empty({rows}, at::kLong);
+  int64_t* ids = next.data_ptr<int64_t>();
+  for (int64_t r = 0; r < rows; ++r) {  // row by row: each prompt draws from its own generator
+    ids[r] = next_tokens(last.narrow(0, r, 1), o.sampling, gens[b.members[r]]).item<int64_t>();
+  }
+  if (o.replicate) comm.broadcast(next, 0);  // rank 0's choice: every rank feeds the same tokens
+  bool all_done = true;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!b.done[r]) {
+      res.generated[b.members[r]].push_back(ids[r]);
+      b.done[r] = o.eos.count(ids[r]) != 0;
+    }
+    all_done = all_done && b.done[r];
+  }
+  b.steps += 1;
+  if (all_done || b.steps == o.max_new_tokens) return false;
+  b.input = next.view({rows, 1});
+  return true;
+}
+
+// Collective: every prompt's tokens and logits from the rank that generated it to rank 0.
+void collect_results(comm::Comm& comm, const std::vector<std::vector<int64_t>>& prompts,
+                     const GenerateOptions& o, Results& res) {
+  const int world = comm.size();
+  if (world == 1 || o.replicate) return;
+  const auto count = static_cast<int64_t>(prompts.size());
+  auto owner = [&](int64_t i) { return static_cast<int>(i % world); };
+  // Row i: the number of tokens, then the tokens; zeros on every rank but the owner, then summed.
+  at::Tensor table = at::zeros({count, o.max_new_tokens + 1}, at::kLong);
+  for (int64_t i = 0; i < count; ++i) {
+    if (owner(i) != comm.rank()) continue;
+    const auto& g = res.generated[i];
+    table[i][0] = static_cast<int64_t>(g.size());
+    if (!g.empty())
+      table[i].narrow(0, 1, static_cast<int64_t>(g.size())).copy_(at::tensor(g, at::kLong));
+  }
+  comm.all_reduce(table, comm::ReduceOp::kSum);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t* row = table[i].data_ptr<int64_t>();
+    res.generated[i].assign(row + 1, row + 1 + row[0]);
+  }
+  if (!o.keep_logits) return;
+  for (int64_t i = 0; i < count; ++i) {
+    at::Tensor& t = res.first_logits[i];
+    if (owner(i) != comm.rank())
+      t = at::empty({static_cast<int64_t>(prompts[i].size()), o.vocab_size}, at::kFloat);
+    comm.broadcast(t, owner(i));
+  }
+}
+
+// Collective: every rank generates its batches one forward at a time, and runs as many forwards
+// as the busiest rank (a rank without work runs a one-token forward, no cache), because each
+// forward gathers every layer with all ranks.
+Results generate_all(LlamaForCausalLMImpl& model, comm::Comm& comm,
+                     const std::vector<std::vector<int64_t>>& prompts, const GenerateOptions& o,
+                     uint64_t seed) {
+  at::NoGradGuard no_grad;
+  Results res;
+  res.generated.resize(prompts.size());
+  if (o.keep_logits) res.first_logits.resize(prompts.size());
+  std::vector<at::Generator> gens;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    gens.push_back(at::detail::createCPUGenerator(seed + i));
+  std::deque<Batch> queue = rank_batches(prompts, comm.rank(), comm.size(), o.replicate);
+  const at::Tensor idle = at::zeros({1, 1}, at::kLong);
+  while (true) {
+    at::Tensor busy = at::full({1}, queue.empty() ? 0 : 1, at::kLong);
+    if (!o.replicate) comm.all_reduce(busy, comm::ReduceOp::kMax);  // else: the same queues
+    if (busy.item<int64_t>() == 0) break;
+    if (queue.empty()) {
+      model.forward(idle);
+    } else if (!advance(model, comm, queue.front(), o, gens, res)) {
+      queue.pop_front();
+    }
+  }
+  collect_results(comm, prompts, o, res);
+  for (const auto& g : res.generated) res.new_tokens += static_cast<int64_t>(g.size());
+  return res;
 }
 
 std::string json_ids(const std::vector<int64_t>& ids) {
@@ -195,6 +298,7 @@ cxxopts::Options make_options() {
       cxxopts::value<std::string>())("max_new_tokens", "tokens to generate per prompt",
                                      cxxopts::value<int64_t>()->default_value("20"))(
       "do_sample", "sample instead of greedy decoding")(
+      "replicate_prompts", "every rank runs every prompt (default: prompt i on rank i mod N)")(
       "temperature", "sampling temperature", cxxopts::value<double>()->default_value("1.0"))(
       "top_k", "sample among the k most likely (0: all)",
       cxxopts::value<int64_t>()->default_value("50"))(
@@ -227,16 +331,6 @@ struct Args {
   std::optional<std::string> output, logits_out, metrics_out;
 };
 
-Json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  ZRT_CHECK_AS(ConfigError, in.good(), path, ": cannot read it");
-  try {
-    return Json::parse(in);
-  } catch (const Json::exception& e) {
-    throw ConfigError(str(path, ": not valid JSON: ", e.what()));
-  }
-}
-
 // Parses and checks every argument; nullopt for --help.
 std::optional<Args> parse_args(int argc, char** argv) {
   cxxopts::Options options = make_options();
@@ -260,8 +354,8 @@ std::optional<Args> parse_args(int argc, char** argv) {
                "--dtype must be fp32 or bf16, got '", dtype, "'");
   Args a;
   a.dir = r["model_name_or_path"].as<std::string>();
-  const Json hf = read_json_file(a.dir + "/config.json");
-  a.model = LlamaConfig::from_json(hf, a.dir + "/config.json");
+  a.model = LlamaConfig::from_file(a.dir);
+  const Json& hf = a.model.extra;
   a.prompts = parse_prompts(r["prompt_ids"].as<std::string>(), a.model.vocab_size);
   GenerateOptions& go = a.generate;
   go.max_new_tokens = r["max_new_tokens"].as<int64_t>();
@@ -283,37 +377,11 @@ std::optional<Args> parse_args(int argc, char** argv) {
   a.seed = r["seed"].as<uint64_t>();
   if (r.count("output")) a.output = r["output"].as<std::string>();
   if (r.count("logits_out")) a.logits_out = r["logits_out"].as<std::string>();
+  go.keep_logits = a.logits_out.has_value();
+  go.replicate = r.count("replicate_prompts") > 0;
+  go.vocab_size = a.model.vocab_size;
   if (r.count("metrics_out")) a.metrics_out = r["metrics_out"].as<std::string>();
   return a;
-}
-
-struct Results {
-  std::vector<std::vector<int64_t>> generated;
-  at::Tensor first_logits;
-  int64_t new_tokens = 0;
-};
-
-// Collective: the prompts of each length as one batch (in order of length).
-Results generate_all(LlamaForCausalLMImpl& model, comm::Comm& comm, const Args& a) {
-  std::map<size_t, std::vector<size_t>> by_length;
-  for (size_t i = 0; i < a.prompts.size(); ++i) by_length[a.prompts[i].size()].push_back(i);
-  Results res;
-  res.generated.resize(a.prompts.size());
-  at::Generator gen = at::detail::createCPUGenerator(a.seed);
-  for (const auto& [length, members] : by_length) {
-    std::vector<int64_t> ids;
-    for (size_t m : members) ids.insert(ids.end(), a.prompts[m].begin(), a.prompts[m].end());
-    const at::Tensor batch =
-        at::tensor(ids, at::kLong)
-            .view({static_cast<int64_t>(members.size()), static_cast<int64_t>(length)});
-    auto out = generate(model, comm, batch, a.generate, gen,
-                        res.first_logits.defined() ? nullptr : &res.first_logits);
-    for (size_t b = 0; b < members.size(); ++b) {
-      res.new_tokens += static_cast<int64_t>(out[b].size());
-      res.generated[members[b]] = std::move(out[b]);
-    }
-  }
-  return res;
 }
 
 void write_results(const Args& a, const Results& res, const Json& metrics) {
@@ -327,8 +395,12 @@ void write_results(const Args& a, const Results& res, const Json& metrics) {
   } else {
     std::printf("%s", lines.str().c_str());
   }
-  if (a.logits_out)
-    ckpt::save_safetensors({{"logits", res.first_logits.contiguous()}}, *a.logits_out);
+  if (a.logits_out) {
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (size_t i = 0; i < res.first_logits.size(); ++i)
+      tensors.emplace_back(str("prompt.", i), res.first_logits[i].contiguous());
+    ckpt::save_safetensors(tensors, *a.logits_out);
+  }
   if (a.metrics_out) std::ofstream(*a.metrics_out) << metrics.dump(2) << "\n";
   std::fprintf(
       stderr,
@@ -359,7 +431,8 @@ int run(int argc, char** argv) {
   log_memory("loading");
   engine->eval();
   const auto t1 = std::chrono::steady_clock::now();
-  const Results res = generate_all(*model, *comm, *args);
+  const Results res =
+      generate_all(*model, *comm, args->prompts, args->generate, args->seed);
   const auto t2 = std::chrono::steady_clock::now();
   const double gen_s = std::chrono::duration<double>(t2 - t1).count();
   const Json metrics = {{"ranks", comm->size()},

@@ -1,9 +1,8 @@
 // zrt-train: trains a GPT-style byte-level language model (default), an MLP regression model, or
 // fine-tunes a LLaMA-architecture model from a Hugging Face folder (--model llama
-// --model_name_or_path DIR; the result is saved in output_dir in HF format, as
-// trainer.save_model() does) with ZeroRT's Trainer, from HF-style TrainingArguments and a
-// DeepSpeed config. Launch with
-// zrt-launch (or mpirun):
+// --model_name_or_path DIR, or --config_name CONFIG to train one from scratch; the result is saved
+// in output_dir in HF format, as trainer.save_model() does) with ZeroRT's Trainer, from HF-style
+// TrainingArguments and a DeepSpeed config. Launch with zrt-launch (or mpirun):
 //
 //   zrt-launch --np 2 -- build/bin/zrt-train --deepspeed examples/configs/zero3.json \
 //       --output_dir /tmp/run --max_steps 100 --save_steps 50
@@ -118,25 +117,22 @@ std::string read_corpus(const cxxopts::ParseResult& result) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// --model llama: transformers' LlamaForCausalLM from --model_name_or_path's config.json, fine-tuned
+// --model llama: transformers' LlamaForCausalLM from --config_name (a config.json or a folder with
+// one: trained from scratch) or --model_name_or_path's config.json (fine-tuned from its weights),
 // on the corpus's bytes as token ids (modulo the vocabulary: the example has no tokenizer). Under
-// ZeRO-3 the model is built without values (partitioned construction) and the weights load into
-// the partitions.
+// ZeRO-3 the model is built without values (partitioned construction); the weights load into the
+// partitions, or init_deferred gives them transformers' initialisation, the same at every world
+// size.
 ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config, int64_t context,
                        std::shared_ptr<Dataset>* train, std::shared_ptr<Dataset>* eval) {
-  ZRT_CHECK_AS(UsageError, result.count("model_name_or_path"),
-               "--model llama needs --model_name_or_path DIR (a Hugging Face LLaMA folder)");
-  const std::string dir = result["model_name_or_path"].as<std::string>();
-  std::ifstream in(dir + "/config.json");
-  ZRT_CHECK_AS(ConfigError, in.good(), dir, "/config.json: cannot read it");
-  Json hf;
-  try {
-    hf = Json::parse(in);
-  } catch (const Json::exception& e) {
-    throw ConfigError(str(dir, "/config.json: not valid JSON: ", e.what()));
-  }
+  ZRT_CHECK_AS(UsageError, result.count("model_name_or_path") || result.count("config_name"),
+               "--model llama needs --model_name_or_path DIR (a Hugging Face LLaMA folder) or "
+               "--config_name CONFIG (a config.json, to train from scratch)");
+  const std::string dir = result.count("config_name")
+                              ? result["config_name"].as<std::string>()
+                              : result["model_name_or_path"].as<std::string>();
   ModelSetup m;
-  m.llama = LlamaConfig::from_json(hf, dir + "/config.json");
+  m.llama = LlamaConfig::from_file(dir);
   const int64_t vocab = m.llama->vocab_size;
   const bool stage3 = ds_config.contains("zero_optimization") &&
                       ds_config["zero_optimization"].value("stage", 0) == 3;
@@ -174,6 +170,10 @@ int run(int argc, char** argv) {
       "model_name_or_path",
       "weights to start from: a checkpoint folder (checkpoint-N, a save_dir with `latest`, a "
       "global_stepN tag) or a .safetensors/.pt state dict",
+      cxxopts::value<std::string>())(
+      "config_name",
+      "--model llama: a config.json (or a folder with one) to train from scratch; with "
+      "--model_name_or_path too, this configuration with that folder's weights",
       cxxopts::value<std::string>())(
       "max_shard_size", "--model llama: bytes per safetensors file of the saved model",
       cxxopts::value<int64_t>()->default_value("5000000000"))("h,help", "show this help");
@@ -264,7 +264,15 @@ int run(int argc, char** argv) {
     // Without training there is nothing to resume: the checkpoint's weights are the model.
     weights = trainer.resume_path();
   }
-  if (weights) trainer.load_model_weights(*weights, /*inference=*/!do_train);
+  if (weights) {
+    trainer.load_model_weights(*weights, /*inference=*/!do_train);
+  } else if (llama) {  // from scratch: transformers' initialisation, the same at every world size
+    const LlamaConfig cfg = *llama->llama;
+    init_deferred(trainer.engine(), static_cast<uint64_t>(targs.seed),
+                  [cfg](const std::string& name, at::Tensor& t, at::Generator& gen) {
+                    llama_init_parameter(cfg, name, t, gen);
+                  });
+  }
   auto print_metrics = [&](const char* split, const std::vector<std::pair<std::string, double>>& m) {
     if (comm->rank() != 0) return;
     std::printf("***** %s metrics *****\n", split);

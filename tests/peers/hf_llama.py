@@ -10,9 +10,15 @@ must give
     same up to the order of float additions: measured about 3e-7 at these sizes),
   * the tokens of transformers' greedy generate(), exactly, where transformers' own top-2 margin
     is wide enough (> 1e-3) for the order of additions not to matter (it is checked, not assumed),
-  * the same sampled tokens at every world size for one seed;
-and a model fine-tuned by zrt-train and saved in HF format loads in transformers'
-from_pretrained with the logits zrt-generate computes from the same folder.
+  * the same sampled tokens at every world size for one seed (each prompt draws from its own
+    generator),
+  * with --replicate_prompts (every rank runs every prompt in one batch) the same logits at 2 and
+    3 ranks, bit for bit;
+the prompts are split over the ranks (prompt i on rank i mod N) and have two lengths, so a rank
+runs batches one after the other while another one idles;
+a model fine-tuned by zrt-train and saved in HF format loads in transformers' from_pretrained
+with the logits zrt-generate computes from the same folder; and a model trained from its
+config.json alone (--config_name) starts from the same values at every world size.
 
     python tests/peers/hf_llama.py --bin build/bin [--keep DIR]
 """
@@ -23,7 +29,9 @@ import subprocess
 import sys
 import tempfile
 
-PROMPTS = [[3, 17, 42, 5, 88, 9, 61], [70, 2, 2, 33, 14, 50, 7]]
+# Two of one length (one batch) and one shorter: at 2 ranks rank 0 runs prompts 0 and 2 one
+# after the other while rank 1 runs prompt 1, at 3 ranks each runs one.
+PROMPTS = [[3, 17, 42, 5, 88, 9, 61], [70, 2, 2, 33, 14, 50, 7], [11, 23, 5, 8]]
 NEW_TOKENS = 8
 LOGITS_ATOL = 2e-5
 MARGIN = 1e-3
@@ -76,20 +84,29 @@ def make_model(folder, overrides, save_args, seed):
 
 
 def reference(model):
-    """transformers' logits of the prompts and greedy tokens, with the top-2 margin per step."""
+    """transformers' logits and greedy tokens of each prompt (alone), with the top-2 margin of
+    every step."""
     import torch
-    ids = torch.tensor(PROMPTS)
-    with torch.no_grad():
-        logits = model(ids).logits
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                             max_new_tokens=NEW_TOKENS,
-                             output_scores=True, return_dict_in_generate=True)
-    tokens = out.sequences[:, ids.shape[1]:].tolist()
-    margins = []
-    for scores in out.scores:  # (batch, vocab) per step
-        top = scores.topk(2, dim=-1).values
-        margins.append((top[:, 0] - top[:, 1]).tolist())
+    logits, tokens, margins = [], [], []
+    for prompt in PROMPTS:
+        ids = torch.tensor([prompt])
+        with torch.no_grad():
+            logits.append(model(ids).logits[0])
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                 max_new_tokens=NEW_TOKENS,
+                                 output_scores=True, return_dict_in_generate=True)
+        tokens.append(out.sequences[0, ids.shape[1]:].tolist())
+        margins.append([(s.topk(2, dim=-1).values[0, 0] - s.topk(2, dim=-1).values[0, 1]).item()
+                        for s in out.scores])
     return logits, tokens, margins
+
+
+def read_logits(path):
+    """zrt-generate's --logits_out: one (length, vocab) tensor per prompt."""
+    from safetensors.torch import load_file
+    saved = load_file(path)
+    assert sorted(saved) == sorted(f"prompt.{i}" for i in range(len(PROMPTS))), sorted(saved)
+    return [saved[f"prompt.{i}"] for i in range(len(PROMPTS))]
 
 
 def zrt_generate(args, folder, np, out_dir, extra=()):
@@ -115,7 +132,6 @@ def zrt_generate(args, folder, np, out_dir, extra=()):
 
 
 def check_variant(args, tmp, name, overrides, save_args, seed):
-    from safetensors.torch import load_file
     folder = os.path.join(tmp, name)
     model = make_model(folder, overrides, save_args, seed)
     logits, tokens, margins = reference(model)
@@ -124,20 +140,19 @@ def check_variant(args, tmp, name, overrides, save_args, seed):
     sampled = {}
     for np in (1, 2, 3):
         rows, logits_file, metrics = zrt_generate(args, folder, np, os.path.join(tmp, f"{name}_{np}"))
-        got = load_file(logits_file)["logits"]
-        diff = (got - logits).abs().max().item()
+        diff = max((g - t).abs().max().item() for g, t in zip(read_logits(logits_file), logits))
         same_tokens = True
         for b, row in enumerate(rows):
             assert row["prompt"] == PROMPTS[b], row
-            for step, (ours, theirs) in enumerate(zip(row["generated"], tokens[b])):
-                if margins[step][b] <= MARGIN:
+            for step, (mine, theirs) in enumerate(zip(row["generated"], tokens[b])):
+                if margins[b][step] <= MARGIN:
                     print(f"  {name}: prompt {b} step {step}: transformers' top-2 margin "
-                          f"{margins[step][b]:.2g} is within rounding; compared up to here")
+                          f"{margins[b][step]:.2g} is within rounding; compared up to here")
                     break
-                same_tokens &= ours == theirs
+                same_tokens &= mine == theirs
             same_tokens &= len(row["generated"]) == NEW_TOKENS
-        ok &= diff <= LOGITS_ATOL and same_tokens
-        print(f"hf_llama: {name} ({', '.join(files)}), ZeRO-3 on {np} rank(s): logits max |diff| "
+        ok &= diff <= LOGITS_ATOL and same_tokens and len(rows) == len(PROMPTS)
+        print(f"hf_llama: {name} ({files}), ZeRO-3 on {np} rank(s): logits max |diff| "
               f"{diff:.3g} ({'ok' if diff <= LOGITS_ATOL else 'TOO LARGE'}, tolerance "
               f"{LOGITS_ATOL}); greedy tokens {'equal' if same_tokens else 'DIFFER'}; "
               f"{metrics['tokens_per_second']:.1f} tokens/s; peak RSS per rank "
@@ -146,10 +161,22 @@ def check_variant(args, tmp, name, overrides, save_args, seed):
                                   ["--do_sample", "--seed", "7", "--top_k", "20", "--top_p", "0.9",
                                    "--temperature", "0.8"])
         sampled[np] = [r["generated"] for r in rows]
+    # Every rank running every prompt in one batch: the same logits at 2 and 3 ranks, bit for bit
+    # (both gather every layer into fresh storage; at 1 rank the parameters are views of the
+    # partitions, whose alignment a BLAS may round differently).
+    replicated = []
+    for np in (2, 3):
+        _, logits_file, _ = zrt_generate(args, folder, np,
+                                         os.path.join(tmp, f"{name}_{np}_replicated"),
+                                         ["--replicate_prompts"])
+        replicated.append(read_logits(logits_file))
+    same_bits = all(a.equal(b) for a, b in zip(*replicated))
     same_samples = all(sampled[n] == sampled[1] for n in sampled)
-    ok &= same_samples
+    ok &= same_samples and same_bits
     print(f"hf_llama: {name}: sampling with seed 7 gives "
-          f"{'the same tokens' if same_samples else 'DIFFERENT tokens'} at 1, 2 and 3 ranks")
+          f"{'the same tokens' if same_samples else 'DIFFERENT tokens'} at 1, 2 and 3 ranks; "
+          f"--replicate_prompts gives the same logits at 2 and 3 ranks "
+          f"{'bit for bit' if same_bits else 'with DIFFERENCES'}")
     return ok
 
 
@@ -158,7 +185,6 @@ def check_finetune(args, tmp):
     and saves it in HF format, sharded; transformers' from_pretrained loads it with no missing or
     unexpected keys and its logits equal zrt-generate's of the same folder."""
     import torch
-    from safetensors.torch import load_file
     from transformers import LlamaForCausalLM
     name, overrides, save_args = VARIANTS[0]
     folder = os.path.join(tmp, name)
@@ -180,16 +206,68 @@ def check_finetune(args, tmp):
                                                    attn_implementation="eager")
     tuned.eval()
     clean = not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
-    ids = torch.tensor(PROMPTS)
     with torch.no_grad():
-        before, after = original(ids).logits, tuned(ids).logits
-    moved = (after - before).abs().max().item()
+        before = [original(torch.tensor([p])).logits[0] for p in PROMPTS]
+        after = [tuned(torch.tensor([p])).logits[0] for p in PROMPTS]
+    moved = max((a - b).abs().max().item() for a, b in zip(after, before))
     _, logits_file, _ = zrt_generate(args, out, 2, os.path.join(tmp, "finetuned_gen"))
-    diff = (load_file(logits_file)["logits"] - after).abs().max().item()
+    diff = max((g - a).abs().max().item() for g, a in zip(read_logits(logits_file), after))
     ok = clean and moved > 1e-4 and diff <= LOGITS_ATOL and sum("-of-" in f for f in names) >= 2 and "config.json" in names
     print(f"hf_llama: fine-tuned by zrt-train (ZeRO-3, 2 ranks, 3 steps) and saved as {files}; "
           f"transformers loads it {'cleanly' if clean else f'with problems {info}'}; its logits "
           f"moved by {moved:.3g} from the original and equal zrt-generate's within {diff:.3g} "
+          f"({'ok' if ok else 'FAILED'})")
+    return ok
+
+
+def check_from_scratch(args, tmp):
+    """zrt-train --config_name: a model trained from a config.json alone, built partitioned and
+    initialised by init_deferred, starts from the same values at 1 and 2 ranks (saved after one
+    step at learning rate 0), with transformers' initialisation (ones for the norms, normal(0,
+    initializer_range) weights, a zero padding row), and loads cleanly in transformers."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+    name, overrides, _ = VARIANTS[0]
+    config_dir = os.path.join(tmp, "scratch_config")
+    LlamaConfig(max_position_embeddings=64, bos_token_id=None, eos_token_id=None, pad_token_id=3,
+                initializer_range=0.05, **overrides).save_pretrained(config_dir)
+    saved = {}
+    for np in (1, 2):
+        out = os.path.join(tmp, f"scratch_{np}")
+        cmd = [os.path.join(args.bin, "zrt-launch"), "--np", str(np), "--timeout", "300", "--",
+               os.path.join(args.bin, "zrt-train"), "--model", "llama", "--config_name",
+               os.path.join(config_dir, "config.json"),
+               "--deepspeed", os.path.join(args.src, "examples", "configs", "zero3.json"),
+               "--output_dir", out, "--max_steps", "1", "--per_device_train_batch_size", "2",
+               "--learning_rate", "0", "--context", "16", "--save_strategy", "no", "--seed", "11"]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+        if run.returncode != 0:
+            print(run.stdout + run.stderr)
+            raise SystemExit(f"zrt-train failed ({run.returncode}): {' '.join(cmd)}")
+        saved[np] = {}
+        for f in sorted(os.listdir(out)):
+            if f.endswith(".safetensors"):
+                saved[np].update(load_file(os.path.join(out, f)))
+    same = sorted(saved[1]) == sorted(saved[2]) and all(saved[1][k].equal(saved[2][k])
+                                                        for k in saved[1])
+    w = saved[1]
+    norms_one = all(w[k].eq(1).all().item() for k in w if "norm" in k)
+    big = [w[k] for k in w if "norm" not in k]
+    stds = [t.std().item() for t in big if t.numel() > 1000]
+    std_ok = all(abs(s - 0.05) < 0.005 for s in stds)
+    pad_zero = w["model.embed_tokens.weight"][3].eq(0).all().item()
+    model, info = LlamaForCausalLM.from_pretrained(os.path.join(tmp, "scratch_2"),
+                                                   output_loading_info=True)
+    clean = not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys"))
+    with torch.no_grad():
+        finite = torch.isfinite(model(torch.tensor([PROMPTS[0]])).logits).all().item()
+    ok = same and norms_one and std_ok and pad_zero and clean and finite
+    print(f"hf_llama: trained from config.json alone (--config_name, 1 and 2 ranks): initial "
+          f"values {'identical' if same else 'DIFFERENT'} across world sizes; norms "
+          f"{'ones' if norms_one else 'NOT ones'}; weight std {min(stds):.4f}-{max(stds):.4f} "
+          f"(initializer_range 0.05); padding row {'zero' if pad_zero else 'NOT zero'}; "
+          f"transformers loads it {'cleanly' if clean else f'with problems {info}'} "
           f"({'ok' if ok else 'FAILED'})")
     return ok
 
@@ -207,6 +285,7 @@ def main():
         for seed, (name, overrides, save_args) in enumerate(VARIANTS):
             ok &= check_variant(args, base, name, overrides, save_args, seed)
         ok &= check_finetune(args, base)
+        ok &= check_from_scratch(args, base)
     print("hf_llama: " + ("OK" if ok else "FAILED"))
     return 0 if ok else 1
 

@@ -1,14 +1,21 @@
 """No rank holds the whole model (issue 16, section 5; labels `peer`, `memory`).
 
-transformers makes a LLaMA model of about 1.5 GB (fp32, 32 narrow decoder layers, so that a unit is
-small next to the model) and saves it sharded. Each of 4 ranks then runs in its own memory cgroup
+transformers makes a LLaMA model of about 2.3 GB (fp32, 48 narrow decoder layers, so that a unit is
+small next to the model and a rank's fixed ~250 MiB of libraries and buffers small next to its
+share) and saves it sharded. Each of 4 ranks then runs in its own memory cgroup
 (cgroup v1 `memory.limit_in_bytes`) capped at 80% of the model's size, and must still
   * load it and generate with zrt-generate (ZeRO-3 inference, built partitioned), and
   * load it and train one step with zrt-train --model llama (ZeRO-3, SGD: parameters and gradients
     are 8 bytes per parameter over 4 ranks, half the model; Adam's 16 bytes per parameter over 4
     ranks would be the whole model's size by construction),
-and the greedy tokens must equal transformers'. Every rank's peak RSS (getrusage) is printed next
-to the bound "its partitions + the largest units gathered + what a rank holds before loading".
+and the greedy tokens must equal transformers'. The training step runs with what a user whose model
+does not fit would set: stage3_max_reuse_distance 0 (DeepSpeed's default, 1e9, keeps every layer
+gathered from its forward to its backward: the whole model, for models under a billion
+parameters), stage3_max_live_parameters, the prefetch bucket and reduce_bucket_size at about one
+decoder layer (Note [Bounded gradient reduction] in zero/param_coordinator.cpp), and
+--max_shard_size 200MB for the HF-format save at the end (rank 0 gathers one shard at a time).
+Every rank's peak RSS (getrusage) is printed next to the bound "its partitions + the units
+gathered + what a rank holds before loading".
 Needs root and a writable cgroup v1 memory controller; exits 77 (skipped) without them.
 
     python tests/peers/hf_llama_memory.py --bin build/bin
@@ -23,7 +30,7 @@ import tempfile
 
 CGROUP_ROOT = "/sys/fs/cgroup/memory"
 RANKS = 4
-CONFIG = dict(vocab_size=8000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=32,
+CONFIG = dict(vocab_size=8000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=48,
               num_attention_heads=16, num_key_value_heads=8, tie_word_embeddings=False,
               max_position_embeddings=64, bos_token_id=None, eos_token_id=None, pad_token_id=None)
 PROMPT = [5, 77, 901, 13, 4000, 62]
@@ -88,6 +95,78 @@ def launch(args, argv, timeout=600):
     return run.returncode, run.stdout + run.stderr
 
 
+PEAK_WRAPPER = ("import os, resource, subprocess, sys\n"
+                "rc = subprocess.call(sys.argv[1:])\n"
+                "kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+                "print(f\"peak_rss rank {os.environ['OMPI_COMM_WORLD_RANK']} {kb} KiB\", "
+                "file=sys.stderr)\n"
+                "sys.exit(rc)\n")
+TRAIN_CONFIG = {
+    "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+    "train_batch_size": "auto",
+    "zero_optimization": {"stage": 3, "reduce_bucket_size": 1e7,
+                          "stage3_prefetch_bucket_size": 1.2e7,
+                          "stage3_param_persistence_threshold": 1e4,
+                          "stage3_max_live_parameters": 1.2e7, "stage3_max_reuse_distance": 0},
+}
+
+
+def check_generate(args, groups, folder, tmp, cap, ref):
+    metrics = os.path.join(tmp, "metrics.json")
+    rc, out = launch(args, capped(groups, [
+        os.path.join(args.bin, "zrt-generate"), "--model_name_or_path", folder,
+        "--prompt_ids", ",".join(map(str, PROMPT)), "--max_new_tokens", str(NEW_TOKENS),
+        "--output", os.path.join(tmp, "ids.jsonl"), "--metrics_out", metrics,
+        "--persistence_threshold", "10000"]))
+    if rc != 0:
+        print(out)
+        print(f"hf_llama_memory: zrt-generate FAILED under the cap (exit {rc}; cgroup "
+              f"failcnt per rank {groups.failcnt()})")
+        return False
+    with open(metrics) as f:
+        m = json.load(f)
+    with open(os.path.join(tmp, "ids.jsonl")) as f:
+        got = json.loads(f.readline())["generated"]
+    same = got == ref
+    peak = m["peak_rss_mib_per_rank"]
+    print(f"hf_llama_memory: generate under the cap: peak RSS per rank {[round(p) for p in peak]}"
+          f" MiB (cap {cap >> 20}); {m['tokens_per_second']:.2f} tokens/s; greedy tokens "
+          f"{'equal transformers' if same else f'DIFFER {got} vs {ref}'}")
+    return same and max(peak) < cap / 2**20
+
+
+def check_train(args, groups, folder, tmp, cap):
+    """One SGD step of ZeRO-3 training, then the HF-format save; every rank's peak RSS from a
+    wrapper that waits for the program (getrusage of its children)."""
+    config = os.path.join(tmp, "zero3_small_live.json")
+    with open(config, "w") as f:
+        json.dump(TRAIN_CONFIG, f)
+    out_dir = os.path.join(tmp, "trained")
+    rc, out = launch(args, capped(groups, [sys.executable, "-c", PEAK_WRAPPER,
+        os.path.join(args.bin, "zrt-train"), "--model", "llama", "--model_name_or_path", folder,
+        "--deepspeed", config, "--output_dir", out_dir, "--max_steps", "1",
+        "--per_device_train_batch_size", "1", "--context", "16", "--optim", "sgd",
+        "--learning_rate", "1e-3", "--save_strategy", "no", "--logging_steps", "1",
+        "--max_shard_size", str(200 * 10**6)]))
+    peaks = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 5 and parts[0] == "peak_rss" and parts[1] == "rank":
+            peaks[int(parts[2])] = int(parts[3]) / 1024
+    if rc != 0 or len(peaks) != RANKS:
+        print(out)
+        print(f"hf_llama_memory: zrt-train FAILED under the cap (exit {rc}; cgroup failcnt per "
+              f"rank {groups.failcnt()}; peaks reported by {sorted(peaks)})")
+        return False
+    saved = sorted(n for n in os.listdir(out_dir) if n.endswith(".safetensors"))
+    peak = [peaks[r] for r in range(RANKS)]
+    ok = max(peak) < cap / 2**20 and len(saved) >= 2
+    print(f"hf_llama_memory: one training step + HF save ({len(saved)} shards) under the cap: "
+          f"peak RSS per rank {[round(p) for p in peak]} MiB (cap {cap >> 20}) "
+          f"{'ok' if ok else 'FAILED'}")
+    return ok
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", required=True)
@@ -121,28 +200,8 @@ def main():
               f"fp32; {RANKS} ranks, each capped at {cap >> 20} MiB (80%); a decoder layer is "
               f"{largest_unit >> 20} MiB, a rank's partitions {model_bytes // RANKS >> 20} MiB")
         groups = RankCgroups(cap)
-        metrics = os.path.join(tmp, "metrics.json")
-        rc, out = launch(args, capped(groups, [
-            os.path.join(args.bin, "zrt-generate"), "--model_name_or_path", folder,
-            "--prompt_ids", ",".join(map(str, PROMPT)), "--max_new_tokens", str(NEW_TOKENS),
-            "--output", os.path.join(tmp, "ids.jsonl"), "--metrics_out", metrics,
-            "--persistence_threshold", "10000"]))
-        if rc != 0:
-            print(out)
-            print(f"hf_llama_memory: zrt-generate FAILED under the cap (exit {rc}; cgroup "
-                  f"failcnt per rank {groups.failcnt()})")
-            ok = False
-        else:
-            with open(metrics) as f:
-                m = json.load(f)
-            with open(os.path.join(tmp, "ids.jsonl")) as f:
-                got = json.loads(f.readline())["generated"]
-            same = got == ref
-            peak = m["peak_rss_mib_per_rank"]
-            ok &= same and max(peak) < cap / 2**20
-            print(f"hf_llama_memory: generate under the cap: peak RSS per rank {[round(p) for p in peak]}"
-                  f" MiB (cap {cap >> 20}, model {model_bytes >> 20}); {m['tokens_per_second']:.2f} "
-                  f"tokens/s; greedy tokens {'equal transformers' if same else f'DIFFER {got} vs {ref}'}")
+        ok &= check_generate(args, groups, folder, tmp, cap, ref)
+        ok &= check_train(args, groups, folder, tmp, cap)
     finally:
         if groups:
             groups.close()
