@@ -1,9 +1,10 @@
 """Generation side by side: zrt-generate (ZeRO-3 inference over N ranks) and transformers'
 generate() in one process, on the same LLaMA model made by transformers, the same prompts
 (greedy, a batch of equal-length prompts, a fixed number of new tokens), the same total thread
-count. Reports tokens per second of the job (every ZeroRT rank decodes the same batch, as each
-DeepSpeed ZeRO-inference rank decodes its own, so the job's rate is the batch's) and every
-process's peak RSS (getrusage), with median, min and max over rotated repetitions.
+count. Reports tokens per second of the job (zrt-generate splits the prompts over its ranks, prompt
+i on rank i mod N, as each DeepSpeed ZeRO-inference rank decodes its own inputs; all ranks gather
+every layer for every forward) and every process's peak RSS (getrusage), with median, min and max
+over rotated repetitions.
 
     .venv/bin/python bench/peers/generate.py --bin build [--ranks 1,2,4] [--dtypes fp32,bf16]
         [--reps 7] [--layers 12 --hidden 768 --vocab 8000] [--jsonl F] [--quick]
