@@ -84,6 +84,32 @@ if(ZRT_WITH_NCCL STREQUAL "ON" AND NOT ZRT_NCCL_ENABLED)
   message(FATAL_ERROR "ZRT_WITH_NCCL=ON but NCCL (with CUDA and MPI for bootstrap) was not found")
 endif()
 
+# --- SentencePiece (zrt-generate's text prompts) ----------------------------------------------
+# Debian's libsentencepiece carries its own protobuf-lite and exports its symbols; Debian's
+# LibTorch 1.13 links libprotobuf 3.21, so in one process the two would interpose. AUTO therefore
+# enables it only with a LibTorch that has no protobuf of its own (the venv's wheel), and only
+# with the C++11 string ABI that Debian's library was built with.
+set(ZRT_SENTENCEPIECE_ENABLED 0)
+if(NOT ZRT_WITH_SENTENCEPIECE STREQUAL "OFF")
+  find_path(ZRT_SENTENCEPIECE_INCLUDE_DIR sentencepiece_processor.h)
+  find_library(ZRT_SENTENCEPIECE_LIBRARY sentencepiece)
+  set(_spm_why "")
+  if(NOT ZRT_SENTENCEPIECE_INCLUDE_DIR OR NOT ZRT_SENTENCEPIECE_LIBRARY)
+    set(_spm_why "not found (install libsentencepiece-dev)")
+  elseif(TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=0")
+    set(_spm_why "LibTorch uses the pre-C++11 string ABI, libsentencepiece the C++11 one")
+  elseif(ZRT_TORCH STREQUAL "system" AND NOT ZRT_WITH_SENTENCEPIECE STREQUAL "ON")
+    set(_spm_why "off with the system LibTorch (its libprotobuf and libsentencepiece's clash; -DZRT_WITH_SENTENCEPIECE=ON to try)")
+  endif()
+  if(_spm_why STREQUAL "")
+    set(ZRT_SENTENCEPIECE_ENABLED 1)
+  elseif(ZRT_WITH_SENTENCEPIECE STREQUAL "ON")
+    message(FATAL_ERROR "ZRT_WITH_SENTENCEPIECE=ON but SentencePiece is ${_spm_why}")
+  else()
+    message(STATUS "SentencePiece: ${_spm_why}")
+  endif()
+endif()
+
 # --- Test dependencies ------------------------------------------------------------------------
 if(ZRT_BUILD_TESTS)
   find_package(GTest REQUIRED)

@@ -7,8 +7,13 @@
 //
 //   zrt-launch --np 2 -- build/bin/zrt-generate --model_name_or_path DIR \
 //       --prompt_ids "1,15,27;4,5,6" --max_new_tokens 20
+//   zrt-launch --np 2 -- build/bin/zrt-generate --model_name_or_path DIR \
+//       --prompt "The capital of France is" --prompt "Once upon a time"
 //
-// Prompts are token ids, separated by ';'. Each rank generates its share of them (prompt i on rank
+// Prompts are token ids (--prompt_ids: ',' between ids, ';' between prompts) or text (--prompt,
+// repeated, or --prompts_file: one JSON string per line) where the folder has a SentencePiece
+// tokenizer.model (examples/tokenizer.h: how BOS/EOS are added, what differs from transformers).
+// Each rank generates its share of them (prompt i on rank
 // i mod N), as each DeepSpeed rank feeds its own inputs; --replicate_prompts makes every rank run
 // every prompt instead (rank 0 picks the tokens; the logits are then the same at every N). A
 // rank's prompts of one length form one batch (the KV cache of a batch shares its positions) and
@@ -18,16 +23,19 @@
 // top-k, then top-p), prompt i from a generator seeded with --seed + i, so the tokens do not
 // depend on N or on how prompts are batched. Generation of a prompt stops at --max_new_tokens or
 // at the config's eos_token_id (one id or a list). Rank 0 writes one JSON line per prompt,
-// {"prompt": [...], "generated": [...]}, to --output (default stdout); --logits_out writes every
-// prompt's logits from its first forward (fp32, "prompt.<i>": (length, vocab); for checking: every
-// rank receives all of them) as safetensors;
-// --metrics_out the timings and every rank's peak RSS as JSON.
+// {"prompt": [...], "generated": [...]}, to --output (default stdout), with "prompt_text" for a
+// text prompt and "text", the generated continuation, wherever the folder has a tokenizer;
+// --logits_out writes every prompt's logits from its first forward (fp32, "prompt.<i>":
+// (length, vocab); for checking: every rank receives all of them) as safetensors; --metrics_out
+// the timings and every rank's peak RSS as JSON.
 #include <chrono>
 #include <cstdio>
+#include <deque>
+#include <filesystem>
 #include <fstream>
 #include <limits>
-#include <deque>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -42,6 +50,7 @@
 #include "core/logging.h"
 #include "core/tool_main.h"
 #include "examples/llama.h"
+#include "examples/tokenizer.h"
 #include "runtime/initialize.h"
 #include "runtime/pretrained.h"
 #include <sys/resource.h>
@@ -104,6 +113,54 @@ std::vector<std::vector<int64_t>> parse_prompts(const std::string& text, int64_t
   }
   ZRT_CHECK_AS(UsageError, !prompts.empty(), "--prompt_ids: no prompt given");
   return prompts;
+}
+
+// The text prompts of --prompt (repeated, in order) or --prompts_file (one JSON string a line).
+std::vector<std::string> prompt_texts(const cxxopts::ParseResult& r) {
+  std::vector<std::string> texts;
+  if (r.count("prompt")) {
+    // Every occurrence, from the parsed arguments: cxxopts' vector values would split at ','.
+    for (const auto& kv : r.arguments()) {
+      if (kv.key() == "prompt") texts.push_back(kv.value());
+    }
+    return texts;
+  }
+  const std::string file = r["prompts_file"].as<std::string>();
+  std::ifstream in(file);
+  ZRT_CHECK_AS(UsageError, in.good(), "--prompts_file: cannot read ", file);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ZRT_CHECK_AS(UsageError, j.is_string(), file, ":", n,
+                 ": expected a prompt as a JSON string, got ", line.substr(0, 80));
+    texts.push_back(j.get<std::string>());
+  }
+  ZRT_CHECK_AS(UsageError, !texts.empty(), "--prompts_file: ", file, " holds no prompt");
+  return texts;
+}
+
+// The ids of text prompts, through the folder's tokenizer.
+std::vector<std::vector<int64_t>> encode_prompts(const std::vector<std::string>& texts,
+                                                 const TextTokenizer& tok, int64_t vocab) {
+  ZRT_CHECK_AS(UsageError, tok.pieces() <= vocab, tok.describe(),
+               ": more pieces than config.json's vocab_size ", vocab);
+  std::vector<std::vector<int64_t>> prompts;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    ZRT_CHECK_AS(UsageError, valid_utf8(texts[i]), "prompt ", i + 1, " is not valid UTF-8");
+    prompts.push_back(tok.encode(texts[i]));
+    ZRT_CHECK_AS(UsageError, !prompts.back().empty(), "prompt ", i + 1,
+                 " is no token at all (empty, and the tokenizer adds no BOS)");
+    for (int64_t id : prompts.back()) {  // e.g. a BOS id of tokenizer.json past the vocabulary
+      ZRT_CHECK_AS(UsageError, id >= 0 && id < vocab, "prompt ", i + 1, " encodes to token ", id,
+                   ", outside config.json's vocabulary [0, ", vocab, ")");
+    }
+  }
+  return prompts;
+}
+
+std::string json_text(const std::string& s) {
+  return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 struct GenerateOptions {
@@ -275,6 +332,17 @@ std::vector<double> peak_rss_mib(comm::Comm& comm) {
   return std::vector<double>(all.data_ptr<double>(), all.data_ptr<double>() + comm.size());
 }
 
+// Elements of the parameters this rank holds whole now: the persistent ones (every one at 1 rank,
+// where parameters are views of their partitions); a released one has no storage bytes.
+int64_t resident_parameter_elements(torch::nn::Module& model) {
+  int64_t n = 0;
+  for (const auto& p : model.parameters()) {
+    const auto bytes = static_cast<size_t>(p.numel()) * p.element_size();
+    if (p.numel() > 0 && p.storage().nbytes() >= bytes) n += p.numel();
+  }
+  return n;
+}
+
 Json inference_config(const cxxopts::ParseResult& r, bool bf16) {
   if (r.count("deepspeed")) return config::load_config_source(r["deepspeed"].as<std::string>());
   return {{"train_micro_batch_size_per_gpu", 1},
@@ -295,9 +363,13 @@ cxxopts::Options make_options() {
   options.add_options()("model_name_or_path", "Hugging Face model folder (config.json + weights)",
                         cxxopts::value<std::string>())(
       "prompt_ids", "token ids, ',' between ids, ';' between prompts",
-      cxxopts::value<std::string>())("max_new_tokens", "tokens to generate per prompt",
-                                     cxxopts::value<int64_t>()->default_value("20"))(
-      "do_sample", "sample instead of greedy decoding")(
+      cxxopts::value<std::string>())(
+      "prompt", "a text prompt (repeat for more; needs the folder's tokenizer.model)",
+      cxxopts::value<std::string>())("prompts_file", "text prompts, one JSON string per line",
+                                     cxxopts::value<std::string>())(
+      "max_new_tokens", "tokens to generate per prompt",
+      cxxopts::value<int64_t>()->default_value("20"))("do_sample",
+                                                      "sample instead of greedy decoding")(
       "replicate_prompts", "every rank runs every prompt (default: prompt i on rank i mod N)")(
       "temperature", "sampling temperature", cxxopts::value<double>()->default_value("1.0"))(
       "top_k", "sample among the k most likely (0: all)",
@@ -325,11 +397,37 @@ struct Args {
   std::string dir;
   LlamaConfig model;
   std::vector<std::vector<int64_t>> prompts;
+  std::vector<std::string> prompt_texts;     // the text prompts, when given as text
+  std::shared_ptr<TextTokenizer> tokenizer;  // null: the folder has none, no text out
   GenerateOptions generate;
   Json deepspeed;
   uint64_t seed = 0;
   std::optional<std::string> output, logits_out, metrics_out;
 };
+
+// The prompts' ids (and texts), and the folder's tokenizer where it has one.
+void read_prompts(const cxxopts::ParseResult& r, Args& a) {
+  std::string why;
+  if (r.count("prompt_ids")) {
+    a.prompts = parse_prompts(r["prompt_ids"].as<std::string>(), a.model.vocab_size);
+    try {  // the text out is a courtesy here: tokenizer files that do not read cost only it
+      a.tokenizer = TextTokenizer::open(a.dir, &why);
+    } catch (const ConfigError& e) {
+      why = e.what();
+    }
+    std::error_code ec;
+    if (!a.tokenizer && std::filesystem::exists(a.dir + "/tokenizer.model", ec))
+      ZRT_LOG_WARN("no \"text\" in the output: ", why);
+    return;
+  }
+  a.tokenizer = TextTokenizer::open(a.dir, &why);
+  ZRT_CHECK_AS(UsageError, a.tokenizer != nullptr,
+               "text prompts need the folder's tokenizer: ", why,
+               "; give token ids with --prompt_ids");
+  a.prompt_texts = prompt_texts(r);
+  a.prompts = encode_prompts(a.prompt_texts, *a.tokenizer, a.model.vocab_size);
+  ZRT_LOG_DEBUG(a.tokenizer->describe());
+}
 
 // Parses and checks every argument; nullopt for --help.
 std::optional<Args> parse_args(int argc, char** argv) {
@@ -346,9 +444,11 @@ std::optional<Args> parse_args(int argc, char** argv) {
   }
   ZRT_CHECK_AS(UsageError, r.unmatched().empty(), "unexpected argument '",
                r.unmatched().empty() ? "" : r.unmatched().front(), "'");
-  for (const char* required : {"model_name_or_path", "prompt_ids"}) {
-    ZRT_CHECK_AS(UsageError, r.count(required), "--", required, " is required");
-  }
+  ZRT_CHECK_AS(UsageError, r.count("model_name_or_path"), "--model_name_or_path is required");
+  int sources = 0;
+  for (const char* way : {"prompt_ids", "prompt", "prompts_file"}) sources += r.count(way) ? 1 : 0;
+  ZRT_CHECK_AS(UsageError, sources == 1, "give the prompts one way: --prompt_ids, --prompt or ",
+               "--prompts_file", sources ? " (got more than one)" : "");
   const std::string dtype = r["dtype"].as<std::string>();
   ZRT_CHECK_AS(UsageError, dtype == "fp32" || dtype == "bf16",
                "--dtype must be fp32 or bf16, got '", dtype, "'");
@@ -356,7 +456,7 @@ std::optional<Args> parse_args(int argc, char** argv) {
   a.dir = r["model_name_or_path"].as<std::string>();
   a.model = LlamaConfig::from_file(a.dir);
   const Json& hf = a.model.extra;
-  a.prompts = parse_prompts(r["prompt_ids"].as<std::string>(), a.model.vocab_size);
+  read_prompts(r, a);
   GenerateOptions& go = a.generate;
   go.max_new_tokens = r["max_new_tokens"].as<int64_t>();
   ZRT_CHECK_AS(UsageError, go.max_new_tokens >= 1, "--max_new_tokens must be at least 1");
@@ -386,9 +486,20 @@ std::optional<Args> parse_args(int argc, char** argv) {
 
 void write_results(const Args& a, const Results& res, const Json& metrics) {
   std::ostringstream lines;
+  int64_t dropped = 0;
   for (size_t i = 0; i < a.prompts.size(); ++i) {
-    lines << "{\"prompt\": " << json_ids(a.prompts[i])
-          << ", \"generated\": " << json_ids(res.generated[i]) << "}\n";
+    lines << "{\"prompt\": " << json_ids(a.prompts[i]);
+    if (!a.prompt_texts.empty()) lines << ", \"prompt_text\": " << json_text(a.prompt_texts[i]);
+    lines << ", \"generated\": " << json_ids(res.generated[i]);
+    if (a.tokenizer) {
+      lines << ", \"text\": "
+            << json_text(a.tokenizer->continuation(a.prompts[i], res.generated[i], &dropped));
+    }
+    lines << "}\n";
+  }
+  if (dropped > 0) {
+    ZRT_LOG_WARN(dropped, " token ids lie past the tokenizer's ", a.tokenizer->pieces(),
+                 " pieces and are left out of \"text\"");
   }
   if (a.output) {
     std::ofstream(*a.output) << lines.str();
@@ -430,6 +541,7 @@ int run(int argc, char** argv) {
   const PretrainedLoadReport loaded = load_pretrained(*engine, args->dir, lo);
   log_memory("loading");
   engine->eval();
+  const int64_t resident = resident_parameter_elements(*model);
   const auto t1 = std::chrono::steady_clock::now();
   const Results res =
       generate_all(*model, *comm, args->prompts, args->generate, args->seed);
@@ -437,6 +549,7 @@ int run(int argc, char** argv) {
   const double gen_s = std::chrono::duration<double>(t2 - t1).count();
   const Json metrics = {{"ranks", comm->size()},
                         {"params", model->num_params()},
+                        {"resident_parameter_elements_rank0", resident},
                         {"dtype", std::string(c10::toString(engine->model_dtype()))},
                         {"load_seconds", std::chrono::duration<double>(t1 - t0).count()},
                         {"generate_seconds", gen_s},

@@ -18,6 +18,8 @@ PACKAGES=(
   python3 python3-venv python3-dev
   iproute2 iputils-ping iptables libnetfilter-queue-dev bc
   clang libclang-rt-14-dev
+  # zrt-generate's text prompts; spm_train/spm_encode/spm_decode for its test and the README
+  libsentencepiece-dev sentencepiece
 )
 
 missing=()

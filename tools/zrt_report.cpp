@@ -112,6 +112,7 @@ int run(int argc, char** argv) {
       {"nccl",
        {{"compiled", static_cast<bool>(ZRT_WITH_NCCL)}, {"version", zrt::comm::nccl_version()}}},
       {"cpu_adam", {{"simd_path", zrt::kernels::cpu_adam_isa_name()}}},
+      {"sentencepiece", {{"compiled", static_cast<bool>(ZRT_WITH_SENTENCEPIECE)}}},
       {"threads",
        {{"hardware", std::thread::hardware_concurrency()},
         {"torch_intra_op", at::get_num_threads()},
@@ -157,6 +158,8 @@ int run(int argc, char** argv) {
   std::printf("NCCL backend .............. %s: %s\n", yes_no(ZRT_WITH_NCCL).c_str(),
               zrt::comm::nccl_version().c_str());
   std::printf("CPU Adam SIMD path ........ %s\n", zrt::kernels::cpu_adam_isa_name());
+  std::printf("SentencePiece ............. %s (zrt-generate's text prompts)\n",
+              yes_no(ZRT_WITH_SENTENCEPIECE).c_str());
   std::printf("threads ................... %u hardware, %d torch intra-op, OMP_NUM_THREADS=%s\n",
               std::thread::hardware_concurrency(), at::get_num_threads(),
               env_or("OMP_NUM_THREADS", "(unset)").c_str());
