@@ -12,10 +12,10 @@
 //   lm_head.weight                                     (absent with tie_word_embeddings)
 //
 // Each decoder layer is a ZeRO-3 sharding unit (zrt::ShardUnit), and so are the embedding and
-// lm_head when they are separate. With tie_word_embeddings the output projection reads
-// model.embed_tokens.weight, as transformers' tied lm_head does, and no lm_head.weight exists
-// (transformers' save_pretrained leaves it out of the files too); that embedding then stays
-// gathered on every rank (a parameter two units read is kept whole).
+// lm_head. With tie_word_embeddings the output projection reads model.embed_tokens.weight, as
+// transformers' tied lm_head does, and no lm_head.weight exists (transformers' save_pretrained
+// leaves it out of the files too): the projection is a second use of the embedding unit
+// (ShardUnitBase::run), so the tied weight stays partitioned like every other unit's.
 //
 // Note [LLaMA maths, as transformers computes it]
 // - RMSNorm: h = x in fp32; h = h * rsqrt(mean(h²) + eps); out = weight * h.to(x.dtype).
@@ -314,24 +314,16 @@ struct LlamaDecoderLayerImpl : torch::nn::Module {
   LlamaMlp mlp{nullptr};
 };
 
-// transformers' LlamaModel: the embedding, the decoder layers, the final norm. Every decoder layer
-// is a sharding unit, and so is the embedding unless lm_head reads it (tied embeddings: then it is
-// a plain module, kept gathered like every parameter outside the units). With `deferred`, each
-// part's parameters lose their storage as soon as it is built (zrt::defer_parameters), so the
-// whole model never exists; the weights come from zrt::load_pretrained under ZeRO-3.
+// transformers' LlamaModel: the embedding, the decoder layers, the final norm. The embedding and
+// every decoder layer are sharding units. With `deferred`, each part's parameters lose their
+// storage as soon as it is built (zrt::defer_parameters), so the whole model never exists; the
+// weights come from zrt::load_pretrained or zrt::init_deferred under ZeRO-3.
 struct LlamaModelImpl : torch::nn::Module {
   LlamaModelImpl(const LlamaConfig& c, bool deferred) {
-    if (c.tie_word_embeddings) {
-      tied_embed =
-          register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
-      embed = tied_embed.ptr().get();
-    } else {
-      embed_unit = register_module("embed_tokens",
-                                   std::make_shared<zrt::ShardUnit<torch::nn::EmbeddingImpl>>(
-                                       torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)));
-      embed = embed_unit.get();
-    }
-    if (deferred) zrt::defer_parameters(*embed);
+    embed_unit = register_module("embed_tokens",
+                                 std::make_shared<zrt::ShardUnit<torch::nn::EmbeddingImpl>>(
+                                     torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)));
+    if (deferred) zrt::defer_parameters(*embed_unit);
     layers = register_module("layers", torch::nn::ModuleList());
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       units.push_back(std::make_shared<zrt::ShardUnit<LlamaDecoderLayerImpl>>(c));
@@ -341,11 +333,6 @@ struct LlamaModelImpl : torch::nn::Module {
     norm = register_module("norm", LlamaRMSNorm(c.hidden_size, c.rms_norm_eps));
     if (deferred) zrt::defer_parameters(*norm);
   }
-  torch::Tensor embed_forward(const torch::Tensor& tokens) {
-    return embed_unit ? embed_unit->forward(tokens) : tied_embed->forward(tokens);
-  }
-  torch::nn::EmbeddingImpl* embed = nullptr;  // whichever of the two below exists
-  torch::nn::Embedding tied_embed{nullptr};
   std::shared_ptr<zrt::ShardUnit<torch::nn::EmbeddingImpl>> embed_unit;
   torch::nn::ModuleList layers{nullptr};
   std::vector<std::shared_ptr<zrt::ShardUnit<LlamaDecoderLayerImpl>>> units;
@@ -394,7 +381,7 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
   // positions continue from cache->length and the cache grows by t.
   torch::Tensor forward(const torch::Tensor& tokens, KvCache* cache = nullptr) {
     const int64_t t = tokens.size(1), offset = cache ? cache->length : 0;
-    auto x = model->embed_forward(tokens);
+    auto x = model->embed_unit->forward(tokens);
     auto [cos, sin] = llama_rotary(config, offset, t, x.scalar_type());
     if (cache != nullptr && cache->k.empty()) {
       cache->k.resize(model->units.size());
@@ -406,7 +393,10 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
     }
     if (cache != nullptr) cache->length += t;
     x = model->norm->forward(x);
-    return lm_head ? lm_head->forward(x) : torch::linear(x, model->embed->weight);
+    if (lm_head) return lm_head->forward(x);
+    auto& embed = *model->embed_unit;  // tied: a second use of the embedding unit
+    return embed.run([&embed](const torch::Tensor& h) { return torch::linear(h, embed.weight); },
+                     x);
   }
   // Parameters in all, from the shapes (valid for a deferred model too).
   int64_t num_params() {

@@ -248,8 +248,13 @@ void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
     for (const auto& p : item.value()->named_parameters())
       unit_of.emplace_back(prefix + p.key(), id);
   }
-  // Tied parameters stay gathered (persistent): they may belong to several units.
+  // A parameter registered under two names (one tensor in two modules) stays gathered
+  // (persistent): it may belong to several units. A tie written as a second use of one unit
+  // (ShardUnitBase::run, as examples/llama.h's lm_head) stays partitioned instead.
   for (const auto& [alias, owner] : collected.aliases) {
+    ZRT_LOG_INFO("ZeRO-3: '", owner, "' is also registered as '", alias,
+                 "' and stays whole on every rank; to partition it, register it once and use it ",
+                 "again through its unit's run() (zero/shard_unit.h)");
     unit_of.emplace_back(alias, -1);
     for (auto& entry : unit_of) {
       if (entry.first == owner) entry.second = -1;

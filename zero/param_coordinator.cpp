@@ -95,7 +95,7 @@ ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::C
   gathered_.back() = kGathered;  // the root unit's parameters are persistent
   open_reduces_.resize(units);
   pending_grads_.assign(units, 0);
-  position_of_.assign(units, -1);
+  positions_of_.assign(units, {});
   grad_flats_.resize(layout_.num_groups());
   for (int g = 0; g < layout_.num_groups() && options_.gradients; ++g) {
     grad_flats_[g] = at::zeros({layout_.group_partition_numel(g)},
@@ -250,14 +250,63 @@ void ParamCoordinator::release(int unit) {
 
 // ---- prefetch and reuse --------------------------------------------------------------------
 
+// Note [A unit used several times]
+// A unit may run more than once in a forward: ShardUnitBase::run() uses its parameters again (a
+// tied lm_head reads the embedding unit's weight). The trace F of the first training forward
+// keeps every call, so a unit may sit at several positions. A forward use takes the unit's next
+// position after the previous forward use (its first position when none is left: a new pass),
+// a backward use the unit's last position before the previous backward use, so prefetch walks
+// on from the position of this use, not of the unit's first one. Reuse is measured along the
+// step's sequence of uses S = F ++ reverse(F) (in training; F repeated cyclically in a forward-
+// only pass): the elements gathered between this use and the unit's next one. For a unit used
+// once this is the old rule (twice the units after it in training, every other unit in
+// inference); a tied embedding is kept from the lm_head's forward into its backward (distance
+// 0), and released after that backward (post_backward) until the embedding's own backward.
+// Only engines that train record (gradients on), and the trace ends at the first backward: when
+// several grad-mode forwards came before it (an evaluation without NoGradGuard), it is the same
+// pass repeated and one copy is kept. A trace that differs from later passes only mispredicts
+// prefetches, the same way on every rank.
+
 void ParamCoordinator::record_forward(int unit) {
-  if (position_of_[unit] >= 0) return;
-  position_of_[unit] = static_cast<int>(forward_order_.size());
+  positions_of_[unit].push_back(static_cast<int>(forward_order_.size()));
   forward_order_.push_back(unit);
 }
 
-void ParamCoordinator::prefetch_after(int unit, int direction) {
-  if (!order_complete_ || options_.prefetch_bucket_size <= 0 || position_of_[unit] < 0) return;
+void ParamCoordinator::keep_one_pass() {
+  const size_t n = forward_order_.size();
+  for (size_t p = 1; p < n; ++p) {
+    if (n % p != 0) continue;
+    bool repeats = true;
+    for (size_t i = p; i < n && repeats; ++i) repeats = forward_order_[i] == forward_order_[i - p];
+    if (!repeats) continue;
+    forward_order_.resize(p);
+    for (std::vector<int>& ps : positions_of_) {
+      ps.erase(std::remove_if(ps.begin(), ps.end(), [&](int x) { return x >= static_cast<int>(p); }),
+               ps.end());
+    }
+    return;
+  }
+}
+
+int ParamCoordinator::forward_position(int unit) const {
+  const std::vector<int>& ps = positions_of_[unit];
+  if (ps.empty()) return -1;
+  const auto next = std::upper_bound(ps.begin(), ps.end(), forward_cursor_);
+  return next != ps.end() ? *next : ps.front();
+}
+
+int ParamCoordinator::backward_position(int unit) const {
+  const std::vector<int>& ps = positions_of_[unit];
+  if (ps.empty()) return -1;
+  const int n = static_cast<int>(forward_order_.size());
+  // Another marked output of the use whose backward is running.
+  if (backward_cursor_ < n && forward_order_[backward_cursor_] == unit) return backward_cursor_;
+  const auto next = std::lower_bound(ps.begin(), ps.end(), backward_cursor_);
+  return next != ps.begin() ? *std::prev(next) : ps.back();
+}
+
+void ParamCoordinator::prefetch_after(int pos, int direction) {
+  if (!order_complete_ || options_.prefetch_bucket_size <= 0 || pos < 0) return;
   int64_t in_flight = 0;
   for (const auto& g : gathers_) {
     if (g->unit >= 0) in_flight += layout_.units()[g->unit].gather_numel;
@@ -266,9 +315,9 @@ void ParamCoordinator::prefetch_after(int unit, int direction) {
   for (size_t u = 0; u + 1 < gathered_.size(); ++u) {
     if (gathered_[u] == kGathered) live += layout_.units()[u].gather_numel;
   }
-  for (int pos = position_of_[unit] + direction;
-       pos >= 0 && pos < static_cast<int>(forward_order_.size()); pos += direction) {
-    const int next = forward_order_[pos];
+  for (int at = pos + direction; at >= 0 && at < static_cast<int>(forward_order_.size());
+       at += direction) {
+    const int next = forward_order_[at];
     if (gathered_[next] != kReleased) continue;
     const int64_t size = layout_.units()[next].gather_numel;
     if (in_flight + size > options_.prefetch_bucket_size) break;
@@ -278,37 +327,58 @@ void ParamCoordinator::prefetch_after(int unit, int direction) {
   }
 }
 
-bool ParamCoordinator::reused_soon(int unit) const {
-  if (!order_complete_ || position_of_[unit] < 0) return false;
-  // Elements gathered before this unit is needed again: in training, the units after it in
-  // forward and again in backward; in a forward-only pass, every other unit.
+bool ParamCoordinator::reused_soon(int unit, int pos, bool backward_use) const {
+  if (!order_complete_ || pos < 0) return false;
+  // Autograd runs backward with grad mode off: a backward use is always part of training.
+  const bool training = backward_use || at::GradMode::is_enabled();
+  const int n = static_cast<int>(forward_order_.size());
+  const int len = training ? 2 * n : n;
+  auto unit_at = [&](int s) { return forward_order_[s < n ? s : 2 * n - 1 - s]; };
+  const int from = backward_use ? 2 * n - 1 - pos : pos;  // this use's index in S
   int64_t between = 0;
-  const bool training = at::GradMode::is_enabled();
-  for (size_t pos = 0; pos < forward_order_.size(); ++pos) {
-    const int u = forward_order_[pos];
-    if (u == unit) continue;
-    const bool after = static_cast<int>(pos) > position_of_[unit];
-    if (training && after) between += 2 * layout_.units()[u].gather_numel;
-    if (!training) between += layout_.units()[u].gather_numel;
+  for (int k = 1; k <= len; ++k) {
+    if (training && from + k >= len) return false;  // not used again this step
+    const int u = training ? unit_at(from + k) : forward_order_[(from + k) % n];
+    if (u == unit) {
+      // In a forward-only pass a use past the end of F is the next forward's, which may be far
+      // off or never come: reaching it is never distance 0.
+      if (!training && from + k >= n) between = std::max<int64_t>(between, 1);
+      return between <= options_.max_reuse_distance;
+    }
+    between += layout_.units()[u].gather_numel;
   }
-  return between <= options_.max_reuse_distance;
+  return false;
 }
 
 // ---- UnitHooks ------------------------------------------------------------------------------
 
 void ParamCoordinator::pre_forward(int unit) {
-  if (at::GradMode::is_enabled() && !order_complete_) record_forward(unit);
+  if (options_.gradients && at::GradMode::is_enabled() && !order_complete_) record_forward(unit);
+  const int pos = forward_position(unit);
+  if (pos >= 0) forward_cursor_ = pos;
+  active_uses_.push_back(pos);
   gather(unit);
-  prefetch_after(unit, +1);
+  prefetch_after(pos, +1);
 }
 
 void ParamCoordinator::post_forward(int unit) {
-  if (!reused_soon(unit)) release(unit);
+  int pos = -1;
+  if (!active_uses_.empty()) {
+    pos = active_uses_.back();
+    active_uses_.pop_back();
+  }
+  if (!reused_soon(unit, pos, /*backward_use=*/false)) release(unit);
 }
 
 void ParamCoordinator::pre_backward(int unit) {
+  const int pos = backward_position(unit);
+  if (pos >= 0) backward_cursor_ = pos;
   gather(unit);
-  prefetch_after(unit, -1);
+  prefetch_after(pos, -1);
+}
+
+void ParamCoordinator::post_backward(int unit) {
+  if (!reused_soon(unit, backward_position(unit), /*backward_use=*/true)) release(unit);
 }
 
 // ---- gradients -----------------------------------------------------------------------------
@@ -316,6 +386,8 @@ void ParamCoordinator::pre_backward(int unit) {
 void ParamCoordinator::begin_backward() {
   ZRT_CHECK(!in_backward_, "backward() was called while a previous backward is still running");
   in_backward_ = true;
+  if (!order_complete_) keep_one_pass();
+  backward_cursor_ = static_cast<int>(forward_order_.size());
   for (size_t u = 0; u < layout_.units().size(); ++u) {
     pending_grads_[u] = static_cast<int>(layout_.units()[u].trainable.size());
   }
@@ -436,6 +508,8 @@ void ParamCoordinator::end_backward() {
   }
   if (!forward_order_.empty()) order_complete_ = true;
   in_backward_ = false;
+  forward_cursor_ = -1;
+  active_uses_.clear();
 }
 
 void ParamCoordinator::zero_grad() {

@@ -63,6 +63,7 @@ class ParamCoordinator final : public UnitHooks {
   void pre_forward(int unit) override;
   void post_forward(int unit) override;
   void pre_backward(int unit) override;
+  void post_backward(int unit) override;
 
   // Collective: around every micro-step's autograd pass (see GradReducer for the contract).
   void begin_backward();
@@ -96,12 +97,15 @@ class ParamCoordinator final : public UnitHooks {
   void finish_gather(InFlightGather& g);
   void copy_alone(const InFlightGather& g);  // one rank: partitions straight into parameters
   void release(int unit);
-  void prefetch_after(int unit, int direction);
-  bool reused_soon(int unit) const;
+  void prefetch_after(int pos, int direction);
+  bool reused_soon(int unit, int pos, bool backward_use) const;
+  int forward_position(int unit) const;
+  int backward_position(int unit) const;
   void launch_reduce(int unit);
   void finish_reduce(PendingReduce& r);
   void finish_oldest_reduce();  // waits for reduces_.front(), accumulates it, frees it
   void record_forward(int unit);
+  void keep_one_pass();  // a trace of k equal passes becomes one
 
   Stage3Layout& layout_;
   std::shared_ptr<comm::Comm> comm_;
@@ -114,10 +118,13 @@ class ParamCoordinator final : public UnitHooks {
   std::vector<int> pending_grads_;                            // per unit
   std::vector<char> arrived_alone_;  // per parameter, one rank only: gradient added this pass
   std::vector<at::Tensor> grad_flats_;
-  std::vector<int> forward_order_;  // unit call order recorded in the first training forward
-  std::vector<int> position_of_;    // unit → index in forward_order_, -1 if unseen
+  // Note [A unit used several times]
+  std::vector<int> forward_order_;  // unit calls of the first training forward, repeats kept
+  std::vector<std::vector<int>> positions_of_;  // unit → its indices in forward_order_
   bool order_complete_ = false;
-  size_t forward_cursor_ = 0;
+  int forward_cursor_ = -1;       // position of the latest forward use (-1: a new pass)
+  int backward_cursor_ = 0;       // position of the latest backward use
+  std::vector<int> active_uses_;  // positions of the uses whose forward is running (nested)
   bool in_backward_ = false;
   CoordinatorStats stats_;
   struct HookHandle;

@@ -25,7 +25,30 @@ struct PreBackwardGather : public torch::autograd::Function<PreBackwardGather> {
   }
 };
 
+// Identity in forward; in backward, tells the coordinator that one run() use of the unit has
+// had its backward (the gradient of its input is complete), so its parameters may go.
+struct PostBackwardRelease : public torch::autograd::Function<PostBackwardRelease> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
+                            int64_t hooks, int64_t unit) {
+    ctx->saved_data["hooks"] = hooks;
+    ctx->saved_data["unit"] = unit;
+    return input.detach();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* hooks = reinterpret_cast<UnitHooks*>(ctx->saved_data["hooks"].toInt());
+    hooks->post_backward(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor mark_unit_input(const at::Tensor& input, UnitHooks* hooks, int unit) {
+  if (!input.defined() || !input.requires_grad() || !at::GradMode::is_enabled()) return input;
+  return PostBackwardRelease::apply(input, reinterpret_cast<int64_t>(hooks),
+                                    static_cast<int64_t>(unit));
+}
 
 at::Tensor mark_unit_output(const at::Tensor& output, UnitHooks* hooks, int unit) {
   if (!output.defined() || !output.requires_grad() || !at::GradMode::is_enabled()) return output;

@@ -37,27 +37,14 @@ class UnitHooks {
   virtual void post_forward(int unit) = 0;
   // Called (from autograd) before the unit's backward: gathers its parameters again.
   virtual void pre_backward(int unit) = 0;
-};
-
-// The non-template part of every ShardUnit, found by the engine with dynamic_cast.
-class ShardUnitBase {
- public:
-  virtual ~ShardUnitBase() = default;
-  void attach(UnitHooks* hooks, int unit_id) {
-    hooks_ = hooks;
-    unit_id_ = unit_id;
-  }
-  void detach() { hooks_ = nullptr; }
-  int unit_id() const { return unit_id_; }
-  UnitHooks* hooks() const { return hooks_; }
-
- protected:
-  UnitHooks* hooks_ = nullptr;
-  int unit_id_ = -1;
+  // Called (from autograd) once the backward of one run() use of the unit is done: may release.
+  virtual void post_backward(int /*unit*/) {}
 };
 
 // Marks outputs so that the unit's pre_backward runs when their gradient arrives. Internal.
 at::Tensor mark_unit_output(const at::Tensor& output, UnitHooks* hooks, int unit);
+// Marks the input of a run() use so that post_backward runs when its gradient is done. Internal.
+at::Tensor mark_unit_input(const at::Tensor& input, UnitHooks* hooks, int unit);
 
 namespace detail {
 
@@ -78,6 +65,46 @@ T mark(T value, UnitHooks*, int) {  // non-tensor outputs pass through
 }
 
 }  // namespace detail
+
+// The non-template part of every ShardUnit, found by the engine with dynamic_cast.
+class ShardUnitBase {
+ public:
+  virtual ~ShardUnitBase() = default;
+  void attach(UnitHooks* hooks, int unit_id) {
+    hooks_ = hooks;
+    unit_id_ = unit_id;
+  }
+  void detach() { hooks_ = nullptr; }
+  int unit_id() const { return unit_id_; }
+  UnitHooks* hooks() const { return hooks_; }
+
+  // Runs fn(input) (fn takes a const at::Tensor&) with the unit's parameters gathered, as forward()
+  // runs M::forward: a further use of them in the same forward, e.g. a tied lm_head reading the
+  // embedding unit's weight:
+  //
+  //   logits = embed_unit->run([&](const at::Tensor& h) {
+  //     return torch::linear(h, embed_unit->weight); }, hidden);
+  //
+  // The unit then stays partitioned (a parameter read by two modules outside one unit is kept
+  // whole on every rank instead). `input` is marked so that the parameters are released as
+  // soon as this use's backward has produced its gradient, and the result is marked as
+  // forward()'s outputs are. fn may read other tensors, but none that requires grad: the
+  // backward of this use must be done when `input`'s gradient is. Without an engine (or below
+  // stage 3) it is fn(input).
+  template <typename F>
+  auto run(F&& fn, const at::Tensor& input) {
+    if (hooks_ == nullptr) return fn(input);
+    hooks_->pre_forward(unit_id_);
+    auto out = fn(mark_unit_input(input, hooks_, unit_id_));
+    hooks_->post_forward(unit_id_);
+    return detail::mark(std::move(out), hooks_, unit_id_);
+  }
+
+ protected:
+  UnitHooks* hooks_ = nullptr;
+  int unit_id_ = -1;
+};
+
 }  // namespace zero
 
 // Partitioned construction (Note [Deferred parameters] in zero/stage3_layout.cpp): drops the

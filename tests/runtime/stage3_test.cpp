@@ -1,7 +1,7 @@
 // ZeRO-3 under mpirun (world sizes 1–4): inference equals the unsharded model, model states at
 // rest are 16Ψ/N, gathered bytes stay within the prefetch window, the first step moves 3Ψ(N−1)/N
 // elements, reduce_bucket_size bounds the gradients in flight, whole-model access writes back,
-// and misuse gives clear errors.
+// misuse gives clear errors, and a tied embedding used twice per forward stays partitioned.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,6 +11,7 @@
 #include "runtime/initialize.h"
 #include "runtime/stage3_model_states.h"
 #include "tests/support/mpi_world.h"
+#include "tests/support/tensor_compare.h"
 #include "tests/support/tiny_model.h"
 
 namespace zrt {
@@ -192,6 +193,100 @@ TEST(Stage3Access, GatheredParametersWriteBackFromTheModifier) {
   engine->step();
   GatheredParameters access(*engine);
   EXPECT_LT((model->blocks[1]->fc->weight - 0.25f).abs().max().item<float>(), 0.05f);
+}
+
+// Note [A unit used several times] (zero/param_coordinator.cpp): tied embeddings stay partitioned.
+
+at::Tensor tied_loss(test::TiedStackImpl& model, const at::Tensor& tokens, const at::Tensor& y) {
+  return torch::cross_entropy_loss(model.forward(tokens).reshape({-1, 11}), y.reshape({-1}));
+}
+
+at::Tensor flat_weights(Engine& engine, torch::nn::Module& model) {
+  GatheredParameters access(engine);
+  std::vector<at::Tensor> values;
+  for (const auto& p : model.parameters()) values.push_back(p.detach().reshape({-1}).clone());
+  return at::cat(values);
+}
+
+TEST(Stage3Tied, InferenceEqualsUnshardedAndHoldsNoWholeEmbedding) {
+  test::TiedStack reference;
+  auto model = std::make_shared<test::TiedStackImpl>();
+  auto engine = make_engine(model, stage3_config(false, false));
+  auto& states = dynamic_cast<runtime::Stage3ModelStates&>(engine->model_states());
+  const int n = test::world().size();
+  for (const auto& p : states.layout().params()) {
+    if (p.name == "embed.weight") EXPECT_EQ(p.persistent, n == 1) << "partitioned when N > 1";
+  }
+  auto [tokens, y] = test::tied_batch(test::world().rank(), 0);
+  torch::NoGradGuard no_grad;
+  for (int pass = 0; pass < 3; ++pass) {
+    EXPECT_TRUE(torch::allclose(model->forward(tokens), reference->forward(tokens), 1e-6, 1e-7))
+        << "pass " << pass;
+    EXPECT_EQ(states.coordinator().stats().gathered_bytes, 0) << "released after both uses";
+    if (n > 1) EXPECT_EQ(model->embed->weight.storage().nbytes(), 0u);
+  }
+  // Two gathers of the embedding (its two uses) and one of each block per forward.
+  if (n > 1) EXPECT_EQ(states.coordinator().stats().all_gathers, 3 * 5);
+}
+
+TEST(Stage3Tied, TrainingMatchesSingleProcessWithTheExpectedGathers) {
+  const int n = test::world().size();
+  auto model = std::make_shared<test::TiedStackImpl>();
+  Json cfg = stage3_config(true, false);
+  cfg["zero_optimization"]["stage3_prefetch_bucket_size"] = 0;
+  auto engine = make_engine(model, cfg);
+  auto& stats =
+      dynamic_cast<runtime::Stage3ModelStates&>(engine->model_states()).coordinator().stats();
+  test::TiedStack reference;
+  torch::optim::AdamW opt(reference->parameters(),
+                          torch::optim::AdamWOptions(0.01).weight_decay(0.0));
+  for (int step = 0; step < 5; ++step) {
+    const int64_t gathers_before = stats.all_gathers;
+    auto [tokens, y] = test::tied_batch(test::world().rank(), step);
+    engine->backward(tied_loss(*model, tokens, y));
+    engine->step();
+    // Per step after the first (which records the trace and keeps nothing): the embedding for
+    // its forward, for the head's forward (kept into the head's backward, reuse distance 0), and
+    // again for its own backward after the head's backward released it; each block twice.
+    if (n > 1) EXPECT_EQ(stats.all_gathers - gathers_before, step == 0 ? 10 : 9) << "step " << step;
+    std::vector<at::Tensor> all_tokens, all_y;
+    for (int r = 0; r < n; ++r) {
+      auto [t, ty] = test::tied_batch(r, step);
+      all_tokens.push_back(t);
+      all_y.push_back(ty);
+    }
+    opt.zero_grad();
+    tied_loss(*reference, at::cat(all_tokens), at::cat(all_y)).backward();
+    opt.step();
+  }
+  EXPECT_EQ(stats.gathered_bytes, 0) << "nothing stays gathered between steps";
+  const at::Tensor got = flat_weights(*engine, *model);
+  std::vector<at::Tensor> want;
+  for (const auto& p : reference->parameters()) want.push_back(p.detach().reshape({-1}));
+  EXPECT_TRUE(test::all_close(got, at::cat(want), 1e-5, 1e-6))
+      << "AdamW's early steps move weights by about lr whatever the gradient's size";
+}
+
+TEST(Stage3Tied, PrefetchAndReuseChangeNoResult) {
+  std::vector<at::Tensor> results;
+  for (int64_t prefetch : {int64_t{0}, int64_t{1000000000}}) {
+    for (int64_t reuse : {int64_t{0}, int64_t{1000000000}}) {
+      auto model = std::make_shared<test::TiedStackImpl>();
+      Json cfg = stage3_config(true, false);
+      cfg["zero_optimization"]["stage3_prefetch_bucket_size"] = prefetch;
+      cfg["zero_optimization"]["stage3_max_reuse_distance"] = reuse;
+      auto engine = make_engine(model, cfg);
+      for (int step = 0; step < 3; ++step) {
+        auto [tokens, y] = test::tied_batch(test::world().rank(), step);
+        engine->backward(tied_loss(*model, tokens, y));
+        engine->step();
+      }
+      results.push_back(flat_weights(*engine, *model));
+    }
+  }
+  for (size_t i = 1; i < results.size(); ++i) {
+    EXPECT_TRUE(torch::equal(results[0], results[i])) << "variant " << i;
+  }
 }
 
 }  // namespace

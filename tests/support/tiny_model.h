@@ -100,6 +100,49 @@ struct TinyStackImpl : torch::nn::Module {
 };
 TORCH_MODULE(TinyStack);
 
+// Tied embeddings, as LLaMA's with tie_word_embeddings: an embedding of 11 tokens × 7 whose
+// weight is also the output projection, three residual blocks between them. The embedding is a
+// ZeRO-3 unit and the projection a second use of it (ShardUnitBase::run). Deterministic values
+// from the parameters' order and sizes, as in TinyStack.
+struct TiedStackImpl : torch::nn::Module {
+  TiedStackImpl() {
+    embed =
+        register_module("embed", std::make_shared<zrt::ShardUnit<torch::nn::EmbeddingImpl>>(11, 7));
+    for (int i = 0; i < 3; ++i) {
+      blocks.push_back(register_module("h" + std::to_string(i),
+                                       std::make_shared<zrt::ShardUnit<TinyBlockImpl>>(7)));
+    }
+    torch::NoGradGuard no_grad;
+    int salt = 1;
+    for (auto& p : named_parameters()) {
+      const int64_t n = p.value().numel();
+      p.value().copy_(torch::arange(n, torch::kFloat)
+                          .mul(0.31f * salt)
+                          .sin()
+                          .mul(0.5f)
+                          .view(p.value().sizes()));
+      ++salt;
+    }
+  }
+  // tokens (batch, t) → logits (batch, t, 11)
+  torch::Tensor forward(const torch::Tensor& tokens) {
+    torch::Tensor x = embed->forward(tokens);
+    for (auto& b : blocks) x = b->forward(x);
+    auto& e = *embed;
+    return e.run([&e](const torch::Tensor& h) { return torch::linear(h, e.weight); }, x);
+  }
+  std::shared_ptr<zrt::ShardUnit<torch::nn::EmbeddingImpl>> embed;
+  std::vector<std::shared_ptr<zrt::ShardUnit<TinyBlockImpl>>> blocks;
+};
+TORCH_MODULE(TiedStack);
+
+// Deterministic tokens (n × 5) for TiedStack and their next-token targets.
+inline std::pair<torch::Tensor, torch::Tensor> tied_batch(int rank, int step, int64_t n = 4) {
+  auto tokens =
+      torch::arange(n * 5, torch::kLong).view({n, 5}).mul(3).add(7 * rank + 5 * step).remainder(11);
+  return {tokens, tokens.add(1).remainder(11)};
+}
+
 // Deterministic batch for `rank` at `step`: inputs (n × 5) and targets (n × 3).
 inline std::pair<torch::Tensor, torch::Tensor> tiny_batch(int rank, int step, int64_t n = 4) {
   const float base = 0.1f * rank + 0.013f * step;

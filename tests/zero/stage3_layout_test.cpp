@@ -195,6 +195,77 @@ TEST(ParamCoordinator, ReuseDistanceKeepsAUnitGathered) {
   }, keep);
 }
 
+// Note [A unit used several times]: unit 0 runs twice per forward (a tied embedding and its
+// lm_head), unit 1 between; the backward mirrors it, and post_backward ends the head's use.
+TEST(ParamCoordinator, AUnitUsedTwicePerForward) {
+  CoordinatorOptions o;
+  o.max_reuse_distance = 0;
+  o.prefetch_bucket_size = 1000;
+  run_coordinator(
+      2,
+      [](Params& p, Stage3Layout&, ParamCoordinator& co, int) {
+        auto step = [&](bool check) {
+          const CoordinatorStats before = co.stats();
+          co.pre_forward(0);
+          co.post_forward(0);
+          if (check) EXPECT_FALSE(storage_allocated(p.t["a.w"])) << "next used a unit later";
+          co.pre_forward(1);
+          co.post_forward(1);
+          co.pre_forward(0);
+          co.post_forward(0);
+          if (check) EXPECT_TRUE(storage_allocated(p.t["a.w"])) << "kept: its backward is next";
+          co.begin_backward();
+          co.pre_backward(0);
+          co.post_backward(0);
+          if (check) EXPECT_FALSE(storage_allocated(p.t["a.w"])) << "released after that backward";
+          co.pre_backward(1);
+          co.pre_backward(0);
+          if (check) EXPECT_TRUE(storage_allocated(p.t["a.w"]));
+          co.end_backward();
+          if (!check) return;
+          // Unit 0: its first forward (waited for), prefetched before its second forward use (then
+          // kept into the first backward use) and before its last backward use; unit 1: prefetched
+          // before its forward and before its backward.
+          EXPECT_EQ(co.stats().all_gathers - before.all_gathers, 5);
+          EXPECT_EQ(co.stats().prefetches - before.prefetches, 4);
+        };
+        step(false);  // records the trace
+        step(true);
+        step(true);  // the same again: the positions start over every step
+      },
+      o);
+}
+
+// Two grad-mode forwards before the first backward (an evaluation without NoGradGuard) record
+// the pass twice; the trace keeps one, so reuse is measured within one pass.
+TEST(ParamCoordinator, ATraceOfRepeatedPassesKeepsOne) {
+  CoordinatorOptions o;
+  o.max_reuse_distance = 10;  // unit 1 (8 elements) fits between uses of unit 0, not unit 0 (13)
+  o.prefetch_bucket_size = 0;
+  run_coordinator(2, [](Params& p, Stage3Layout&, ParamCoordinator& co, int) {
+    for (int pass = 0; pass < 2; ++pass) {
+      for (int u : {0, 1}) {
+        co.pre_forward(u);
+        co.post_forward(u);
+      }
+    }
+    co.begin_backward();
+    co.pre_backward(1);
+    co.pre_backward(0);
+    co.end_backward();
+    // Trace [0, 1]: unit 0 is next used after 2 x 8 elements (released), unit 1 right away in
+    // backward (kept). The doubled trace [0, 1, 0, 1] would give the opposite.
+    co.pre_forward(0);
+    co.post_forward(0);
+    EXPECT_FALSE(storage_allocated(p.t["a.w"]));
+    co.pre_forward(1);
+    co.post_forward(1);
+    EXPECT_TRUE(storage_allocated(p.t["b.w"]));
+    co.begin_backward();
+    co.end_backward();
+  }, o);
+}
+
 TEST(ComponentOptions, FollowTheConfigsZeroSection) {
   ZeroOptions z;
   z.stage = 2;
