@@ -7,7 +7,13 @@ every layer for every forward) and every process's peak RSS (getrusage), with me
 over rotated repetitions.
 
     .venv/bin/python bench/peers/generate.py --bin build [--ranks 1,2,4] [--dtypes fp32,bf16]
-        [--reps 7] [--layers 12 --hidden 768 --vocab 8000] [--jsonl F] [--quick]
+        [--reps 7] [--layers 12 --hidden 768 --vocab 8000] [--lengths 32,28,24,20] [--jsonl F]
+        [--quick]
+
+--lengths gives one prompt per length instead of a batch of equal ones: transformers runs them as
+one left-padded batch (attention mask), a zrt-generate rank runs its prompts of one length as one
+batch and its batches one after the other; the variant "zerort-replicated" (N > 1) runs every
+prompt on every rank (--replicate_prompts), i.e. without splitting them over the ranks.
 """
 import argparse
 import json
@@ -22,17 +28,22 @@ from common import (Jsonl, choices, format_load, loadavg, machine_meta, print_ta
 HF_WORKER = r"""
 import json, resource, sys, time, torch
 from transformers import LlamaForCausalLM
-folder, dtype, batch, length, new, threads = sys.argv[1:7]
+folder, dtype, prompts, new, threads = sys.argv[1:6]
 torch.set_num_threads(int(threads))
 model = LlamaForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype),
                                          attn_implementation="eager").eval()
-ids = torch.arange(int(batch) * int(length)).reshape(int(batch), int(length)) % model.config.vocab_size
+rows = [[int(t) for t in p.split(",")] for p in prompts.split(";")]
+width = max(len(r) for r in rows)
+# Prompts of several lengths: one batch, padded on the left with an attention mask.
+ids = torch.tensor([[0] * (width - len(r)) + r for r in rows])
+mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+model.generation_config.pad_token_id = 0
 with torch.no_grad():
     t0 = time.perf_counter()
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+    out = model.generate(ids, attention_mask=mask, do_sample=False,
                          max_new_tokens=int(new), min_new_tokens=int(new))
     seconds = time.perf_counter() - t0
-assert out.shape[1] == int(length) + int(new), out.shape
+assert out.shape[1] == width + int(new), out.shape
 print(json.dumps({"seconds": seconds,
                   "rss_mib": [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]}))
 """
@@ -53,10 +64,11 @@ def make_model(folder, args):
 
 
 def prompt_ids(args):
-    # The worker's prompts: arange(batch * length) % vocab, row by row.
-    rows = []
-    for b in range(args.batch):
-        rows.append(",".join(str((b * args.length + t) % args.vocab) for t in range(args.length)))
+    # arange(...) % vocab, row by row: `batch` rows of `length`, or one row per --lengths entry.
+    rows, start = [], 0
+    for length in args.prompt_lengths:
+        rows.append(",".join(str((start + t) % args.vocab) for t in range(length)))
+        start += length
     return ";".join(rows)
 
 
@@ -64,7 +76,7 @@ def run_variant(v, folder, args, tmp):
     kind, ranks, dtype = v
     if kind == "transformers":
         cmd = [sys.executable, "-c", HF_WORKER, folder,
-               {"fp32": "float32", "bf16": "bfloat16"}[dtype], str(args.batch), str(args.length),
+               {"fp32": "float32", "bf16": "bfloat16"}[dtype], prompt_ids(args),
                str(args.new_tokens), str(args.threads)]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         if out.returncode != 0:
@@ -76,6 +88,8 @@ def run_variant(v, folder, args, tmp):
            os.path.join(args.bin, "bin", "zrt-generate"), "--model_name_or_path", folder,
            "--prompt_ids", prompt_ids(args), "--max_new_tokens", str(args.new_tokens),
            "--dtype", dtype, "--output", os.path.join(tmp, "ids.jsonl"), "--metrics_out", metrics]
+    if kind == "zerort-replicated":
+        cmd.append("--replicate_prompts")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     if out.returncode != 0:
         raise SystemExit(f"zrt-generate failed: {out.stdout[-2000:]}{out.stderr[-2000:]}")
@@ -97,6 +111,8 @@ def main():
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--length", type=int, default=32)
     ap.add_argument("--new_tokens", type=int, default=32)
+    ap.add_argument("--lengths", help="one prompt per length, e.g. 32,28,24,20 (instead of "
+                    "--batch equal prompts of --length)")
     ap.add_argument("--jsonl")
     ap.add_argument("--svg", help="accepted for bench/peers/all.py; no chart is drawn")
     ap.add_argument("--quick", action="store_true", help="tiny model, 1 repetition")
@@ -105,18 +121,22 @@ def main():
         args.layers, args.hidden, args.vocab, args.reps, args.new_tokens = 2, 256, 1000, 1, 8
     ranks = [int(r) for r in choices(ap, "--ranks", args.ranks, ["1", "2", "4"])]
     dtypes = choices(ap, "--dtypes", args.dtypes, ["fp32", "bf16"])
+    args.prompt_lengths = ([int(n) for n in args.lengths.split(",")] if args.lengths
+                           else [args.length] * args.batch)
     variants = [("transformers", 1, d) for d in dtypes] + [("zerort", n, d) for d in dtypes
                                                            for n in ranks]
+    if args.lengths:
+        variants += [("zerort-replicated", n, d) for d in dtypes for n in ranks if n > 1]
     emit = Jsonl(args.jsonl)
     with tempfile.TemporaryDirectory(prefix="zrt_bench_generate_") as tmp:
         folder = os.path.join(tmp, "model")
         n_params = make_model(folder, args)
-        meta = machine_meta(params=n_params, batch=args.batch, length=args.length,
+        meta = machine_meta(params=n_params, prompt_lengths=args.prompt_lengths,
                             new_tokens=args.new_tokens, threads=args.threads, reps=args.reps)
         emit({"meta": meta})
         print(f"LLaMA of {n_params / 1e6:.1f}M parameters ({args.layers} layers, hidden "
-              f"{args.hidden}, vocab {args.vocab}); batch {args.batch} x {args.length} prompt "
-              f"tokens, {args.new_tokens} new tokens each, greedy; {args.threads} threads in all; "
+              f"{args.hidden}, vocab {args.vocab}); prompts of {args.prompt_lengths} tokens, "
+              f"{args.new_tokens} new tokens each, greedy; {args.threads} threads in all; "
               f"load before: {format_load(loadavg())}\n")
         results = {v: [] for v in variants}
         for rep, _, v in rotations(variants, args.reps):
@@ -126,7 +146,7 @@ def main():
             print(f"  {v} rep {rep}: {r['seconds']:.2f} s", file=sys.stderr, flush=True)
     rows = []
     for v in variants:
-        tps = [args.batch * args.new_tokens / r["seconds"] for r in results[v]]
+        tps = [len(args.prompt_lengths) * args.new_tokens / r["seconds"] for r in results[v]]
         rss = [max(r["rss_mib"]) for r in results[v]]
         s, m = spread(tps), spread(rss)
         rows.append([v[0], v[1], v[2], f"{s['median']:.1f}", f"{s['min']:.1f}-{s['max']:.1f}",
