@@ -7,53 +7,45 @@
 namespace zrt::zero {
 namespace {
 
-// Identity in forward; in backward, asks the coordinator to gather the unit's parameters before
-// the unit's own backward nodes run (they need the parameter data saved in forward).
-struct PreBackwardGather : public torch::autograd::Function<PreBackwardGather> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& output,
-                            int64_t hooks, int64_t unit) {
+// Identity in forward (a detached alias, not an autograd view, so that later in-place ops on it
+// are allowed); in backward, calls the coordinator: pre_backward on a unit's output (gather the
+// parameters before the unit's own backward nodes, which need the data saved in forward), or
+// post_backward on a run() use's input (that use's backward is done, its parameters may go).
+struct UnitMarker : public torch::autograd::Function<UnitMarker> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& t,
+                            int64_t hooks, int64_t unit, bool before_backward) {
     ctx->saved_data["hooks"] = hooks;
     ctx->saved_data["unit"] = unit;
-    // A detached alias, not an autograd view, so that later in-place ops on it are allowed.
-    return output.detach();
+    ctx->saved_data["before"] = before_backward;
+    return t.detach();
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* hooks = reinterpret_cast<UnitHooks*>(ctx->saved_data["hooks"].toInt());
-    hooks->pre_backward(static_cast<int>(ctx->saved_data["unit"].toInt()));
-    return {grads[0], at::Tensor(), at::Tensor()};
+    const int unit = static_cast<int>(ctx->saved_data["unit"].toInt());
+    if (ctx->saved_data["before"].toBool()) {
+      hooks->pre_backward(unit);
+    } else {
+      hooks->post_backward(unit);
+    }
+    return {grads[0], at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
-// Identity in forward; in backward, tells the coordinator that one run() use of the unit has
-// had its backward (the gradient of its input is complete), so its parameters may go.
-struct PostBackwardRelease : public torch::autograd::Function<PostBackwardRelease> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
-                            int64_t hooks, int64_t unit) {
-    ctx->saved_data["hooks"] = hooks;
-    ctx->saved_data["unit"] = unit;
-    return input.detach();
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto* hooks = reinterpret_cast<UnitHooks*>(ctx->saved_data["hooks"].toInt());
-    hooks->post_backward(static_cast<int>(ctx->saved_data["unit"].toInt()));
-    return {grads[0], at::Tensor(), at::Tensor()};
-  }
-};
+at::Tensor marked(const at::Tensor& t, UnitHooks* hooks, int unit, bool before_backward) {
+  if (!t.defined() || !t.requires_grad() || !at::GradMode::is_enabled()) return t;
+  return UnitMarker::apply(t, reinterpret_cast<int64_t>(hooks), static_cast<int64_t>(unit),
+                           before_backward);
+}
 
 }  // namespace
 
 at::Tensor mark_unit_input(const at::Tensor& input, UnitHooks* hooks, int unit) {
-  if (!input.defined() || !input.requires_grad() || !at::GradMode::is_enabled()) return input;
-  return PostBackwardRelease::apply(input, reinterpret_cast<int64_t>(hooks),
-                                    static_cast<int64_t>(unit));
+  return marked(input, hooks, unit, /*before_backward=*/false);
 }
 
 at::Tensor mark_unit_output(const at::Tensor& output, UnitHooks* hooks, int unit) {
-  if (!output.defined() || !output.requires_grad() || !at::GradMode::is_enabled()) return output;
-  return PreBackwardGather::apply(output, reinterpret_cast<int64_t>(hooks),
-                                  static_cast<int64_t>(unit));
+  return marked(output, hooks, unit, /*before_backward=*/true);
 }
 
 }  // namespace zrt::zero

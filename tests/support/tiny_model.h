@@ -46,6 +46,21 @@ struct TinyMlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(TinyMlp);
 
+// Parameter i (in registration order, from 1) becomes amplitude * sin(arange(numel) * rate * i).
+inline void fill_by_order(torch::nn::Module& m, float rate, float amplitude) {
+  torch::NoGradGuard no_grad;
+  int salt = 1;
+  for (auto& p : m.named_parameters()) {
+    const int64_t n = p.value().numel();
+    p.value().copy_(torch::arange(n, torch::kFloat)
+                        .mul(rate * static_cast<float>(salt))
+                        .sin()
+                        .mul(amplitude)
+                        .view(p.value().sizes()));
+    ++salt;
+  }
+}
+
 // A residual block, the typical ZeRO-3 unit.
 struct TinyBlockImpl : torch::nn::Module {
   explicit TinyBlockImpl(int64_t width) {
@@ -77,17 +92,7 @@ struct TinyStackImpl : torch::nn::Module {
       blocks.push_back(register_module("h" + std::to_string(i),
                                        std::make_shared<zrt::ShardUnit<TinyBlockImpl>>(7)));
     }
-    torch::NoGradGuard no_grad;
-    int salt = 1;
-    for (auto& p : named_parameters()) {
-      const int64_t n = p.value().numel();
-      p.value().copy_(torch::arange(n, torch::kFloat)
-                          .mul(0.29f * salt)
-                          .sin()
-                          .mul(0.4f)
-                          .view(p.value().sizes()));
-      ++salt;
-    }
+    fill_by_order(*this, 0.29f, 0.4f);
   }
   torch::Tensor forward(torch::Tensor x) {
     x = in ? in->forward(x) : in_unit->forward(x);
@@ -112,17 +117,7 @@ struct TiedStackImpl : torch::nn::Module {
       blocks.push_back(register_module("h" + std::to_string(i),
                                        std::make_shared<zrt::ShardUnit<TinyBlockImpl>>(7)));
     }
-    torch::NoGradGuard no_grad;
-    int salt = 1;
-    for (auto& p : named_parameters()) {
-      const int64_t n = p.value().numel();
-      p.value().copy_(torch::arange(n, torch::kFloat)
-                          .mul(0.31f * salt)
-                          .sin()
-                          .mul(0.5f)
-                          .view(p.value().sizes()));
-      ++salt;
-    }
+    fill_by_order(*this, 0.31f, 0.5f);
   }
   // tokens (batch, t) → logits (batch, t, 11)
   torch::Tensor forward(const torch::Tensor& tokens) {
