@@ -190,9 +190,10 @@ def check_c_d(args, tmp, model_dir, pieces_file):
             rows = zrt_generate(args, folder, 1, os.path.join(tmp, "c.jsonl"),
                                 ["--prompt_ids", "1,5,9"])
             c_ok = refused and "text" not in rows[0]
+            reason = next((line for line in err.splitlines() if "error:" in line), err[-200:])
             ok &= c_ok
             print(f"hf_llama_text: C (tokenizer.json only): --prompt "
-                  f"{'refused' if refused else 'NOT refused'} ({next((l for l in err.splitlines() if "error:" in l), err[-200:])!r}); "
+                  f"{'refused' if refused else 'NOT refused'} ({reason!r}); "
                   f"--prompt_ids {'works without text' if c_ok else 'FAILED'}")
             continue
         shutil.copy(pieces_file, folder)
