@@ -11,6 +11,7 @@
 #include "core/shard.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
+#include "runtime/engine_checkpointer.h"
 #include "runtime/fault_injection.h"
 #include "runtime/flat_model_states.h"
 #include "runtime/memory_report.h"
@@ -372,51 +373,57 @@ runtime::ModelStateBytes Engine::model_state_bytes() const {
   return m;
 }
 
-void Engine::begin_parameter_access() {
-  if (auto* s3 = dynamic_cast<runtime::Stage3ModelStates*>(states_.get())) {
-    s3->coordinator().gather_all();
-  }
+// ---- checkpoints: runtime/engine_checkpointer.h ----
+
+std::string Engine::save_checkpoint(const std::string& save_dir,
+                                    const std::optional<std::string>& tag,
+                                    const ckpt::Value& client_state, bool save_latest) {
+  return runtime::EngineCheckpointer(*this).save(save_dir, tag, client_state, save_latest);
 }
+
+std::optional<LoadedCheckpoint> Engine::load_checkpoint(const std::string& load_dir,
+                                                        const std::optional<std::string>& tag,
+                                                        const LoadCheckpointOptions& options) {
+  return runtime::EngineCheckpointer(*this).load(load_dir, tag, options);
+}
+
+void Engine::load_module_file(const std::string& path, bool strict) {
+  runtime::EngineCheckpointer(*this).load_module_file(path, strict);
+}
+
+bool Engine::save_16bit_model(const std::string& dir, const std::string& name) {
+  return runtime::EngineCheckpointer(*this).save_16bit_model(dir, name);
+}
+
+void Engine::restore_counters(int64_t global_steps, int64_t global_samples,
+                              int64_t skipped_steps) {
+  global_steps_ = global_steps;
+  global_samples_ = global_samples;
+  skipped_steps_ = skipped_steps;
+}
+
+void Engine::load_lr_scheduler_state(const Json& state) {
+  ZRT_CHECK(scheduler_ != nullptr, "load_lr_scheduler_state: the engine has no LR scheduler");
+  scheduler_->load_state_dict(state);
+  apply_schedule();
+}
+
+void Engine::begin_parameter_access() { states_->gather_all_params(); }
 
 void Engine::end_parameter_access(std::optional<int> modifier_rank) {
   at::NoGradGuard no_grad;
-  auto* s3 = dynamic_cast<runtime::Stage3ModelStates*>(states_.get());
   if (modifier_rank) {
     ZRT_CHECK(*modifier_rank >= 0 && *modifier_rank < comm_->size(), "modifier rank ",
               *modifier_rank, " is not a rank of a world of size ", comm_->size());
     for (const auto& p : model_->named_parameters())
       comm_->broadcast(p.value().detach(), *modifier_rank);
-    if (s3 != nullptr) {
-      // Write the (broadcast) full values back into this rank's partitions.
-      zero::Stage3Layout& layout = s3->layout();
-      for (size_t i = 0; i < layout.params().size(); ++i) {
-        const zero::Stage3Param& p = layout.params()[i];
-        if (p.group < 0) continue;
-        const ShardInfo mine = param_shard(p.numel, layout.rank(), layout.world_size());
-        at::Tensor part = layout.partition_of(static_cast<int>(i));
-        // One rank: the parameter is a view of its partition (Note [Stage 3 on one rank]).
-        if (p.numel > 0 && p.param.data_ptr() == part.data_ptr()) continue;
-        part.zero_();
-        if (mine.size > 0) {
-          part.narrow(0, 0, mine.size)
-              .copy_(p.param.detach().reshape(-1).narrow(0, mine.offset, mine.size));
-        }
-      }
-    }
-    // Masters that are separate copies follow the new low-precision values.
-    auto& targets = states_->targets();
-    for (size_t g = 0; g < targets.size(); ++g) {
-      at::Tensor source =
-          s3 != nullptr
-              ? s3->layout().partition_flat(static_cast<int>(g))
-              : dynamic_cast<runtime::FlatModelStates&>(*states_).partition_of(static_cast<int>(g));
-      if (!targets[g].master.is_same(source)) targets[g].master.copy_(source);
-    }
+    // The (broadcast) whole values go back into this rank's partitions; masters that are
+    // separate copies follow them.
+    states_->write_whole_params(
+        [](const std::string&, const at::Tensor& param) { return param.detach(); });
+    runtime::masters_from_params(*states_);
   }
-  if (s3 != nullptr) {
-    s3->coordinator().release_all();
-    s3->coordinator().refresh_persistent();
-  }
+  states_->release_gathered_params();
 }
 
 }  // namespace zrt

@@ -148,7 +148,7 @@ class Engine {
   // Model-state bytes this rank holds, counted from the tensors.
   runtime::ModelStateBytes model_state_bytes() const;
 
-  // ---- checkpoints (DeepSpeed layout, checkpoint/FORMAT.md) ----
+  // ---- checkpoints (DeepSpeed layout, checkpoint/FORMAT.md; runtime/engine_checkpointer.h) ----
   // Collective: every rank must call it with the same arguments. Writes save_dir/<tag>/ (default
   // tag "global_step{N}") with the atomic commit protocol and, with save_latest, points
   // save_dir/latest at it. `client_state` (a dict) is merged into the model-states file. Returns
@@ -178,6 +178,16 @@ class Engine {
   void set_checkpoint_storage(std::shared_ptr<ckpt::Storage> storage) {
     storage_ = std::move(storage);
   }
+  // The file-system seam every checkpoint read and write goes through.
+  ckpt::Storage& checkpoint_storage() { return *storage_; }
+  // Whether backward() ran since the last step() (checkpoints refuse to save or load then).
+  bool backward_pending() const { return backward_pending_; }
+  // Checkpoint restore (runtime/engine_checkpointer.h); not collective. The micro-step count is
+  // left as it is.
+  void restore_counters(int64_t global_steps, int64_t global_samples, int64_t skipped_steps);
+  // Restores the LR scheduler's state and applies its current lr (and betas) to the optimizer.
+  // Requires lr_scheduler() != nullptr.
+  void load_lr_scheduler_state(const Json& state);
 
   // Used by GatheredParameters (runtime/gathered_parameters.h); collective.
   void begin_parameter_access();
@@ -210,19 +220,6 @@ class Engine {
   void see_memory_usage(const char* where);
   // dump_state: rank 0 logs the engine's state at start, as DeepSpeed's print_configuration.
   void dump_state() const;
-  // Checkpoint helpers (runtime/engine_checkpoint.cpp).
-  ckpt::Value model_states_value(bool with_module);
-  ckpt::Value optim_states_value();
-  ckpt::Value module_state_dict();
-  std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>> param_shapes() const;
-  void load_module_weights(const std::string& dir, const std::string& tag,
-                           const ckpt::Value& model_states, int saved_stage, bool strict);
-  void assign_module_weights(const std::unordered_map<std::string, at::Tensor>& full, bool strict,
-                             const std::string& context);
-  void load_partitioned_state(const std::string& dir, const std::string& tag, int saved_stage,
-                              int saved_world, const ckpt::Value& model_states);
-  at::Tensor my_partition(int group, const std::function<at::Tensor(const std::string&)>& full,
-                          at::ScalarType dtype) const;
 
   std::shared_ptr<torch::nn::Module> model_;
   config::ResolvedConfig config_;

@@ -108,4 +108,19 @@ std::vector<GroupPartition> FlatModelStates::group_partitions() const {
   return out;
 }
 
+void FlatModelStates::write_whole_params(const WholeParamFn& whole) {
+  at::NoGradGuard no_grad;
+  // Every rank holds every parameter whole (a view of its group's flat buffer, which holds this
+  // rank's partition): writing the parameters writes the partitions.
+  for (const zero::FlatGroup& group : groups_) {
+    for (const zero::FlatParam& p : group.params()) {
+      const at::Tensor value = whole(p.name, p.param);
+      if (!value.defined() || (value.numel() > 0 && value.data_ptr() == p.param.data_ptr())) {
+        continue;
+      }
+      p.param.detach().copy_(value.view(p.shape));
+    }
+  }
+}
+
 }  // namespace zrt::runtime

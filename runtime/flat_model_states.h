@@ -32,11 +32,10 @@ class FlatModelStates final : public ModelStates {
   bool grads_replicated() const override { return !policy_.shard_optimizer; }
   ModelStateBytes memory() const override;
   std::vector<GroupPartition> group_partitions() const override;
-
-  const std::vector<zero::FlatGroup>& groups() const { return groups_; }
-  const zero::GradReducer& reducer() const { return *reducer_; }
-  // The parameters' own partition view of group g (the whole group for stage 0).
-  const at::Tensor& partition_of(int g) const { return device_partitions_.at(g); }
+  bool partitions_params() const override { return false; }
+  void gather_all_params() override {}
+  void release_gathered_params() override {}
+  void write_whole_params(const WholeParamFn& whole) override;
 
  private:
   std::shared_ptr<comm::Comm> comm_;

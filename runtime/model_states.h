@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -68,6 +70,25 @@ class ModelStates {
   virtual ModelStateBytes memory() const = 0;
   // One entry per optimizer group, in the order of targets().
   virtual std::vector<GroupPartition> group_partitions() const = 0;
+
+  // Whether the parameters themselves are partitioned (stage 3): between uses a trainable
+  // parameter has no storage, and checkpoints write an empty tensor for it.
+  virtual bool partitions_params() const = 0;
+  // Collective at stage 3 (all-gathers every partitioned parameter); until
+  // release_gathered_params() every parameter holds its whole value on every rank. Stages 0-2
+  // hold them whole already: nothing to do.
+  virtual void gather_all_params() = 0;
+  // Collective at stage 3 (releases what gather_all_params gathered, then refreshes the persistent
+  // parameters from the partitions). Stages 0-2: nothing to do.
+  virtual void release_gathered_params() = 0;
+  // The whole value of trainable parameter `name` (`param`: the model's parameter, whose numel it
+  // has, any shape), or an undefined tensor to leave that parameter as it is.
+  using WholeParamFn = std::function<at::Tensor(const std::string& name, const at::Tensor& param)>;
+  // Not collective. Writes whole values into every trainable parameter these states hold (in no
+  // particular order): this rank's partition of it and, where the parameter has storage, the
+  // parameter itself (a value that is that storage is not copied). The fp32 masters are not
+  // touched (masters_from_params follows).
+  virtual void write_whole_params(const WholeParamFn& whole) = 0;
 };
 
 // Copies every group's partition of the parameters into its fp32 master (after the parameters were

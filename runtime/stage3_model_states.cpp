@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/shard.h"
 
 namespace zrt::runtime {
 
@@ -99,6 +100,33 @@ std::vector<GroupPartition> Stage3ModelStates::group_partitions() const {
     out[g].lp = layout_->partition_flat(static_cast<int>(g));
   }
   return out;
+}
+
+void Stage3ModelStates::release_gathered_params() {
+  coordinator_->release_all();
+  coordinator_->refresh_persistent();
+}
+
+void Stage3ModelStates::write_whole_params(const WholeParamFn& whole) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < layout_->params().size(); ++i) {
+    const zero::Stage3Param& p = layout_->params()[i];
+    if (p.group < 0) continue;  // frozen: not these states' (the module keeps it whole)
+    const at::Tensor value = whole(p.name, p.param);
+    if (!value.defined()) continue;
+    at::Tensor part = layout_->partition_of(static_cast<int>(i));
+    // One rank: the parameter is a view of its partition (Note [Stage 3 on one rank]), and a value
+    // read from the parameter is already there.
+    if (p.numel > 0 && value.data_ptr() == part.data_ptr()) continue;
+    const at::Tensor flat = value.reshape({-1});
+    const ShardInfo mine = param_shard(p.numel, layout_->rank(), layout_->world_size());
+    part.zero_();
+    if (mine.size > 0) part.narrow(0, 0, mine.size).copy_(flat.narrow(0, mine.offset, mine.size));
+    if (zero::storage_allocated(p.param) &&
+        (p.numel == 0 || value.data_ptr() != p.param.data_ptr())) {
+      p.param.detach().copy_(value.view(p.shape));
+    }
+  }
 }
 
 }  // namespace zrt::runtime

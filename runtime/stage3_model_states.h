@@ -36,6 +36,10 @@ class Stage3ModelStates final : public ModelStates {
   bool grads_replicated() const override { return false; }
   ModelStateBytes memory() const override;
   std::vector<GroupPartition> group_partitions() const override;
+  bool partitions_params() const override { return true; }
+  void gather_all_params() override { coordinator_->gather_all(); }
+  void release_gathered_params() override;
+  void write_whole_params(const WholeParamFn& whole) override;
 
   zero::Stage3Layout& layout() { return *layout_; }
   zero::ParamCoordinator& coordinator() { return *coordinator_; }

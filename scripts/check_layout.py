@@ -92,8 +92,6 @@ LONG_FUNCTION_ALLOWLIST = {
                                        "loop in one function",
     ("runtime/checkpoint_state.cpp", "reassemble_full_state"): "full optimizer state from "
                                                                "per-rank shard files",
-    ("runtime/engine_load.cpp", "Engine::load_partitioned_state"): "same-layout and resharding "
-                                                                   "load paths",
     ("runtime/trainer.cpp", "Trainer::train"): "the Trainer loop (eval, save, log, callbacks)",
     ("tests/checkpoint/bad_file_test.cpp", "TEST(BadFiles, ZipContainersThatLie)"):
         "a list of damaged-zip cases",

@@ -1,0 +1,309 @@
+// EngineCheckpointer, the save side: what each rank writes (spec/deepspeed.md §4;
+// checkpoint/FORMAT.md "Engine keys") and save_16bit_model. The load side is in
+// runtime/engine_checkpointer_load.cpp.
+#include "runtime/engine_checkpointer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "checkpoint/commit.h"
+#include "checkpoint/consolidate.h"
+#include "checkpoint/layout.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/pt_file.h"
+#include "checkpoint/reshard.h"
+#include "checkpoint/safetensors.h"
+#include "config/resolved.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/shard.h"
+#include "optim/loss_scaler.h"
+#include "optim/optimizer.h"
+#include "runtime/checkpoint_state.h"
+#include "runtime/gathered_parameters.h"
+#include "sched/lr_scheduler.h"
+#include "zero/stage3_layout.h"
+#include "zrt/build_config.h"
+
+namespace zrt::runtime {
+
+using ckpt::Value;
+using ckpt::ValueView;
+
+namespace {
+
+// DeepSpeed's loaders compare ds_version; a local version label keeps them working.
+std::string ds_version() { return std::string("0.16.5+zrt.") + ZRT_VERSION; }
+
+}  // namespace
+
+// ---- what is written ------------------------------------------------------------------------
+
+Value EngineCheckpointer::module_state_dict() {
+  const bool partitioned = engine_.model_states().partitions_params();
+  Value module = Value::ordered_dict();
+  for (const auto& p : engine_.module().named_parameters()) {
+    at::Tensor t = p.value().detach();
+    // Under ZeRO-3 DeepSpeed writes an empty tensor for every partitioned parameter, gathered or
+    // not (its load_checkpoint copies the module into parameters of shape [0] and refuses full
+    // shapes); the weights are in the optimizer files.
+    if (partitioned && (p.value().requires_grad() || !zero::storage_allocated(t))) {
+      t = at::empty({0}, t.options());
+    }
+    module.set(p.key(), t);
+  }
+  for (const auto& b : engine_.module().named_buffers()) module.set(b.key(), b.value().detach());
+  return module;
+}
+
+// Stage 2 and up: the frozen parameters' shapes (into *shapes) and their values, whole at stage 2,
+// this rank's fragment at stage 3.
+Value EngineCheckpointer::frozen_params_value(Value* shapes) {
+  comm::Comm& comm = engine_.comm();
+  Value fragments = Value::dict();
+  for (const auto& p : engine_.module().named_parameters()) {
+    if (p.value().requires_grad()) continue;
+    shapes->set(p.key(), Value::torch_size(p.value().sizes().vec()));
+    at::Tensor full = p.value().detach().reshape({-1});
+    if (engine_.zero_stage() == 3) {
+      const ShardInfo mine = param_shard(full.numel(), comm.rank(), comm.size());
+      const int64_t size = param_partition_size(full.numel(), comm.size());
+      at::Tensor frag = at::zeros({size}, full.options());
+      if (mine.size > 0) frag.narrow(0, 0, mine.size).copy_(full.narrow(0, mine.offset, mine.size));
+      fragments.set(p.key(), frag);
+    } else {
+      fragments.set(p.key(), p.value().detach());
+    }
+  }
+  return fragments;
+}
+
+Value EngineCheckpointer::model_states_value(bool with_module) {
+  const config::ResolvedConfig& config = engine_.config();
+  comm::Comm& comm = engine_.comm();
+  ModelStates& states = engine_.model_states();
+  optim::Optimizer* optimizer = engine_.optimizer();
+  Value d = Value::dict();
+  d.set("module", with_module ? module_state_dict() : Value::ordered_dict());
+  Value buffer_names = Value::list();
+  for (const auto& b : engine_.module().named_buffers()) buffer_names.push_back(b.key());
+  d.set("buffer_names", std::move(buffer_names));
+  const int stage = config.zero.stage;
+  if (stage == 0 && optimizer != nullptr) {
+    // DeepSpeed's non-ZeRO layout: the optimizer inside the model states, with its fp32 flat
+    // groups (as its FP16_Optimizer saves fp32_groups_flat).
+    Value opt = Value::dict();
+    opt.set("optimizer_state_dict", optimizer_state_to_value(optimizer->state_dict()));
+    Value flats = Value::list();
+    for (const auto& t : states.targets()) flats.push_back(t.master);
+    opt.set("fp32_groups_flat", std::move(flats));
+    opt.set("loss_scaler", ckpt::from_json(engine_.loss_scaler().state_dict()));
+    opt.set("dynamic_loss_scale",
+            config.effective_loss_scale().dynamic && engine_.model_dtype() == at::kHalf);
+    opt.set("clip_grad", config.gradient_clipping);
+    d.set("optimizer", std::move(opt));
+  } else {
+    d.set("optimizer", Value());
+  }
+  Value shapes = Value::list();
+  for (const GroupPartition& group : states.group_partitions()) {
+    Value g = Value::ordered_dict();
+    for (const auto& [name, shape] : group.params) g.set(name, Value::torch_size(shape));
+    shapes.push_back(std::move(g));
+  }
+  d.set("param_shapes", std::move(shapes));
+  if (stage >= 2) {
+    Value frozen_shapes = Value::ordered_dict();
+    Value fragments = frozen_params_value(&frozen_shapes);
+    d.set("frozen_param_shapes", std::move(frozen_shapes));
+    d.set("frozen_param_fragments", std::move(fragments));
+  }
+  Value shared = Value::dict();
+  if (comm.rank() == 0) {
+    for (const auto& [alias, owner] : engine_.tied_parameters()) shared.set(alias, owner);
+  }
+  d.set("shared_params", std::move(shared));
+  sched::LRScheduler* scheduler = engine_.lr_scheduler();
+  d.set("lr_scheduler", scheduler != nullptr ? ckpt::from_json(scheduler->state_dict()) : Value());
+  d.set("data_sampler", Value());
+  d.set("random_ltd", Value());
+  d.set("sparse_tensor_module_names", Value::list());
+  d.set("skipped_steps", engine_.skipped_steps());
+  d.set("global_steps", engine_.global_steps());
+  d.set("global_samples", engine_.global_samples());
+  d.set("dp_world_size", comm.size());
+  d.set("mp_world_size", 1);
+  d.set("ds_config", ckpt::from_json(config::to_json(config)));
+  d.set("ds_version", ds_version());
+  return d;
+}
+
+namespace {
+
+// The .pt writer, like torch.save, writes the whole storage of every tensor it meets. A master
+// partition of stages 1-2 may be a view into the whole flat buffer (fp32 models train the flat
+// parameters in place), so it is re-wrapped without a copy in a storage of its own bytes: each
+// rank's optimizer file then holds its Ψ/N, not the whole Ψ.
+at::Tensor with_own_storage(const at::Tensor& t) {
+  if (t.storage_offset() == 0 && t.storage().nbytes() == t.nbytes()) return t;
+  ZRT_INTERNAL_ASSERT(t.is_contiguous(), "a master partition is contiguous");
+  at::Tensor keep_alive = t;
+  return at::from_blob(
+      t.data_ptr(), t.sizes(), [keep_alive](void*) {}, t.options());
+}
+
+}  // namespace
+
+Value EngineCheckpointer::optim_states_value() {
+  const config::ResolvedConfig& config = engine_.config();
+  comm::Comm& comm = engine_.comm();
+  ModelStates& states = engine_.model_states();
+  const int stage = config.zero.stage;
+  Value osd = Value::dict();
+  osd.set("zero_stage", stage);
+  osd.set("loss_scaler", ckpt::from_json(engine_.loss_scaler().state_dict()));
+  osd.set("dynamic_loss_scale",
+          config.effective_loss_scale().dynamic && engine_.model_dtype() == at::kHalf);
+  osd.set("overflow", false);
+  osd.set("clip_grad", config.gradient_clipping);
+  const Value base = optimizer_state_to_value(engine_.optimizer()->state_dict());
+  const auto& targets = states.targets();
+  if (stage == 3) {
+    osd.set("partition_count", comm.size());
+    osd.set("optimizer_state_dict", base);
+    Value flats = Value::list();
+    for (const auto& t : targets) flats.push_back(t.master);
+    osd.set("fp32_flat_groups", std::move(flats));
+  } else {
+    osd.set("base_optimizer_state", base);
+    Value singles = Value::list();
+    Value paddings = Value::list();
+    Value counts = Value::list();
+    Value mappings = Value::list();
+    const std::vector<GroupPartition> groups = states.group_partitions();
+    for (size_t g = 0; g < targets.size(); ++g) {
+      // Note [Partition layouts] (checkpoint/reshard.h): the parameters back to back, padded and
+      // cut as FlatGroup cuts them (zero/flat_layout.h).
+      const GroupPartition& gp = groups.at(g);
+      const FlatPartition part = make_flat_partition(ckpt::group_numel(gp.params), gp.world_size);
+      ZRT_INTERNAL_ASSERT(gp.layout == ckpt::PartitionLayout::kFlat &&
+                              part.partition_size == gp.lp.numel(),
+                          "group ", g, ": a flat partition of ", gp.lp.numel(),
+                          " elements where the layout gives ", part.partition_size);
+      const int64_t padding = part.padding(gp.rank);
+      singles.push_back(
+          with_own_storage(targets[g].master.narrow(0, 0, part.partition_size - padding)));
+      paddings.push_back(padding);
+      counts.push_back(gp.world_size);
+      Value map = Value::ordered_dict();
+      const ShardInfo mine = part.partition(gp.rank);
+      int64_t offset = 0;
+      for (const auto& [name, shape] : gp.params) {
+        const int64_t numel = ckpt::shape_numel(shape);
+        const ShardInfo frag = intersect(mine, ShardInfo{offset, numel});
+        offset += numel;
+        if (frag.size == 0) continue;
+        Value address = Value::dict();
+        address.set("numel", frag.size);
+        address.set("start", frag.offset - mine.offset);
+        map.set(name, std::move(address));
+      }
+      mappings.push_back(std::move(map));
+    }
+    osd.set("single_partition_of_fp32_groups", std::move(singles));
+    osd.set("group_paddings", std::move(paddings));
+    osd.set("partition_count", std::move(counts));
+    osd.set("param_slice_mappings", std::move(mappings));
+  }
+  osd.set("ds_version", ds_version());
+  Value file = Value::dict();
+  file.set("optimizer_state_dict", std::move(osd));
+  file.set("ds_config", ckpt::from_json(config::to_json(config)));
+  file.set("ds_version", ds_version());
+  return file;
+}
+
+std::string EngineCheckpointer::save(const std::string& save_dir,
+                                     const std::optional<std::string>& tag,
+                                     const Value& client_state, bool save_latest) {
+  ZRT_CHECK(!engine_.backward_pending(),
+            "save_checkpoint() between backward() and step(): save after step()");
+  ZRT_CHECK_AS(CheckpointError, client_state.is_dict(),
+               "save_checkpoint: client_state must be a dict, got ", client_state.kind_name());
+  const config::ResolvedConfig& config = engine_.config();
+  comm::Comm& comm = engine_.comm();
+  const at::ScalarType dtype = engine_.model_dtype();
+  optim::Optimizer* optimizer = engine_.optimizer();
+  const std::string name = tag.value_or(ckpt::default_tag(engine_.global_steps()));
+  ckpt::validate_tag(name);
+  const int stage = config.zero.stage;
+  const int rank = comm.rank();
+  const bool writer =
+      config.checkpoint.use_node_local_storage ? comm.local_rank() == 0 : rank == 0;
+  std::vector<ckpt::PendingFile> files;
+  if (stage == 3 || writer) {
+    Value ms = model_states_value(/*with_module=*/true);
+    for (const auto& [key, value] : client_state.as_dict()) ms.set(key, value);
+    files.push_back(ckpt::PendingFile::pt(
+        stage == 3 ? ckpt::zero3_model_states_name(rank) : ckpt::model_states_name(),
+        std::move(ms)));
+  }
+  if (stage >= 1 && optimizer != nullptr) {
+    files.push_back(ckpt::PendingFile::pt(ckpt::optim_states_name(rank, dtype == at::kBFloat16),
+                                          optim_states_value()));
+  }
+  Value rng = Value::dict();
+  rng.set("cpu_rng_state", at::detail::getDefaultCPUGenerator().get_state());
+  files.push_back(ckpt::PendingFile::pt(ckpt::rng_state_name(rank), std::move(rng)));
+
+  ckpt::CommitSpec spec;
+  spec.save_dir = save_dir;
+  spec.tag = name;
+  spec.files = std::move(files);
+  spec.zero_stage = stage;
+  spec.save_latest = save_latest;
+  spec.engine = {{"global_steps", engine_.global_steps()},
+                 {"global_samples", engine_.global_samples()},
+                 {"dtype", c10::toString(dtype)},
+                 {"optimizer", optimizer != nullptr ? optimizer->name() : "none"}};
+  const ckpt::CommitResult result =
+      ckpt::commit_checkpoint(comm, engine_.checkpoint_storage(), spec, config.checkpoint);
+  ZRT_LOG_INFO("saved checkpoint ", result.tag_dir, " (", result.manifest.files.size(), " files)");
+  return result.tag_dir;
+}
+
+bool EngineCheckpointer::save_16bit_model(const std::string& dir, const std::string& name) {
+  const bool stage3 = engine_.zero_stage() == 3;
+  if (stage3 && !engine_.config().zero.gather_16bit_weights_on_model_save) {
+    ZRT_LOG_WARN("Did not save the model ", ckpt::join_path(dir, name),
+                 " because `stage3_gather_16bit_weights_on_model_save` is False; use zrt-ckpt "
+                 "to-fp32 to consolidate a checkpoint instead");
+    return false;
+  }
+  ckpt::validate_file_name(name);
+  ckpt::Storage& storage = engine_.checkpoint_storage();
+  {
+    std::optional<GatheredParameters> access;
+    if (stage3) access.emplace(engine_);
+    if (engine_.comm().rank() == 0) {
+      ckpt::NamedTensors tensors;
+      for (const auto& p : engine_.module().named_parameters()) {
+        tensors.emplace_back(p.key(), p.value().detach().clone());
+      }
+      for (const auto& b : engine_.module().named_buffers()) {
+        tensors.emplace_back(b.key(), b.value().clone());
+      }
+      storage.make_dirs(dir);
+      const std::string path = ckpt::join_path(dir, name);
+      const bool st = name.size() > 12 && name.substr(name.size() - 12) == ".safetensors";
+      if (st) {
+        ckpt::save_safetensors(tensors, path, {}, &storage);
+      } else {
+        ckpt::save_pt(ckpt::ordered_dict_of(tensors), path, &storage);
+      }
+    }
+  }
+  engine_.comm().barrier();
+  return true;
+}
+
+}  // namespace zrt::runtime

@@ -1,0 +1,76 @@
+// EngineCheckpointer: an Engine's checkpoints in DeepSpeed's layout (spec/deepspeed.md §4;
+// checkpoint/FORMAT.md "Engine keys") and its whole-weight files. The save side is in
+// runtime/engine_checkpointer.cpp (what each rank writes, save_16bit_model), the load side in
+// runtime/engine_checkpointer_load.cpp (at the same world size and stage from this rank's own
+// files, otherwise by reassembling whole parameters from every rank's files; module files).
+//
+// It holds no state of its own and works only through the Engine's public surface and the
+// ModelStates seam (runtime/model_states.h): it never needs to know which ZeRO stage's states it
+// has, only the file names and keys depend on the stage. Built per call by the Engine's
+// save_checkpoint / load_checkpoint / load_module_file / save_16bit_model, whose contracts
+// (runtime/engine.h) its methods have. Internal to runtime/.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include <ATen/ATen.h>
+
+#include "checkpoint/unpickler.h"
+#include "checkpoint/value.h"
+#include "runtime/engine.h"
+
+namespace zrt::runtime {
+
+class EngineCheckpointer {
+ public:
+  explicit EngineCheckpointer(Engine& engine) : engine_(engine) {}
+
+  // Collective; Engine::save_checkpoint.
+  std::string save(const std::string& save_dir, const std::optional<std::string>& tag,
+                   const ckpt::Value& client_state, bool save_latest);
+  // Collective; Engine::load_checkpoint.
+  std::optional<LoadedCheckpoint> load(const std::string& load_dir,
+                                       const std::optional<std::string>& tag,
+                                       const LoadCheckpointOptions& options);
+  // Collective; Engine::load_module_file.
+  void load_module_file(const std::string& path, bool strict);
+  // Collective; Engine::save_16bit_model.
+  bool save_16bit_model(const std::string& dir, const std::string& name);
+
+  // What save() writes: the model-states file (with or without the module's tensors) and this
+  // rank's optimizer-states file (stages 1-3 with an optimizer).
+  ckpt::Value model_states_value(bool with_module);
+  ckpt::Value optim_states_value();
+
+ private:
+  ckpt::Value module_state_dict();
+  ckpt::Value frozen_params_value(ckpt::Value* shapes);
+  void load_module_weights(const std::string& dir, const std::string& tag,
+                           const ckpt::Value& model_states, int saved_stage, bool strict);
+  void assign_module_weights(const std::unordered_map<std::string, at::Tensor>& full, bool strict,
+                             const std::string& context);
+  // Masters, optimizer state and loss scale from the checkpoint; then the parameters from the
+  // masters and the buffers and frozen parameters from the module (collective).
+  void load_partitioned_state(const std::string& dir, const std::string& tag, int saved_stage,
+                              int saved_world, const ckpt::Value& model_states);
+  // The same stage and world size: each rank reads its own partitions. Returns the loss scaler.
+  ckpt::Value load_same_layout(const std::string& dir, const std::string& optim_file,
+                               int saved_stage, const ckpt::Value& model_states,
+                               const ckpt::ReadOptions& read_options);
+  // Another stage or world size: whole parameters from every rank's files, then this rank's
+  // partitions of them. Returns the loss scaler.
+  ckpt::Value load_resharded(const std::string& dir, const std::vector<std::string>& optim_files,
+                             int saved_stage, int saved_world, const ckpt::Value& model_states,
+                             const ckpt::ReadOptions& read_options);
+  void restore_whole_tensors(const std::string& dir, const ckpt::Value& model_states);
+  // This rank's partition of group `group`, `dtype`, from whole tensors by name.
+  at::Tensor my_partition(int group, const std::function<at::Tensor(const std::string&)>& full,
+                          at::ScalarType dtype) const;
+
+  Engine& engine_;
+};
+
+}  // namespace zrt::runtime
