@@ -7,9 +7,10 @@
 namespace zrt::ckpt::detail {
 
 // Note [Pipelined file writes]
-// Saving a .pt file is three passes over every byte: the zip writer's CRC (inside LibTorch),
-// our CRC-32 for the manifest, and the copy into the page cache by write(2), after which the
-// device writes it (Note [Early writeback]). Run one after the other they leave the device idle
+// Saving a .pt file is three passes over every byte: the zip records' CRC (LibTorch's before 2.6,
+// ours after: Note [Zip CRCs filled in here] in pt_writer.cpp), our CRC-32 for the manifest, and
+// the copy into the page cache by write(2), after which the device writes it (Note [Early
+// writeback]). Run one after the other they leave the device idle
 // while the CPU works and the CPU idle while write(2) blocks. With the writer thread here, the
 // zip writer checksums record k+1 while record k is checksummed and written, so on two cores a
 // save costs about max(CPU, device) instead of their sum. Both checksums run on the producer's

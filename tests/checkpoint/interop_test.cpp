@@ -105,6 +105,10 @@ assert type(b['lr']) is float and b['lr'] == 0.001
 assert b['betas'] == (0.9, 0.999)
 assert type(b['state'][0]['step']) is int and b['state'][0]['step'] == 3
 assert torch.equal(b['state'][0]['exp_avg'], torch.ones(5))
+# Python's own zip reader checks every record's CRC against the central directory.
+import zipfile
+for name in ('no_floats.pt', 'with_floats.pt'):
+    assert zipfile.ZipFile(d + '/' + name).testzip() is None, name
 print('OK')
 )PY";
 

@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "checkpoint/hash.h"
+#include "checkpoint/io.h"
 #include "checkpoint/pickler.h"
 #include "checkpoint/pt_file.h"
+#include "checkpoint/zip_reader.h"
 #include "core/error.h"
 #include "tests/support/error_of.h"
 
@@ -19,6 +22,58 @@ Value round_trip(const Value& v, const ReadOptions& options = {}) {
 }
 
 const auto error_of = &zrt::test::error_of<CheckpointError>;
+
+uint32_t le(const std::string& b, size_t at, int bytes) {
+  uint32_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(b[at + i]);
+  return v;
+}
+
+// Note [Zip CRCs filled in here] (checkpoint/pt_writer.cpp): every record's CRC-32, in its data
+// descriptor and in the central directory, is the CRC of its bytes, whoever computed it; the
+// records of the zip writer's own (version, serialization id) included. The local headers are
+// torch.save's: bit 3 set, CRC and sizes 0 (an empty record: no bit 3, no descriptor).
+TEST(PtWriter, EveryLocalAndCentralCrcIsTheRecordsCrc) {
+  Value v = Value::ordered_dict();
+  v.set("big", torch::arange(3 << 18, torch::kFloat));  // 3 MiB
+  v.set("small", torch::arange(7, torch::kShort));
+  v.set("empty", torch::zeros({0}));
+  v.set("nested", Value::list({torch::ones({3, 5}, torch::kBFloat16), 2.5, "x"}));
+  const std::string bytes = pt_bytes(v);
+  MemorySource source(bytes, "mem.pt");
+  ZipReader zip(source, 100);
+  ASSERT_GE(zip.entries().size(), 6u);
+  size_t at = 0, records = 0;
+  while (le(bytes, at, 4) == 0x04034b50) {
+    const size_t name_len = le(bytes, at + 26, 2), extra_len = le(bytes, at + 28, 2);
+    const std::string name = bytes.substr(at + 30, name_len);
+    const ZipEntry* entry = zip.find(name);
+    ASSERT_NE(entry, nullptr) << name;
+    const size_t data = at + 30 + name_len + extra_len;
+    ASSERT_EQ(data, entry->data_offset) << name;
+    const uint32_t crc = crc32(bytes.data() + data, entry->size);
+    EXPECT_EQ(le(bytes, at + 14, 4), 0u) << "local header of " << name;
+    EXPECT_EQ(entry->crc32, crc) << "central directory entry of " << name;
+    ++records;
+    if ((le(bytes, at + 6, 2) & 8) == 0) {  // an empty record has no descriptor
+      EXPECT_EQ(entry->size, 0u) << name;
+      at = data;
+      continue;
+    }
+    const size_t descriptor = data + entry->size;
+    ASSERT_EQ(le(bytes, descriptor, 4), 0x08074b50u) << "data descriptor of " << name;
+    EXPECT_EQ(le(bytes, descriptor + 4, 4), crc) << "data descriptor of " << name;
+    EXPECT_EQ(le(bytes, descriptor + 8, 4), entry->size) << "data descriptor of " << name;
+    at = descriptor + 16;
+  }
+  EXPECT_EQ(records, zip.entries().size());
+  EXPECT_EQ(le(bytes, at, 4), 0x02014b50u) << "the central directory follows the records";
+  // And the reader's own verification agrees.
+  for (const ZipEntry& e : zip.entries()) {
+    std::string out(e.size, '\0');
+    EXPECT_NO_THROW(zip.read(e, out.data(), /*verify_crc=*/true)) << e.name;
+  }
+}
 
 TEST(Pickle, ScalarsRoundTrip) {
   const int64_t ints[] = {0,
