@@ -101,6 +101,9 @@ ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::C
     grad_flats_[g] = at::zeros({layout_.group_partition_numel(g)},
                                layout_.partition_flat(g).options().dtype(options_.accum_dtype));
   }
+  // Note [Reusing gather buffers]: generation never prefetches; training may have a prefetch in
+  // flight next to the gather being used.
+  gather_buffer_depth_ = options_.gradients && options_.prefetch_bucket_size > 0 ? 2 : 1;
   // Hooks even without gradients (inference): a loss.backward() through the model is an error.
   const auto& params = layout_.params();
   for (size_t i = 0; i < params.size(); ++i) {
@@ -163,18 +166,65 @@ void ParamCoordinator::start_gather(int unit, bool prefetch) {
                         .options()
                         .device(first.device())
                         .pinned_memory(false);
-  g->send = at::empty({g->chunk}, opts);
+  // In place: this rank's partitions go straight into its own chunk of the output.
+  g->out = gather_buffer(g->chunk * comm_->size(), opts);
+  g->send = g->out.narrow(0, comm_->rank() * g->chunk, g->chunk);
   for (size_t k = 0; k < g->params.size(); ++k) {
     g->send.narrow(0, g->offsets[k], params[g->params[k]].pn)
         .copy_(layout_.partition_of(g->params[k]));
   }
-  g->out = at::empty({g->chunk * comm_->size()}, opts);
   g->work = comm_->all_gather_async(g->out, g->send);
   stats_.all_gathers += 1;
   if (prefetch) stats_.prefetches += 1;
   stats_.gathered_bytes += g->out.nbytes();
   stats_.peak_gathered_bytes = std::max(stats_.peak_gathered_bytes, stats_.gathered_bytes);
   gathers_.push_back(std::move(g));
+}
+
+// Note [Reusing gather buffers]
+// A unit's all-gather needs an output of W x chunk elements, as large as the unit. Allocated
+// fresh for every gather, it is a new mapping each time (Note [Returning released memory] makes
+// every large block an mmap), so each gather first-touches and the kernel zeroes the whole
+// buffer, and releasing it unmaps it again: at N = 2 that was most of the time of a generated
+// token (docs/PERFORMANCE.md). The coordinator therefore keeps up to gather_buffer_depth_ output
+// buffers and hands out a view of one that no gather holds (its storage referenced by the pool
+// alone), growing it when a unit needs more; past the depth (gather_all, prefetch deeper than
+// expected) a gather gets a one-off buffer as before, so correctness never depends on the depth.
+// The depth is 1 for inference, which uses one unit at a time, and 2 for training with prefetch.
+// The send side needs no buffer at all: this rank's partitions are copied into its own chunk of
+// the output and the all-gather runs in place. trim_gather_buffers() frees the idle buffers at
+// the end of every backward (so the optimizer step's peak is unchanged) and in release_all().
+at::Tensor ParamCoordinator::gather_buffer(int64_t numel, const at::TensorOptions& options) {
+  for (at::Tensor& b : gather_buffers_) {
+    if (b.storage().use_count() != 1 || b.dtype() != options.dtype() ||
+        b.device() != options.device()) {
+      continue;
+    }
+    if (b.numel() < numel) {
+      stats_.gather_buffer_bytes -= b.nbytes();
+      b = at::empty({numel}, options);
+      stats_.gather_buffer_bytes += b.nbytes();
+    }
+    return b.narrow(0, 0, numel);
+  }
+  if (gather_buffers_.size() < gather_buffer_depth_) {
+    gather_buffers_.push_back(at::empty({numel}, options));
+    stats_.gather_buffer_bytes += gather_buffers_.back().nbytes();
+    return gather_buffers_.back().narrow(0, 0, numel);
+  }
+  return at::empty({numel}, options);
+}
+
+void ParamCoordinator::trim_gather_buffers() {
+  std::vector<at::Tensor> kept;
+  for (at::Tensor& b : gather_buffers_) {
+    if (b.storage().use_count() == 1) {
+      stats_.gather_buffer_bytes -= b.nbytes();
+    } else {
+      kept.push_back(std::move(b));
+    }
+  }
+  gather_buffers_ = std::move(kept);
 }
 
 void ParamCoordinator::copy_alone(const InFlightGather& g) {
@@ -506,6 +556,7 @@ void ParamCoordinator::end_backward() {
     if (gathered_[u] == kInFlight) gather(u);
     release(u);
   }
+  trim_gather_buffers();
   if (!forward_order_.empty()) order_complete_ = true;
   in_backward_ = false;
   forward_cursor_ = -1;
@@ -544,6 +595,7 @@ void ParamCoordinator::release_all() {
     if (gathered_[u] == kInFlight) gather(u);
     release(u);
   }
+  trim_gather_buffers();
 }
 
 }  // namespace zrt::zero

@@ -48,6 +48,9 @@ struct CoordinatorStats {
   int64_t reduce_scatters = 0;
   // Most gradient elements held by reductions in flight at once, since the last reset_peak().
   int64_t peak_reducing_elements = 0;
+  // Bytes of the reusable all-gather buffers held now, in use or idle (Note [Reusing gather
+  // buffers]); not part of gathered_bytes.
+  int64_t gather_buffer_bytes = 0;
 };
 
 class ParamCoordinator final : public UnitHooks {
@@ -79,6 +82,9 @@ class ParamCoordinator final : public UnitHooks {
   // Collective: gathers every unit (for whole-model access); release_all() undoes it.
   void gather_all();
   void release_all();
+  // Frees the reusable all-gather buffers that no gather is using (Note [Reusing gather
+  // buffers]); end_backward() and release_all() call it.
+  void trim_gather_buffers();
 
   const CoordinatorStats& stats() const { return stats_; }
   void reset_peak() {
@@ -106,6 +112,7 @@ class ParamCoordinator final : public UnitHooks {
   void finish_oldest_reduce();  // waits for reduces_.front(), accumulates it, frees it
   void record_forward(int unit);
   void keep_one_pass();  // a trace of k equal passes becomes one
+  at::Tensor gather_buffer(int64_t numel, const at::TensorOptions& options);
 
   Stage3Layout& layout_;
   std::shared_ptr<comm::Comm> comm_;
@@ -126,6 +133,8 @@ class ParamCoordinator final : public UnitHooks {
   int backward_cursor_ = 0;       // position of the latest backward use
   std::vector<int> active_uses_;  // positions of the uses whose forward is running (nested)
   bool in_backward_ = false;
+  std::vector<at::Tensor> gather_buffers_;  // Note [Reusing gather buffers]
+  size_t gather_buffer_depth_ = 1;
   CoordinatorStats stats_;
   struct HookHandle;
   std::vector<HookHandle> hooks_;

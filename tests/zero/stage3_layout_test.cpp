@@ -150,6 +150,30 @@ TEST(ParamCoordinator, GathersAndReleasesUnits) {
   });
 }
 
+// Note [Reusing gather buffers]: an inference coordinator gathers every unit into one output
+// buffer, pass after pass, with the right values; release_all() frees it.
+TEST(ParamCoordinator, GathersReuseOneBufferUntilTrimmed) {
+  CoordinatorOptions inference;
+  inference.gradients = false;
+  run_coordinator(3, [](Params& p, Stage3Layout&, ParamCoordinator& co, int) {
+    at::NoGradGuard no_grad;
+    for (int pass = 0; pass < 3; ++pass) {
+      co.pre_forward(0);
+      EXPECT_TRUE(torch::equal(p.t["a.w"].reshape(-1), torch::arange(1, 11, torch::kFloat)));
+      EXPECT_TRUE(torch::equal(p.t["a.b"], torch::arange(1, 4, torch::kFloat) * 100));
+      co.post_forward(0);
+      co.pre_forward(1);
+      EXPECT_TRUE(torch::equal(p.t["b.w"].reshape(-1), torch::arange(1, 9, torch::kFloat) * 1000));
+      co.post_forward(1);
+      // One buffer of W x the larger unit's chunk: 3 x (pn(a.w) + pn(a.b)) = 3 x (4 + 1), fp32.
+      EXPECT_EQ(co.stats().gather_buffer_bytes, 3 * 5 * 4) << "pass " << pass;
+    }
+    EXPECT_EQ(co.stats().all_gathers, 6);
+    co.release_all();
+    EXPECT_EQ(co.stats().gather_buffer_bytes, 0);
+  }, inference);
+}
+
 TEST(ParamCoordinator, GradientsAreAveragedIntoEachRanksPartition) {
   const int world = 3;
   run_coordinator(world, [&](Params& p, Stage3Layout& l, ParamCoordinator& co, int rank) {
