@@ -190,9 +190,8 @@ void ParamCoordinator::start_gather(int unit, bool prefetch) {
 // buffers and hands out a view of one that no gather holds (its storage referenced by the pool
 // alone), growing it when a unit needs more; past the depth (gather_all, prefetch deeper than
 // expected) a gather gets a one-off buffer as before, so correctness never depends on the depth.
-// The depth is 1 for inference, which uses one unit at a time, and 2 for training with prefetch.
-// The send side needs no buffer at all: this rank's partitions are copied into its own chunk of
-// the output and the all-gather runs in place. trim_gather_buffers() frees the idle buffers at
+// The depth is 1 for inference (one unit at a time), 2 for training with prefetch. The send side
+// needs no buffer: this rank's partitions go into its own chunk of the output (in place). trim_gather_buffers() frees the idle buffers at
 // the end of every backward (so the optimizer step's peak is unchanged) and in release_all().
 at::Tensor ParamCoordinator::gather_buffer(int64_t numel, const at::TensorOptions& options) {
   for (at::Tensor& b : gather_buffers_) {
