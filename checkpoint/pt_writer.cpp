@@ -37,10 +37,11 @@ void put_le32(uint8_t* p, uint32_t v) {
 // in the central directory. It computes the CRC with miniz's byte-table loop (about 3 GB/s here)
 // on the thread that produces the file before the record's first byte goes out: for a checkpoint
 // that is 0.3 s per GiB with the device idle. With LibTorch >= 2.6 the writer runs with
-// compute_crc32 = false, which leaves 0 in the descriptors and the central directory and changes
-// nothing else, and this filter writes the CRCs in as the bytes pass on to the sink:
+// compute_crc32 = false, which leaves 0 in the descriptors and the central directory (and in the
+// CRC half of .data/serialization_id, an identifier nothing reads back), and this filter writes
+// the CRCs in as the bytes pass on to the sink:
 //  * a record we write ourselves (data.pkl, data/<key>): its CRC is computed beforehand with
-//    hash.h's carry-less-multiply CRC (about 12 GB/s; expect(crc, size) before writeRecord); its
+//    hash.h's carry-less-multiply CRC (about 12 GB/s; expect() before writeRecord); its
 //    header and data pass straight through (the data stays a borrowed chunk) and its descriptor,
 //    the first write after `size` data bytes, is patched;
 //  * a record the writer adds itself (version, byteorder, serialization id: a few bytes) is held
@@ -57,8 +58,10 @@ class ZipCrcFilter {
  public:
   explicit ZipCrcFilter(ByteSink& sink) : sink_(sink) {}
 
-  // The next record's CRC and size (its data is ours and known before its header is written).
-  void expect(uint32_t crc, uint64_t size) {
+  // The next record's name (without the archive folder), CRC and size: its data is ours and
+  // known before its header is written.
+  void expect(const std::string& name, uint32_t crc, uint64_t size) {
+    expected_name_ = "/" + name;
     expected_crc_ = crc;
     expected_size_ = size;
     expecting_ = true;
@@ -196,6 +199,12 @@ class ZipCrcFilter {
 
   // After the name and extra field.
   void start_data() {
+    ZRT_CHECK_AS(CheckpointError,
+                 held_ || (name_.size() >= expected_name_.size() &&
+                           name_.compare(name_.size() - expected_name_.size(),
+                                         expected_name_.size(), expected_name_) == 0),
+                 "zip writer: record '", name_, "' where '", expected_name_.substr(1),
+                 "' was expected");
     if (!descriptor_) {  // an empty record: complete
       crc_ = 0;
       add_crc();
@@ -227,7 +236,7 @@ class ZipCrcFilter {
   bool expecting_ = false, held_ = false, descriptor_ = true;
   uint32_t expected_crc_ = 0, crc_ = 0;
   uint64_t expected_size_ = 0, data_size_ = 0, left_ = 0, name_left_ = 0;
-  std::string name_, held_data_, tail_;
+  std::string name_, held_data_, tail_, expected_name_;
   std::unordered_map<std::string, uint32_t> crcs_;
 };
 
@@ -253,12 +262,14 @@ void write_pt(const Value& value, ByteSink& sink) {
     filter.write(data, size, borrowed);
   };
   // Note [Zip CRCs filled in here]
-  auto expect = [&](const void* data, size_t size) { filter.expect(crc32(data, size), size); };
+  auto expect = [&](const std::string& name, const void* data, size_t size) {
+    filter.expect(name, crc32(data, size), size);
+  };
 #else
   auto emit = [&](const void* data, size_t size, bool borrowed) {
     borrowed ? sink.write_borrowed(data, size) : sink.write(data, size);
   };
-  auto expect = [](const void*, size_t) {};
+  auto expect = [](const std::string&, const void*, size_t) {};
 #endif
   auto writer_func = [&](const void* data, size_t size) -> size_t {
     if (!error) {
@@ -284,13 +295,13 @@ void write_pt(const Value& value, ByteSink& sink) {
 #else
     caffe2::serialize::PyTorchStreamWriter writer(writer_func);
 #endif
-    expect(pickle.bytes.data(), pickle.bytes.size());
+    expect("data.pkl", pickle.bytes.data(), pickle.bytes.size());
     writer.writeRecord("data.pkl", pickle.bytes.data(), pickle.bytes.size());
     for (const PickledStorage* s : order) {
       if (error) break;
       current = s;
       const void* data = s->nbytes ? s->data : &kEmpty;
-      expect(data, s->nbytes);
+      expect("data/" + s->key, data, s->nbytes);
       writer.writeRecord("data/" + s->key, data, s->nbytes);
       current = nullptr;
     }
@@ -299,10 +310,10 @@ void write_pt(const Value& value, ByteSink& sink) {
     if (!error) filter.finish();
 #endif
   } catch (const c10::Error& e) {
-    if (!error) {
-      error = std::make_exception_ptr(
-          CheckpointError(str("zip writer failed: ", e.what_without_backtrace())));
-    }
+    // The writer's own failure comes first: sink errors never make it throw (writer_func reports
+    // every byte as written), but the records it writes while unwinding may upset the filter.
+    error = std::make_exception_ptr(
+        CheckpointError(str("zip writer failed: ", e.what_without_backtrace())));
   } catch (...) {
     if (!error) error = std::current_exception();
   }

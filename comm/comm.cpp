@@ -178,6 +178,14 @@ std::shared_ptr<Work> Comm::all_gather_async(const at::Tensor& output, const at:
   ZRT_CHECK_AS(CommError, output.numel() == input.numel() * size(),
                "all_gather: output must have world_size x input elements: output numel ",
                output.numel(), ", input numel ", input.numel(), ", world size ", size());
+  if (overlaps(output, input)) {
+    const auto* expected = static_cast<const char*>(output.data_ptr()) +
+                           rank() * input.numel() * static_cast<int64_t>(output.element_size());
+    ZRT_CHECK_AS(CommError, input.data_ptr() == expected,
+                 "all_gather: an input that overlaps the output must be the output's view at this "
+                 "rank's chunk (offset ",
+                 rank() * input.numel(), ")");
+  }
   const OpInfo info = next_info(OpType::kAllGather, &input, ReduceOp::kSum);
   before_collective(info);
   return all_gather_impl(output, input, info);

@@ -106,6 +106,7 @@ class Comm {
   std::shared_ptr<Work> reduce_scatter_async(const at::Tensor& output, const at::Tensor& input,
                                              ReduceOp op = ReduceOp::kSum);
   // Collective. `output` has size()·k elements; chunk r of it receives rank r's `input` (k).
+  // `input` may be the view of `output` at this rank's chunk (in place).
   std::shared_ptr<Work> all_gather_async(const at::Tensor& output, const at::Tensor& input);
   // Collective. The variable-size reduce-scatter: `input` is cut into consecutive pieces of
   // counts[0], ..., counts[n−1] elements and rank r receives, in `output` (counts[r] elements),

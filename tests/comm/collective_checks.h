@@ -99,19 +99,24 @@ inline void check_reduce_scatter(comm::Comm& comm, at::ScalarType dtype, int64_t
                "reduce_scatter " + std::string(c10::toString(dtype)) + " c=" + std::to_string(c));
 }
 
-// Rank r contributes r·8 + (k mod 8); chunk r of the output must hold exactly that.
-inline void check_all_gather(comm::Comm& comm, at::ScalarType dtype, int64_t c) {
+// Rank r contributes r·8 + (k mod 8); chunk r of the output must hold exactly that. With
+// in_place, the input is the output's own chunk r (as ZeRO-3's gathers pass it).
+inline void check_all_gather(comm::Comm& comm, at::ScalarType dtype, int64_t c,
+                             bool in_place = false) {
   const int r = comm.rank();
   const int w = comm.size();
-  at::Tensor in = at::arange(c, at::kLong).remainder(8).add(8 * r).to(dtype);
+  at::Tensor mine = at::arange(c, at::kLong).remainder(8).add(8 * r).to(dtype);
   at::Tensor out = at::full({c * w}, 99, dtype);
+  at::Tensor in = in_place ? out.narrow(0, r * c, c) : mine;
+  if (in_place) in.copy_(mine);
   comm.all_gather(out, in);
   at::Tensor want = at::empty({c * w}, dtype);
   for (int k = 0; k < w; ++k) {
     want.narrow(0, k * c, c).copy_(at::arange(c, at::kLong).remainder(8).add(8 * k).to(dtype));
   }
   expect_equal(out, want,
-               "all_gather " + std::string(c10::toString(dtype)) + " c=" + std::to_string(c));
+               "all_gather " + std::string(c10::toString(dtype)) + " c=" + std::to_string(c) +
+                   (in_place ? " in place" : ""));
 }
 
 // Uneven pieces, some empty: counts[r] = (3r + base) mod 5 · scale.
@@ -218,6 +223,7 @@ inline void check_everything(comm::Comm& comm) {
       check_reduce_scatter(comm, dtype, n, comm::ReduceOp::kSum);
       if (at::isFloatingType(dtype)) check_reduce_scatter(comm, dtype, n, comm::ReduceOp::kAvg);
       check_all_gather(comm, dtype, n);
+      check_all_gather(comm, dtype, n, /*in_place=*/true);
       check_broadcast(comm, dtype, n, comm.size() - 1);
       check_broadcast(comm, dtype, n, 0);
     }

@@ -63,6 +63,7 @@ TEST(MpiComm, CountsAboveTheLimitAreChunked) {
       test::check_all_reduce(*comm, dtype, 5000, ReduceOp::kSum);
       test::check_reduce_scatter(*comm, dtype, 2500, ReduceOp::kSum);
       test::check_all_gather(*comm, dtype, 3001);
+      test::check_all_gather(*comm, dtype, 3001, /*in_place=*/true);
       test::check_broadcast(*comm, dtype, 4000, comm->size() - 1);
     }
   }
@@ -74,6 +75,7 @@ TEST(MpiComm, LargeTensors) {
   test::check_all_reduce(comm, at::kFloat, big, ReduceOp::kSum);
   test::check_reduce_scatter(comm, at::kFloat, big / comm.size() + 1, ReduceOp::kSum);
   test::check_all_gather(comm, at::kFloat, big / comm.size() + 1);
+  test::check_all_gather(comm, at::kFloat, big / comm.size() + 1, /*in_place=*/true);
 }
 
 TEST(MpiComm, AsyncCollectivesOverlapAndComplete) { test::check_async_overlap(test::world()); }
