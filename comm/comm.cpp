@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "comm/blocking_call.h"
 #include "core/error.h"
 
 namespace zrt::comm {
@@ -262,24 +263,43 @@ std::shared_ptr<Work> Comm::barrier_async() {
   return barrier_impl(info);
 }
 
+namespace {
+thread_local int t_blocking_calls = 0;
+}  // namespace
+
+BlockingCall::BlockingCall() { ++t_blocking_calls; }
+BlockingCall::~BlockingCall() { --t_blocking_calls; }
+bool BlockingCall::active() { return t_blocking_calls > 0; }
+
 void Comm::all_reduce(const at::Tensor& tensor, ReduceOp op) {
+  const BlockingCall blocking;
   all_reduce_async(tensor, op)->wait();
 }
 void Comm::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  const BlockingCall blocking;
   reduce_scatter_async(output, input, op)->wait();
 }
 void Comm::all_gather(const at::Tensor& output, const at::Tensor& input) {
+  const BlockingCall blocking;
   all_gather_async(output, input)->wait();
 }
 void Comm::reduce_scatter_v(const at::Tensor& output, const at::Tensor& input,
                             std::vector<int64_t> counts, ReduceOp op) {
+  const BlockingCall blocking;
   reduce_scatter_v_async(output, input, std::move(counts), op)->wait();
 }
 void Comm::all_gather_v(const at::Tensor& output, const at::Tensor& input,
                         std::vector<int64_t> counts) {
+  const BlockingCall blocking;
   all_gather_v_async(output, input, std::move(counts))->wait();
 }
-void Comm::broadcast(const at::Tensor& tensor, int root) { broadcast_async(tensor, root)->wait(); }
-void Comm::barrier() { barrier_async()->wait(); }
+void Comm::broadcast(const at::Tensor& tensor, int root) {
+  const BlockingCall blocking;
+  broadcast_async(tensor, root)->wait();
+}
+void Comm::barrier() {
+  const BlockingCall blocking;
+  barrier_async()->wait();
+}
 
 }  // namespace zrt::comm

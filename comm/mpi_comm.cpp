@@ -240,7 +240,10 @@ class MpiComm final : public Comm {
     ZRT_CHECK_AS(ConfigError, max_count > 0 && max_count <= INT_MAX,
                  "ZRT_MPI_MAX_COUNT must be in [1, ", INT_MAX, "], got ", max_count);
     max_count_ = max_count;
-    queue_ = std::make_unique<OpQueue>("mpi", rank_, options.timeout_seconds);
+    // Note [The caller runs what it waits for] (comm/op_queue.h); ZRT_MPI_CALLER_RUNS=0 hands
+    // every collective to the queue's thread (for comparison).
+    const bool caller_runs = env::get_bool("ZRT_MPI_CALLER_RUNS").value_or(true);
+    queue_ = std::make_unique<OpQueue>("mpi", rank_, options.timeout_seconds, caller_runs);
   }
 
   ~MpiComm() override {

@@ -17,7 +17,9 @@ enum class MpiAlgo { kAuto, kNative, kRing };
 
 // Collective: every process of MPI_COMM_WORLD must call this. Initialises MPI on first use
 // (MPI_THREAD_MULTIPLE requested, MPI_THREAD_SERIALIZED required) and returns a communicator over
-// a duplicate of MPI_COMM_WORLD whose collectives run on their own thread (comm/op_queue.h).
+// a duplicate of MPI_COMM_WORLD whose collectives run on their own thread (comm/op_queue.h),
+// except that a blocking call finding that thread idle runs on the caller's thread (Note [The
+// caller runs what it waits for]; ZRT_MPI_CALLER_RUNS=0 turns this off).
 std::shared_ptr<Comm> make_mpi_comm(const CommOptions& options = {});
 
 // Whether MPI support was compiled in.

@@ -1,5 +1,6 @@
 #include "comm/op_queue.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -7,8 +8,10 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/blocking_call.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/tool_main.h"
 
 namespace zrt::comm {
 namespace {
@@ -37,9 +40,11 @@ struct OpQueue::Core {
   std::string label;
   int rank = 0;
   double timeout_seconds = 600;
+  bool caller_runs = false;
 
   std::mutex mutex;
-  std::condition_variable cv;  // signalled on every status change
+  std::condition_variable cv;       // signalled on every status change (for waiters)
+  std::condition_variable work_cv;  // signalled for the queue's thread: new work or stop
   std::deque<std::shared_ptr<OpState>> pending;
   std::shared_ptr<OpState> running;
   bool stop = false;
@@ -54,18 +59,82 @@ struct OpQueue::Core {
     cv.notify_all();
   }
 
+  // How late the queue's thread may notice a caller's collective: a quarter of the deadline, at
+  // most a second.
+  double watch_period() const { return std::min(1.0, timeout_seconds / 4); }
+
+  std::string timeout_message(const OpState& op, double waited) const {
+    return str("[rank ", rank, "] communication timeout: ", op.info.describe(), " on the ", label,
+               " communicator did not complete after ", waited, " s (timeout ", timeout_seconds,
+               " s, set with ZRT_COMM_TIMEOUT or zrt.comm_timeout). Another rank probably "
+               "skipped this collective, stalled or died.");
+  }
+
   // Throws the timeout error if the running collective exceeded the deadline. Requires mutex.
   void check_deadline_locked() {
     if (!fatal.empty()) throw CommError(fatal);
     if (!running) return;
     const double waited = seconds_since(running->started);
     if (waited <= timeout_seconds) return;
-    mark_broken(str("[rank ", rank, "] communication timeout: ", running->info.describe(),
-                    " on the ", label, " communicator did not complete after ", waited,
-                    " s (timeout ", timeout_seconds,
-                    " s, set with ZRT_COMM_TIMEOUT or zrt.comm_timeout). Another rank probably "
-                    "skipped this collective, stalled or died."));
+    mark_broken(timeout_message(*running, waited));
     throw CommError(fatal);
+  }
+
+  // Requires mutex.
+  void start_locked(const std::shared_ptr<OpState>& op) {
+    op->status = Status::kRunning;
+    op->started = Clock::now();
+    running = op;
+  }
+
+  static std::exception_ptr run_body(OpState& op) {
+    try {
+      op.body();
+    } catch (...) {
+      return std::current_exception();
+    }
+    return nullptr;
+  }
+
+  // Records the end of the running collective `op` and wakes every waiter. Requires mutex.
+  void finish_locked(OpState& op, std::exception_ptr error) {
+    times.busy_seconds += seconds_since(op.started);
+    times.collectives += 1;
+    op.body = nullptr;
+    op.keep_alive.clear();
+    running.reset();
+    if (error) {
+      op.status = Status::kFailed;
+      op.error = error;
+      std::string what = "unknown error";
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      mark_broken(str("[rank ", rank, "] ", op.info.describe(), " failed: ", what));
+    } else {
+      op.status = Status::kDone;
+    }
+    cv.notify_all();
+  }
+
+  // The queue's thread while a caller runs a collective itself: sleeps until its deadline (or
+  // new work) and ends the process once it outlives it (Note [The caller runs what it waits
+  // for]). Requires mutex; `running` is the caller's collective.
+  void watch_caller_locked(std::unique_lock<std::mutex>& lock) {
+    const double waited = seconds_since(running->started);
+    if (waited <= timeout_seconds) {
+      // At most an hour at a time: the loop looks again (and huge timeouts cannot overflow).
+      work_cv.wait_for(lock, std::chrono::duration<double>(
+                                 std::min(3600.0, timeout_seconds - waited + 1e-3)));
+      return;
+    }
+    const std::string message = timeout_message(*running, waited);
+    mark_broken(message);
+    lock.unlock();
+    exit_with_error(message, ExitCode::kComm);
   }
 
   void run() {
@@ -73,7 +142,18 @@ struct OpQueue::Core {
       std::shared_ptr<OpState> op;
       {
         std::unique_lock<std::mutex> lock(mutex);
-        cv.wait(lock, [&] { return stop || !pending.empty(); });
+        for (;;) {
+          if (running) {
+            watch_caller_locked(lock);  // only a caller's collective runs while we are here
+          } else if (!pending.empty() || stop) {
+            break;
+          } else if (caller_runs) {
+            // A caller may start a collective without waking us: look every watch period.
+            work_cv.wait_for(lock, std::chrono::duration<double>(watch_period()));
+          } else {
+            work_cv.wait(lock);
+          }
+        }
         if (pending.empty()) break;  // stop requested and drained
         op = pending.front();
         pending.pop_front();
@@ -86,37 +166,11 @@ struct OpQueue::Core {
           cv.notify_all();
           continue;
         }
-        op->status = Status::kRunning;
-        op->started = Clock::now();
-        running = op;
+        start_locked(op);
       }
-      std::exception_ptr error;
-      try {
-        op->body();
-      } catch (...) {
-        error = std::current_exception();
-      }
+      std::exception_ptr error = run_body(*op);
       std::lock_guard<std::mutex> lock(mutex);
-      times.busy_seconds += seconds_since(op->started);
-      times.collectives += 1;
-      op->body = nullptr;
-      op->keep_alive.clear();
-      running.reset();
-      if (error) {
-        op->status = Status::kFailed;
-        op->error = error;
-        std::string what = "unknown error";
-        try {
-          std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        mark_broken(str("[rank ", rank, "] ", op->info.describe(), " failed: ", what));
-      } else {
-        op->status = Status::kDone;
-      }
-      cv.notify_all();
+      finish_locked(*op, error);
     }
     std::lock_guard<std::mutex> lock(mutex);
     thread_exited = true;
@@ -159,13 +213,14 @@ class QueuedWork final : public Work {
 
 }  // namespace
 
-OpQueue::OpQueue(std::string label, int rank, double timeout_seconds)
+OpQueue::OpQueue(std::string label, int rank, double timeout_seconds, bool caller_runs)
     : core_(std::make_shared<Core>()) {
   ZRT_CHECK_AS(ConfigError, timeout_seconds > 0, "communication timeout must be positive, got ",
                timeout_seconds);
   core_->label = std::move(label);
   core_->rank = rank;
   core_->timeout_seconds = timeout_seconds;
+  core_->caller_runs = caller_runs;
   // The thread holds its own reference so a detached thread never touches freed memory.
   std::shared_ptr<Core> core = core_;
   core_->thread = std::thread([core] { core->run(); });
@@ -174,7 +229,7 @@ OpQueue::OpQueue(std::string label, int rank, double timeout_seconds)
 OpQueue::~OpQueue() {
   std::unique_lock<std::mutex> lock(core_->mutex);
   core_->stop = true;
-  core_->cv.notify_all();
+  core_->work_cv.notify_all();
   const auto deadline = Clock::now() + std::chrono::duration<double>(core_->timeout_seconds);
   const bool exited = core_->cv.wait_until(lock, deadline, [&] {
     return core_->thread_exited || (!core_->fatal.empty() && core_->running);
@@ -199,14 +254,24 @@ std::shared_ptr<Work> OpQueue::submit(const OpInfo& info, std::function<void()> 
   op->body = std::move(body);
   op->keep_alive = std::move(keep_alive);
   {
-    std::lock_guard<std::mutex> lock(core_->mutex);
+    std::unique_lock<std::mutex> lock(core_->mutex);
     if (!core_->fatal.empty()) {
       throw CommError(str(info.describe(), " refused: the ", core_->label,
                           " communicator is broken: ", core_->fatal));
     }
+    if (core_->caller_runs && BlockingCall::active() && core_->pending.empty() &&
+        !core_->running) {
+      // Note [The caller runs what it waits for]
+      core_->start_locked(op);
+      lock.unlock();
+      std::exception_ptr error = Core::run_body(*op);
+      lock.lock();
+      core_->finish_locked(*op, error);
+      return std::make_shared<QueuedWork>(core_, std::move(op));
+    }
     core_->pending.push_back(op);
   }
-  core_->cv.notify_all();
+  core_->work_cv.notify_all();
   return std::make_shared<QueuedWork>(core_, std::move(op));
 }
 

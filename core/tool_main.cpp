@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include "core/error.h"
@@ -10,6 +11,12 @@
 namespace zrt {
 namespace {
 std::atomic<AbortHook> g_abort_hook{nullptr};
+std::atomic<const char*> g_tool_name{"zrt"};
+
+void report(const std::string& line) {
+  std::fprintf(stderr, "%s\n", line.c_str());
+  append_to_rank_log_file(line);  // see Note [Per-rank log files]
+}
 
 int fail(int code) {
   std::fflush(stdout);
@@ -25,11 +32,13 @@ void run_abort_hook(int exit_code) {
   if (AbortHook hook = g_abort_hook.load()) hook(exit_code);
 }
 
+void exit_with_error(const std::string& message, ExitCode code) {
+  report(str(g_tool_name.load(), ": error: ", message));
+  std::_Exit(fail(static_cast<int>(code)));
+}
+
 int run_tool(const char* tool_name, const std::function<int()>& body) {
-  auto report = [&](const std::string& line) {
-    std::fprintf(stderr, "%s\n", line.c_str());
-    append_to_rank_log_file(line);  // see Note [Per-rank log files]
-  };
+  g_tool_name = tool_name;
   try {
     return body();
   } catch (const Error& e) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
 namespace zrt {
 
 // Runs `body`; returns its result, or on an exception prints "<tool>: error: <message>" to
@@ -34,5 +36,12 @@ using AbortHook = void (*)(int exit_code);
 void set_abort_hook(AbortHook hook);
 // Runs the hook if one is installed (it normally does not return).
 void run_abort_hook(int exit_code);
+
+// Ends the process from a thread that cannot hand an exception to the code that would report it
+// (e.g. the watchdog of a collective that the caller's own thread is blocked in): prints
+// "<tool>: error: <message>" to stderr and the rank's log file as run_tool does (the tool named
+// by the latest run_tool call, "zrt" before any), runs the abort hook with `code`, and exits with
+// it if the hook returns.
+[[noreturn]] void exit_with_error(const std::string& message, ExitCode code);
 
 }  // namespace zrt

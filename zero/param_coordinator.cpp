@@ -67,10 +67,6 @@ class GradReadyHook final : public torch::autograd::FunctionPostHook {
   int param_;
 };
 
-int64_t bytes_of(const Stage3Param& p) {
-  return p.numel * static_cast<int64_t>(p.param.element_size());
-}
-
 }  // namespace
 
 struct ParamCoordinator::HookHandle : AccumulatorHook {};
@@ -182,17 +178,17 @@ void ParamCoordinator::start_gather(int unit, bool prefetch) {
 }
 
 // Note [Reusing gather buffers]
-// A unit's all-gather needs an output of W x chunk elements, as large as the unit. Allocated
-// fresh for every gather, it is a new mapping each time (Note [Returning released memory] makes
-// every large block an mmap), so each gather first-touches and the kernel zeroes the whole
-// buffer, and releasing it unmaps it again: at N = 2 that was most of the time of a generated
-// token (docs/PERFORMANCE.md). The coordinator therefore keeps up to gather_buffer_depth_ output
-// buffers and hands out a view of one that no gather holds (its storage referenced by the pool
-// alone), growing it when a unit needs more; past the depth (gather_all, prefetch deeper than
-// expected) a gather gets a one-off buffer as before, so correctness never depends on the depth.
-// The depth is 1 for inference (one unit at a time), 2 for training with prefetch. The send side
-// needs no buffer: this rank's partitions go into its own chunk of the output (in place). trim_gather_buffers() frees the idle buffers at
-// the end of every backward (so the optimizer step's peak is unchanged) and in release_all().
+// A unit's all-gather needs an output of W x chunk elements, as large as the unit. Allocated fresh
+// for every gather, it is a new mapping each time (mapped_empty, Note [Returning released memory]),
+// so each gather first-touches and the kernel zeroes the whole buffer, and releasing it unmaps it
+// again: at N = 2 that was most of the time of a generated token (docs/PERFORMANCE.md). The
+// coordinator therefore keeps up to gather_buffer_depth_ output buffers and hands out a view of
+// one that no gather holds (its storage referenced by the pool alone), growing it when a unit
+// needs more; past the depth (gather_all, prefetch deeper than expected) a gather gets a one-off
+// buffer as before, so correctness never depends on the depth. The depth is 1 for inference (one
+// unit at a time), 2 for training with prefetch. The send side needs no buffer: this rank's
+// partitions go into its own chunk of the output (in place). trim_gather_buffers() frees the idle
+// buffers at the end of every backward (the step's peak is unchanged) and in release_all().
 at::Tensor ParamCoordinator::gather_buffer(int64_t numel, const at::TensorOptions& options) {
   for (at::Tensor& b : gather_buffers_) {
     if (b.storage().use_count() != 1 || b.dtype() != options.dtype() ||
@@ -201,17 +197,17 @@ at::Tensor ParamCoordinator::gather_buffer(int64_t numel, const at::TensorOption
     }
     if (b.numel() < numel) {
       stats_.gather_buffer_bytes -= b.nbytes();
-      b = at::empty({numel}, options);
+      b = mapped_empty(numel, options);
       stats_.gather_buffer_bytes += b.nbytes();
     }
     return b.narrow(0, 0, numel);
   }
   if (gather_buffers_.size() < gather_buffer_depth_) {
-    gather_buffers_.push_back(at::empty({numel}, options));
+    gather_buffers_.push_back(mapped_empty(numel, options));
     stats_.gather_buffer_bytes += gather_buffers_.back().nbytes();
     return gather_buffers_.back().narrow(0, 0, numel);
   }
-  return at::empty({numel}, options);
+  return mapped_empty(numel, options);
 }
 
 void ParamCoordinator::trim_gather_buffers() {
@@ -234,7 +230,7 @@ void ParamCoordinator::copy_alone(const InFlightGather& g) {
     if (p.param.numel() > 0 && p.param.data_ptr() == part.data_ptr()) continue;  // a view of it
     const bool was_allocated = storage_allocated(p.param) && p.param.storage().data() != nullptr;
     allocate_storage(p.param);
-    if (!was_allocated && g.unit >= 0) stats_.gathered_bytes += bytes_of(p);
+    if (!was_allocated && g.unit >= 0) stats_.gathered_bytes += p.bytes();
     // As in finish_gather: an alias outside autograd's version counting.
     at::from_blob(p.param.data_ptr(), {p.numel},
                   at::TensorOptions().dtype(p.param.scalar_type()).device(p.param.device()))
@@ -252,7 +248,7 @@ void ParamCoordinator::finish_gather(InFlightGather& g) {
     const Stage3Param& p = params[g.params[k]];
     const bool was_allocated = storage_allocated(p.param) && p.param.storage().data() != nullptr;
     allocate_storage(p.param);
-    if (!was_allocated && g.unit >= 0) stats_.gathered_bytes += bytes_of(p);
+    if (!was_allocated && g.unit >= 0) stats_.gathered_bytes += p.bytes();
     // An alias that does not share the parameter's version counter: refilling a gathered
     // parameter must not look like an in-place change to the views autograd saved in forward.
     at::Tensor flat =
@@ -291,7 +287,7 @@ void ParamCoordinator::release(int unit) {
     if (p.persistent || p.numel == 0) continue;
     if (storage_allocated(p.param)) {
       release_storage(p.param);
-      stats_.gathered_bytes -= bytes_of(p);
+      stats_.gathered_bytes -= p.bytes();
     }
   }
   gathered_[unit] = kReleased;

@@ -1,10 +1,13 @@
 #include "zero/stage3_layout.h"
 
-#include <unordered_map>
+#include <sys/mman.h>
 
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+
+#include <new>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/shard.h"
@@ -22,12 +25,46 @@ namespace zrt::zero {
 
 void keep_large_blocks_mmapped() {
 #ifdef __GLIBC__
-  static const bool done = [] {
-    // 128 KiB, glibc's initial threshold; setting it turns the dynamic adjustment off.
-    return ::mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1;
-  }();
+  // Setting the threshold also turns glibc's dynamic adjustment off.
+  static const bool done =
+      ::mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLargeBlockBytes)) == 1 &&
+      ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(kHeapTrimBytes)) == 1;
   (void)done;
 #endif
+}
+
+namespace {
+
+// Note [Returning released memory]: a block of its own anonymous mapping, unmapped when freed.
+struct OwnMapping {
+  void* data;
+  size_t bytes;
+};
+
+void unmap(void* context) {
+  auto* m = static_cast<OwnMapping*>(context);
+  ::munmap(m->data, m->bytes);
+  delete m;
+}
+
+at::DataPtr map_block(size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return at::DataPtr(p, new OwnMapping{p, bytes}, &unmap, at::Device(at::kCPU));
+}
+
+bool own_mapping(const at::Device& device, size_t bytes) {
+  return device.is_cpu() && bytes >= kOwnMappingBytes;
+}
+
+}  // namespace
+
+at::Tensor mapped_empty(int64_t numel, const at::TensorOptions& options) {
+  const size_t bytes = static_cast<size_t>(numel) * options.dtype().itemsize();
+  if (!own_mapping(options.device(), bytes)) return at::empty({numel}, options);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return at::from_blob(p, {numel}, [bytes](void* data) { ::munmap(data, bytes); }, options);
 }
 
 void release_storage(const at::Tensor& param) {
@@ -40,7 +77,8 @@ void allocate_storage(const at::Tensor& param) {
   c10::StorageImpl* s = param.storage().unsafeGetStorageImpl();
   const size_t nbytes = static_cast<size_t>(param.numel()) * param.element_size();
   if (s->nbytes() == nbytes && (nbytes == 0 || s->data() != nullptr)) return;
-  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_data_ptr_noswap(own_mapping(param.device(), nbytes) ? map_block(nbytes)
+                                                              : s->allocator()->allocate(nbytes));
   s->set_nbytes(nbytes);
 }
 

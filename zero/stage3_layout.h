@@ -29,6 +29,8 @@ struct Stage3Param {
   int64_t group_offset = 0;  // offset of its partition in the group's partition flat
   int unit = -1;             // owning unit; the root unit (params outside units) is num_units
   bool persistent = false;   // always gathered (small, tied, or outside every unit)
+
+  int64_t bytes() const { return numel * static_cast<int64_t>(param.element_size()); }
 };
 
 struct Stage3Unit {
@@ -83,13 +85,30 @@ class Stage3Layout {
 
 // Storage helpers (see the file comment).
 // Note [Returning released memory]: glibc raises its mmap threshold each time a large block is
-// freed, after which blocks of that size come from the heap, where freed memory stays resident;
-// a rank that releases gathered parameters (or deferred ones) would keep the peak of every
-// gather. Fixing the threshold (mallopt, once per process) keeps large blocks mmapped, so a
-// release gives the memory back. Called by the stage-3 layout and by zrt::defer_parameters.
+// freed (up to 32 MiB), after which blocks of that size come from the heap, where freed memory
+// stays resident and fragments; a rank that releases gathered parameters, gradients or load-time
+// temporaries would keep a peak far above its bound (the 394M model once generated at 2.2-3.1 GB
+// per rank). Two measures:
+// - The memory ZeRO-3 releases on purpose comes from mappings of its own: allocate_storage() and
+//   mapped_empty() map CPU blocks of at least kOwnMappingBytes with mmap, and releasing them
+//   unmaps them, whatever malloc does.
+// - keep_large_blocks_mmapped() (once per process; called by the stage-3 layout and by
+//   zrt::defer_parameters) fixes glibc's mmap threshold at kLargeBlockBytes, so other large blocks
+//   (gradients, load-time temporaries) go back to the system when freed, and its heap-trim
+//   threshold at kHeapTrimBytes. An earlier version fixed only the mmap threshold, at 128 KiB,
+//   which left the trim threshold at 128 KiB as well: every activation above 128 KiB became a
+//   fresh mapping and the heap's top was given back and faulted in again on every step, and the
+//   example GPT's ZeRO-3 step at 2 ranks took 1.6x as long as with glibc's defaults
+//   (docs/PERFORMANCE.md, session 11). With 1 MiB and 32 MiB it is within about 10% of glibc's
+//   defaults, and the 583M-model memory test stays under its cap.
+constexpr size_t kOwnMappingBytes = 128 * 1024;
+constexpr size_t kLargeBlockBytes = 1 << 20;
+constexpr size_t kHeapTrimBytes = 32 << 20;
 void keep_large_blocks_mmapped();
 void release_storage(const at::Tensor& param);
 void allocate_storage(const at::Tensor& param);
 bool storage_allocated(const at::Tensor& param);
+// An uninitialised 1-D tensor of `numel` elements; on the CPU from a mapping of its own (above).
+at::Tensor mapped_empty(int64_t numel, const at::TensorOptions& options);
 
 }  // namespace zrt::zero

@@ -2,12 +2,16 @@
 // mismatch detection, timeouts and failure propagation, the counting decorator, init_from_env.
 #include "comm/local_comm.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "comm/blocking_call.h"
 #include "comm/counting_comm.h"
 #include "comm/desync_check.h"
 #include "comm/init.h"
@@ -180,6 +184,106 @@ TEST(LocalWorld, BrokenCommunicatorRefusesLaterCalls) {
     EXPECT_NE(std::string(e.what()).find("broken"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(any_comm_broken());
+}
+
+// Note [The caller runs what it waits for] (comm/op_queue.h), on the queue itself.
+OpInfo barrier_info(uint64_t seq) {
+  OpInfo info;
+  info.seq = seq;
+  return info;
+}
+
+TEST(OpQueueCallerRuns, ABlockingCallRunsOnTheCallersThreadOnlyWhenTheQueueIsIdle) {
+  const std::thread::id me = std::this_thread::get_id();
+  std::thread::id ran_on;
+  auto record = [&] { ran_on = std::this_thread::get_id(); };
+  {
+    OpQueue q("test", 0, 5.0, /*caller_runs=*/true);
+    {
+      const BlockingCall blocking;
+      auto work = q.submit(barrier_info(1), record, {});
+      EXPECT_TRUE(work->is_completed());  // done before submit returned
+      work->wait();
+    }
+    EXPECT_EQ(ran_on, me);
+    q.submit(barrier_info(2), record, {})->wait();  // asynchronous: the queue's thread
+    EXPECT_NE(ran_on, me);
+    const CommTimes t = q.times();
+    EXPECT_EQ(t.collectives, 2u);
+  }
+  {
+    OpQueue q("test", 0, 5.0, /*caller_runs=*/false);
+    const BlockingCall blocking;
+    q.submit(barrier_info(1), record, {})->wait();
+    EXPECT_NE(ran_on, me);
+  }
+}
+
+TEST(OpQueueCallerRuns, ABlockingCallBehindAQueuedOneWaitsItsTurn) {
+  OpQueue q("test", 0, 5.0, /*caller_runs=*/true);
+  std::atomic<bool> release{false};
+  std::mutex m;
+  std::vector<int> order;
+  std::thread::id second_ran_on;
+  auto first = q.submit(
+      barrier_info(1),
+      [&] {
+        while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::lock_guard<std::mutex> lock(m);
+        order.push_back(1);
+      },
+      {});
+  std::shared_ptr<Work> second;
+  {
+    const BlockingCall blocking;
+    second = q.submit(
+        barrier_info(2),
+        [&] {
+          std::lock_guard<std::mutex> lock(m);
+          order.push_back(2);
+          second_ran_on = std::this_thread::get_id();
+        },
+        {});
+  }
+  EXPECT_FALSE(second->is_completed());  // queued behind the first, not run here
+  release = true;
+  second->wait();
+  first->wait();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_NE(second_ran_on, std::this_thread::get_id());
+}
+
+TEST(OpQueueCallerRuns, AFailureOnTheCallersThreadBreaksTheQueueLikeAnyOther) {
+  OpQueue q("test", 3, 5.0, /*caller_runs=*/true);
+  std::shared_ptr<Work> work;
+  {
+    const BlockingCall blocking;
+    work = q.submit(barrier_info(1), [] { throw CommError("injected"); }, {});
+  }
+  try {
+    work->wait();
+    FAIL() << "no error";
+  } catch (const CommError& e) {
+    EXPECT_EQ(std::string(e.what()), "injected");
+  }
+  EXPECT_TRUE(q.broken());
+  EXPECT_THROW(q.submit(barrier_info(2), [] {}, {}), CommError);
+}
+
+// The caller is inside the collective and cannot be told: the queue's thread ends the process
+// with the timeout message and the communication exit code.
+TEST(OpQueueCallerRunsDeathTest, ACallersCollectivePastItsDeadlineEndsTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        OpQueue q("test", 1, 0.3, /*caller_runs=*/true);
+        const BlockingCall blocking;
+        q.submit(barrier_info(7), [] { std::this_thread::sleep_for(std::chrono::seconds(30)); },
+                 {});
+      },
+      ::testing::ExitedWithCode(4),
+      "error: \\[rank 1\\] communication timeout: barrier #7 on the test communicator did not "
+      "complete after");
 }
 
 TEST(CommValidation, RejectsBadArgumentsWithClearErrors) {

@@ -2,7 +2,9 @@
 // bounds and padding, group offsets, persistence rules, unit sums, storage release; gathering
 // and releasing units, the reuse distance, gather_all, and the gradient reduce-scatter into each
 // rank's partition, with ranks as threads over the in-process backend.
+#include <cstdio>
 #include <map>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -110,6 +112,44 @@ TEST(Stage3Layout, PersistenceThresholdsAndUnitSums) {
   capped.partition();
   EXPECT_FALSE(find(capped, "a.b").persistent);
   EXPECT_FALSE(storage_allocated(q.t["a.b"]));
+}
+
+// Note [Returning released memory]: parameter storages of at least kOwnMappingBytes and gather
+// buffers are mappings of their own (page-aligned, whatever malloc's threshold); smaller ones come
+// from the allocator. Releasing gives the mapping back: the process's mapped memory shrinks.
+int64_t mapped_kib() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  char line[256];
+  int64_t kib = -1;
+  while (f != nullptr && std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmSize: %ld kB", &kib) == 1) break;
+  }
+  if (f != nullptr) std::fclose(f);
+  return kib;
+}
+
+TEST(OwnMappings, LargeParameterStoragesAndGatherBuffersAreUnmappedWhenReleased) {
+  const int64_t n = 16 << 20;  // 64 MiB of fp32
+  at::Tensor t = at::zeros({1});
+  t.unsafeGetTensorImpl()->set_sizes_contiguous({n});  // a parameter shell, as after release
+  release_storage(t);
+  at::zeros({n}).fill_(1.0f);  // starts the intra-op threads (their stacks are mappings too)
+  const int64_t before = mapped_kib();
+  allocate_storage(t);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 4096, 0u) << "a mapping of its own";
+  t.fill_(2.0f);
+  EXPECT_GE(mapped_kib() - before, 64 * 1024);
+  release_storage(t);
+  EXPECT_LT(mapped_kib() - before, 1024) << "released: unmapped";
+  at::Tensor buffer = mapped_empty(n, at::TensorOptions().dtype(at::kFloat));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data_ptr()) % 4096, 0u);
+  buffer.fill_(1.0f);
+  EXPECT_GE(mapped_kib() - before, 64 * 1024);
+  buffer = at::Tensor();
+  EXPECT_LT(mapped_kib() - before, 1024);
+  at::Tensor small = mapped_empty(16, at::TensorOptions().dtype(at::kFloat));
+  small.fill_(3.0f);  // below kOwnMappingBytes: the allocator's
+  EXPECT_EQ(small.sum().item<float>(), 48.0f);
 }
 
 // Each rank (a thread) builds the same parameters, partitions them and drives a coordinator.
