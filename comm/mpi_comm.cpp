@@ -295,7 +295,8 @@ class MpiComm final : public Comm {
   }
 
  private:
-  // ---- run on the queue's thread only ----
+  // ---- run by whichever thread runs the collective (one at a time, Note [The caller runs what
+  // it waits for]) ----
 
   void run_all_reduce(const at::Tensor& t, const OpInfo& info) {
     auto* p = static_cast<uint8_t*>(t.data_ptr());
@@ -488,7 +489,7 @@ class MpiComm final : public Comm {
   int local_rank_ = 0;
   int local_size_ = 1;
   int64_t max_count_ = INT_MAX;
-  // Reused across calls (queue thread only) to avoid page faults on every collective.
+  // Reused across calls (one collective at a time) to avoid page faults on every collective.
   std::vector<uint8_t> send_buf_;
   std::vector<uint8_t> recv_buf_;
   std::vector<MPI_Request> requests_;

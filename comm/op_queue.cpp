@@ -266,7 +266,11 @@ std::shared_ptr<Work> OpQueue::submit(const OpInfo& info, std::function<void()> 
       lock.unlock();
       std::exception_ptr error = Core::run_body(*op);
       lock.lock();
+      core_->times.exposed_seconds += seconds_since(op->started);  // the caller waited it all
       core_->finish_locked(*op, error);
+      // Another thread may have queued a collective meanwhile: the queue's thread, asleep until
+      // this one's deadline, starts it now.
+      if (!core_->pending.empty()) core_->work_cv.notify_all();
       return std::make_shared<QueuedWork>(core_, std::move(op));
     }
     core_->pending.push_back(op);

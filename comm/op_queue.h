@@ -1,5 +1,7 @@
-// OpQueue: runs the collectives of one CPU communicator on a dedicated thread, in the order they
-// were submitted, and turns a collective that does not complete in time into a CommError.
+// OpQueue: runs the collectives of one CPU communicator one at a time, in the order they were
+// submitted, on a dedicated thread (or, for a blocking call finding it idle, on the caller's:
+// Note [The caller runs what it waits for]), and turns a collective that does not complete in
+// time into a CommError or, where the caller itself is stuck in it, the end of the process.
 //
 // Used by the MPI and in-process backends. It gives them asynchronous Work handles (the caller
 // keeps computing while the collective runs on the queue's thread) and the no-silent-hang rule of
@@ -19,7 +21,7 @@ namespace zrt::comm {
 
 // Note [Collective deadlines]
 // A blocking MPI call cannot be interrupted, so collectives execute on the queue's thread and the
-// caller waits on a condition variable. wait() throws CommError once the collective that is
+// caller waits on a condition variable (for the exception, see the next Note). wait() throws CommError once the collective that is
 // *currently executing* has been running longer than the timeout (if the caller's own op is still
 // queued, the one blocking the queue is the culprit and is the one named). The message names the
 // op, dtype, element count, rank and the time waited. After that the communicator is broken:
@@ -29,14 +31,15 @@ namespace zrt::comm {
 // ranks can no longer be assumed to be in step.
 //
 // Note [The caller runs what it waits for]
-// A collective that the caller waits for before the queue's thread has picked it up (every
-// blocking call: submit then wait at once) is run by the caller itself when the queue is
-// otherwise idle, if the queue was made with `caller_runs`. Handing it over costs two thread
-// wake-ups per collective, and on a host with more busy threads than cores each wake-up waits
-// for a time slice: at 4 ranks on 2 cores a 1-16 MiB reduce-scatter took about twice as long
-// through the queue's thread as on the caller's (docs/PERFORMANCE.md). Order is kept: only the
-// oldest pending collective is taken, and only while none runs; the queue's thread starts
-// nothing while the caller runs one. The deadline still holds, enforced by the queue's thread:
+// A collective submitted by a blocking call (the blocking forms of Comm mark the calling thread
+// with a BlockingCall, comm/blocking_call.h) is run by submit() on the caller's thread when the
+// queue is idle — nothing pending, nothing running — if the queue was made with `caller_runs`;
+// otherwise it is queued as any other. Handing it over costs two thread wake-ups per
+// collective, and on a host with more busy threads than cores each wake-up waits for a time
+// slice: at 4 ranks on 2 cores a 1-4 MiB reduce-scatter took over twice as long through the
+// queue's thread as on the caller's (docs/PERFORMANCE.md). Order is kept: the queue's thread
+// starts nothing while the caller runs one, and whatever another thread queued meanwhile starts
+// when it ends. The deadline still holds, enforced by the queue's thread:
 // the caller is inside a blocking call and cannot be told, so a collective that outlives its
 // deadline ends the process with the same message (zrt::exit_with_error, exit code 4 and
 // MPI_Abort through the abort hook) instead of a CommError thrown to the caller. Asynchronous
@@ -54,8 +57,9 @@ class OpQueue {
   OpQueue(const OpQueue&) = delete;
   OpQueue& operator=(const OpQueue&) = delete;
 
-  // Enqueues `body` (run on the queue's thread). `keep_alive` tensors are referenced until the
-  // collective completed. Throws CommError if the queue is already broken.
+  // Enqueues `body` (run on the queue's thread), or runs it before returning (Note [The caller
+  // runs what it waits for]). `keep_alive` tensors are referenced until the collective
+  // completed. Throws CommError if the queue is already broken.
   std::shared_ptr<Work> submit(const OpInfo& info, std::function<void()> body,
                                std::vector<at::Tensor> keep_alive);
 

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
+#include <string>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -11,7 +13,8 @@
 namespace zrt {
 namespace {
 std::atomic<AbortHook> g_abort_hook{nullptr};
-std::atomic<const char*> g_tool_name{"zrt"};
+std::mutex g_tool_name_mutex;
+std::string g_tool_name = "zrt";  // guarded by g_tool_name_mutex
 
 void report(const std::string& line) {
   std::fprintf(stderr, "%s\n", line.c_str());
@@ -33,12 +36,20 @@ void run_abort_hook(int exit_code) {
 }
 
 void exit_with_error(const std::string& message, ExitCode code) {
-  report(str(g_tool_name.load(), ": error: ", message));
+  std::string tool;
+  {
+    const std::lock_guard<std::mutex> lock(g_tool_name_mutex);
+    tool = g_tool_name;
+  }
+  report(str(tool, ": error: ", message));
   std::_Exit(fail(static_cast<int>(code)));
 }
 
 int run_tool(const char* tool_name, const std::function<int()>& body) {
-  g_tool_name = tool_name;
+  {
+    const std::lock_guard<std::mutex> lock(g_tool_name_mutex);
+    g_tool_name = tool_name;
+  }
   try {
     return body();
   } catch (const Error& e) {

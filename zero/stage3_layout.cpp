@@ -26,9 +26,8 @@ namespace zrt::zero {
 void keep_large_blocks_mmapped() {
 #ifdef __GLIBC__
   // Setting the threshold also turns glibc's dynamic adjustment off.
-  static const bool done =
-      ::mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLargeBlockBytes)) == 1 &&
-      ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(kHeapTrimBytes)) == 1;
+  static const int done = ::mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLargeBlockBytes)) +
+                         ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(kHeapTrimBytes));
   (void)done;
 #endif
 }
@@ -62,9 +61,10 @@ bool own_mapping(const at::Device& device, size_t bytes) {
 at::Tensor mapped_empty(int64_t numel, const at::TensorOptions& options) {
   const size_t bytes = static_cast<size_t>(numel) * options.dtype().itemsize();
   if (!own_mapping(options.device(), bytes)) return at::empty({numel}, options);
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  return at::from_blob(p, {numel}, [bytes](void* data) { ::munmap(data, bytes); }, options);
+  // The mapping's DataPtr owns it from the start (unmapped if building the tensor throws).
+  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, map_block(bytes),
+                       /*allocator=*/nullptr, /*resizable=*/false);
+  return at::empty({0}, options).set_(storage, 0, {numel}, {1});
 }
 
 void release_storage(const at::Tensor& param) {

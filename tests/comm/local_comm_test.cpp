@@ -253,6 +253,30 @@ TEST(OpQueueCallerRuns, ABlockingCallBehindAQueuedOneWaitsItsTurn) {
   EXPECT_NE(second_ran_on, std::this_thread::get_id());
 }
 
+// Another thread's collective, queued while a caller runs one, starts when that one ends (not at
+// its deadline); the caller's wait counts as exposed time.
+TEST(OpQueueCallerRuns, ACollectiveQueuedMeanwhileStartsWhenTheCallersEnds) {
+  OpQueue q("test", 0, 60.0, /*caller_runs=*/true);
+  const auto start = std::chrono::steady_clock::now();
+  double other_done = -1;
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    q.submit(barrier_info(2), [] {}, {})->wait();
+    other_done =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
+  {
+    const BlockingCall blocking;
+    q.submit(barrier_info(1), [] { std::this_thread::sleep_for(std::chrono::milliseconds(500)); },
+             {})
+        ->wait();
+  }
+  other.join();
+  EXPECT_GE(other_done, 0.45);
+  EXPECT_LT(other_done, 5.0) << "the queue's thread slept until the first one's deadline";
+  EXPECT_GE(q.times().exposed_seconds, 0.45);
+}
+
 TEST(OpQueueCallerRuns, AFailureOnTheCallersThreadBreaksTheQueueLikeAnyOther) {
   OpQueue q("test", 3, 5.0, /*caller_runs=*/true);
   std::shared_ptr<Work> work;
