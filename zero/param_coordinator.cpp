@@ -99,9 +99,12 @@ ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::C
   }
   // Note [Reusing gather buffers]: generation never prefetches; training may have a prefetch in
   // flight next to the gather being used.
-  gather_buffer_depth_ = options_.gradients && options_.prefetch_bucket_size > 0 ? 2 : 1;
-  // Hooks even without gradients (inference): a loss.backward() through the model is an error.
+  const size_t depth = options_.gradients && options_.prefetch_bucket_size > 0 ? 2 : 1;
+  gather_buffers_.set_depth(depth);
+  parameter_slabs_.set_depth(depth);
+  slab_offset_ = layout_.slab_offsets(&slab_bytes_);
   const auto& params = layout_.params();
+  // Hooks even without gradients (inference): a loss.backward() through the model is an error.
   for (size_t i = 0; i < params.size(); ++i) {
     if (params[i].group < 0) continue;
     hooks_.push_back({add_accumulator_hook(
@@ -163,7 +166,8 @@ void ParamCoordinator::start_gather(int unit, bool prefetch) {
                         .device(first.device())
                         .pinned_memory(false);
   // In place: this rank's partitions go straight into its own chunk of the output.
-  g->out = gather_buffer(g->chunk * comm_->size(), opts);
+  g->out = gather_buffers_.acquire(g->chunk * comm_->size(), opts);
+  sync_pool_stats();
   g->send = g->out.narrow(0, comm_->rank() * g->chunk, g->chunk);
   for (size_t k = 0; k < g->params.size(); ++k) {
     g->send.narrow(0, g->offsets[k], params[g->params[k]].pn)
@@ -178,59 +182,60 @@ void ParamCoordinator::start_gather(int unit, bool prefetch) {
 }
 
 // Note [Reusing gather buffers]
-// A unit's all-gather needs an output of W x chunk elements, as large as the unit. Allocated fresh
-// for every gather, it is a new mapping each time (mapped_empty, Note [Returning released memory]),
-// so each gather first-touches and the kernel zeroes the whole buffer, and releasing it unmaps it
-// again: at N = 2 that was most of the time of a generated token (docs/PERFORMANCE.md). The
-// coordinator therefore keeps up to gather_buffer_depth_ output buffers and hands out a view of
-// one that no gather holds (its storage referenced by the pool alone), growing it when a unit
-// needs more; past the depth (gather_all, prefetch deeper than expected) a gather gets a one-off
-// buffer as before, so correctness never depends on the depth. The depth is 1 for inference (one
-// unit at a time), 2 for training with prefetch. The send side needs no buffer: this rank's
-// partitions go into its own chunk of the output (in place). trim_gather_buffers() frees the idle
-// buffers at the end of every backward (the step's peak is unchanged) and in release_all().
-at::Tensor ParamCoordinator::gather_buffer(int64_t numel, const at::TensorOptions& options) {
-  for (at::Tensor& b : gather_buffers_) {
-    if (b.storage().use_count() != 1 || b.dtype() != options.dtype() ||
-        b.device() != options.device()) {
-      continue;
-    }
-    if (b.numel() < numel) {
-      stats_.gather_buffer_bytes -= b.nbytes();
-      b = mapped_empty(numel, options);
-      stats_.gather_buffer_bytes += b.nbytes();
-    }
-    return b.narrow(0, 0, numel);
-  }
-  if (gather_buffers_.size() < gather_buffer_depth_) {
-    gather_buffers_.push_back(mapped_empty(numel, options));
-    stats_.gather_buffer_bytes += gather_buffers_.back().nbytes();
-    return gather_buffers_.back().narrow(0, 0, numel);
-  }
-  return mapped_empty(numel, options);
+// Gathering a unit needs memory twice: the all-gather's output (W x chunk elements) and the
+// parameters' storage (the unit's size). Allocated fresh for every gather, each is a new mapping
+// (Note [Returning released memory]): the kernel zeroes every page at first touch and releasing
+// unmaps it again, which at N = 2 was most of the time of a generated token (docs/PERFORMANCE.md).
+// The coordinator therefore keeps two small pools (BufferPool): all-gather outputs, and slabs of
+// the largest unit's size in which a gather places its unit's parameters (point_storage, each
+// 64-byte aligned at an offset fixed per parameter). A pooled buffer is free when the pool holds
+// the only reference to its storage: a gather's output until it is copied out, a slab until the
+// last of its parameters is released. Past the pool's depth (gather_all, prefetch deeper than
+// expected) a gather gets one-off memory as before, so correctness never depends on the depth; it
+// is 1 for inference (one unit at a time), 2 for training with prefetch (the unit in use and the
+// one prefetched). The send side needs no buffer: this rank's partitions go into its own chunk of
+// the output (in place). trim_gather_buffers() frees the idle buffers and slabs at the end of
+// every backward (the optimizer step's peak is unchanged) and in release_all().
+void ParamCoordinator::sync_pool_stats() {
+  stats_.gather_buffer_bytes = gather_buffers_.bytes();
+  stats_.parameter_slab_bytes = parameter_slabs_.bytes();
 }
 
 void ParamCoordinator::trim_gather_buffers() {
-  std::vector<at::Tensor> kept;
-  for (at::Tensor& b : gather_buffers_) {
-    if (b.storage().use_count() == 1) {
-      stats_.gather_buffer_bytes -= b.nbytes();
-    } else {
-      kept.push_back(std::move(b));
+  gather_buffers_.trim();
+  parameter_slabs_.trim();
+  sync_pool_stats();
+}
+
+int64_t ParamCoordinator::place_parameters(const InFlightGather& g) {
+  at::Tensor slab;
+  int64_t placed = 0;
+  for (int i : g.params) {
+    const Stage3Param& p = layout_.params()[i];
+    if (storage_allocated(p.param) && p.param.storage().data() != nullptr) continue;
+    if (g.unit >= 0 && !slab.defined()) {
+      slab = parameter_slabs_.acquire(
+          slab_bytes_, at::TensorOptions().dtype(at::kByte).device(p.param.device()));
     }
+    if (g.unit >= 0 && slab.device() == p.param.device()) {
+      point_storage(p.param, slab, static_cast<size_t>(slab_offset_[i]));
+    } else {
+      allocate_storage(p.param);
+    }
+    placed += p.bytes();
   }
-  gather_buffers_ = std::move(kept);
+  sync_pool_stats();
+  return placed;
 }
 
 void ParamCoordinator::copy_alone(const InFlightGather& g) {
   at::NoGradGuard no_grad;
+  const int64_t placed = place_parameters(g);
+  if (g.unit >= 0) stats_.gathered_bytes += placed;
   for (int i : g.params) {
     const Stage3Param& p = layout_.params()[i];
     const at::Tensor part = layout_.partition_of(i);
-    if (p.param.numel() > 0 && p.param.data_ptr() == part.data_ptr()) continue;  // a view of it
-    const bool was_allocated = storage_allocated(p.param) && p.param.storage().data() != nullptr;
-    allocate_storage(p.param);
-    if (!was_allocated && g.unit >= 0) stats_.gathered_bytes += p.bytes();
+    if (p.param.data_ptr() == part.data_ptr()) continue;  // a view of it
     // As in finish_gather: an alias outside autograd's version counting.
     at::from_blob(p.param.data_ptr(), {p.numel},
                   at::TensorOptions().dtype(p.param.scalar_type()).device(p.param.device()))
@@ -244,11 +249,10 @@ void ParamCoordinator::finish_gather(InFlightGather& g) {
   g.work->wait();
   const auto& params = layout_.params();
   const int w = comm_->size();
+  const int64_t placed = place_parameters(g);
+  if (g.unit >= 0) stats_.gathered_bytes += placed;
   for (size_t k = 0; k < g.params.size(); ++k) {
     const Stage3Param& p = params[g.params[k]];
-    const bool was_allocated = storage_allocated(p.param) && p.param.storage().data() != nullptr;
-    allocate_storage(p.param);
-    if (!was_allocated && g.unit >= 0) stats_.gathered_bytes += p.bytes();
     // An alias that does not share the parameter's version counter: refilling a gathered
     // parameter must not look like an in-place change to the views autograd saved in forward.
     at::Tensor flat =

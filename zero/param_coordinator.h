@@ -18,6 +18,7 @@
 #include <ATen/ATen.h>
 
 #include "comm/comm.h"
+#include "zero/buffer_pool.h"
 #include "zero/options.h"
 #include "zero/shard_unit.h"
 #include "zero/stage3_layout.h"
@@ -51,6 +52,9 @@ struct CoordinatorStats {
   // Bytes of the reusable all-gather buffers held now, in use or idle (Note [Reusing gather
   // buffers]); not part of gathered_bytes.
   int64_t gather_buffer_bytes = 0;
+  // Bytes of the pooled slabs that gathered parameters live in, in use or idle (the same Note);
+  // the parameters in use are also counted in gathered_bytes.
+  int64_t parameter_slab_bytes = 0;
 };
 
 class ParamCoordinator final : public UnitHooks {
@@ -82,8 +86,8 @@ class ParamCoordinator final : public UnitHooks {
   // Collective: gathers every unit (for whole-model access); release_all() undoes it.
   void gather_all();
   void release_all();
-  // Frees the reusable all-gather buffers that no gather is using (Note [Reusing gather
-  // buffers]); end_backward() and release_all() call it.
+  // Frees the reusable all-gather buffers and parameter slabs that nothing is using (Note
+  // [Reusing gather buffers]); end_backward() and release_all() call it.
   void trim_gather_buffers();
 
   const CoordinatorStats& stats() const { return stats_; }
@@ -102,6 +106,10 @@ class ParamCoordinator final : public UnitHooks {
   void start_gather(int unit, bool prefetch);
   void finish_gather(InFlightGather& g);
   void copy_alone(const InFlightGather& g);  // one rank: partitions straight into parameters
+  // Gives the gather's parameters that have no storage a place in one pooled slab; returns the
+  // number of bytes newly gathered.
+  int64_t place_parameters(const InFlightGather& g);
+  void sync_pool_stats();
   void release(int unit);
   void prefetch_after(int pos, int direction);
   bool reused_soon(int unit, int pos, bool backward_use) const;
@@ -112,7 +120,6 @@ class ParamCoordinator final : public UnitHooks {
   void finish_oldest_reduce();  // waits for reduces_.front(), accumulates it, frees it
   void record_forward(int unit);
   void keep_one_pass();  // a trace of k equal passes becomes one
-  at::Tensor gather_buffer(int64_t numel, const at::TensorOptions& options);
 
   Stage3Layout& layout_;
   std::shared_ptr<comm::Comm> comm_;
@@ -133,8 +140,11 @@ class ParamCoordinator final : public UnitHooks {
   int backward_cursor_ = 0;       // position of the latest backward use
   std::vector<int> active_uses_;  // positions of the uses whose forward is running (nested)
   bool in_backward_ = false;
-  std::vector<at::Tensor> gather_buffers_;  // Note [Reusing gather buffers]
-  size_t gather_buffer_depth_ = 1;
+  // Note [Reusing gather buffers]
+  BufferPool gather_buffers_;       // all-gather outputs
+  BufferPool parameter_slabs_;      // where gathered unit parameters live
+  std::vector<int64_t> slab_offset_;  // per parameter: its byte offset in its unit's slab
+  int64_t slab_bytes_ = 0;            // the largest unit's slab
   CoordinatorStats stats_;
   struct HookHandle;
   std::vector<HookHandle> hooks_;

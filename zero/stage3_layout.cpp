@@ -6,6 +6,8 @@
 #include <malloc.h>
 #endif
 
+#include <algorithm>
+#include <memory>
 #include <new>
 #include <unordered_map>
 
@@ -19,7 +21,9 @@ namespace zrt::zero {
 // its size to 0 bytes; allocate_storage() gives the same StorageImpl fresh memory of the full
 // size. Every tensor sharing the StorageImpl — the parameter and the views autograd saved in
 // forward (e.g. weight.t() saved by addmm) — sees the memory again once the unit is gathered for
-// backward, while between forward and backward the memory is really free. Parameters are first
+// backward, while between forward and backward the memory is really free. The memory is either
+// the parameter's own or, for gathers, a region of a pooled slab (point_storage); releasing drops
+// the parameter's reference to the slab either way. Parameters are first
 // given a private contiguous storage (set_data of a clone) so no other tensor shares it by
 // accident.
 
@@ -79,6 +83,24 @@ void allocate_storage(const at::Tensor& param) {
   if (s->nbytes() == nbytes && (nbytes == 0 || s->data() != nullptr)) return;
   s->set_data_ptr_noswap(own_mapping(param.device(), nbytes) ? map_block(nbytes)
                                                               : s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+
+namespace {
+void drop_slab_reference(void* context) { delete static_cast<c10::Storage*>(context); }
+}  // namespace
+
+void point_storage(const at::Tensor& param, const at::Tensor& slab, size_t byte_offset) {
+  const size_t nbytes = static_cast<size_t>(param.numel()) * param.element_size();
+  ZRT_INTERNAL_ASSERT(slab.scalar_type() == at::kByte && slab.device() == param.device() &&
+                          byte_offset + nbytes <= static_cast<size_t>(slab.numel()),
+                      "a slab of ", slab.numel(), " bytes on ", slab.device(),
+                      " cannot hold a parameter of ", nbytes, " bytes at ", byte_offset);
+  auto reference = std::make_unique<c10::Storage>(slab.storage());
+  void* data = slab.data_ptr<uint8_t>() + byte_offset;
+  c10::StorageImpl* s = param.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(
+      at::DataPtr(data, reference.release(), &drop_slab_reference, param.device()));
   s->set_nbytes(nbytes);
 }
 
@@ -151,6 +173,21 @@ at::Tensor Stage3Layout::partition_of(int i) const {
   const Stage3Param& p = params_.at(i);
   ZRT_INTERNAL_ASSERT(p.group >= 0, "frozen parameter ", p.name, " has no partition");
   return partition_flats_[p.group].narrow(0, p.group_offset, p.pn);
+}
+
+std::vector<int64_t> Stage3Layout::slab_offsets(int64_t* slab_bytes) const {
+  std::vector<int64_t> offsets(params_.size(), 0);
+  *slab_bytes = 0;
+  for (int u = 0; u < num_units(); ++u) {
+    int64_t end = 0;
+    for (int i : units_[u].params) {
+      if (params_[i].persistent || params_[i].numel == 0) continue;
+      offsets[i] = end;
+      end += (params_[i].bytes() + 63) / 64 * 64;
+    }
+    *slab_bytes = std::max(*slab_bytes, end);
+  }
+  return offsets;
 }
 
 // Note [Deferred parameters]

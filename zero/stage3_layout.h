@@ -73,6 +73,10 @@ class Stage3Layout {
 
   // This rank's partition of parameter i (a view of its group's flat).
   at::Tensor partition_of(int i) const;
+  // Where each gathered parameter sits in its unit's slab (Note [Reusing gather buffers] in
+  // zero/param_coordinator.cpp): byte offsets per parameter, each 64-byte aligned at the
+  // parameters' current dtypes (0 for persistent ones); *slab_bytes gets the largest unit's total.
+  std::vector<int64_t> slab_offsets(int64_t* slab_bytes) const;
 
  private:
   std::vector<Stage3Param> params_;
@@ -91,7 +95,9 @@ class Stage3Layout {
 // per rank). Two measures:
 // - The memory ZeRO-3 releases on purpose comes from mappings of its own: allocate_storage() and
 //   mapped_empty() map CPU blocks of at least kOwnMappingBytes with mmap, and releasing them
-//   unmaps them, whatever malloc does.
+//   unmaps them, whatever malloc does. The one deliberate exception is bounded: the stage-3
+//   coordinator keeps a few gather buffers and parameter slabs between gathers and frees the
+//   idle ones after every backward (Note [Reusing gather buffers] in param_coordinator.cpp).
 // - keep_large_blocks_mmapped() (once per process; called by the stage-3 layout and by
 //   zrt::defer_parameters) fixes glibc's mmap threshold at kLargeBlockBytes, so other large blocks
 //   (gradients, load-time temporaries) go back to the system when freed, and its heap-trim
@@ -107,6 +113,11 @@ constexpr size_t kHeapTrimBytes = 32 << 20;
 void keep_large_blocks_mmapped();
 void release_storage(const at::Tensor& param);
 void allocate_storage(const at::Tensor& param);
+// Gives the parameter's storage (the same StorageImpl, see the file comment) the memory of `slab`
+// from `byte_offset` on, keeping the slab's storage referenced until the parameter is released:
+// parameters gathered into one pooled slab (Note [Reusing gather buffers]). `slab` is a byte
+// tensor on the parameter's device with room for the parameter at that offset.
+void point_storage(const at::Tensor& param, const at::Tensor& slab, size_t byte_offset);
 bool storage_allocated(const at::Tensor& param);
 // An uninitialised 1-D tensor of `numel` elements; on the CPU from a mapping of its own (above).
 at::Tensor mapped_empty(int64_t numel, const at::TensorOptions& options);

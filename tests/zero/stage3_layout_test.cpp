@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "comm/local_comm.h"
+#include "zero/buffer_pool.h"
 #include "zero/grad_reducer.h"
 #include "zero/param_coordinator.h"
 #include "zero/stage3_layout.h"
@@ -191,27 +192,95 @@ TEST(ParamCoordinator, GathersAndReleasesUnits) {
 }
 
 // Note [Reusing gather buffers]: an inference coordinator gathers every unit into one output
-// buffer, pass after pass, with the right values; release_all() frees it.
-TEST(ParamCoordinator, GathersReuseOneBufferUntilTrimmed) {
+// buffer and places its parameters in one slab, pass after pass, with the right values;
+// release_all() frees both.
+TEST(ParamCoordinator, GathersReuseOneBufferAndOneSlabUntilTrimmed) {
   CoordinatorOptions inference;
   inference.gradients = false;
   run_coordinator(3, [](Params& p, Stage3Layout&, ParamCoordinator& co, int) {
     at::NoGradGuard no_grad;
+    const void* slab = nullptr;
     for (int pass = 0; pass < 3; ++pass) {
       co.pre_forward(0);
       EXPECT_TRUE(torch::equal(p.t["a.w"].reshape(-1), torch::arange(1, 11, torch::kFloat)));
       EXPECT_TRUE(torch::equal(p.t["a.b"], torch::arange(1, 4, torch::kFloat) * 100));
+      // One slab: a.w (40 bytes) at 0, a.b at the next 64-byte boundary; the same every pass.
+      const auto* a_w = static_cast<const char*>(p.t["a.w"].data_ptr());
+      EXPECT_EQ(static_cast<const char*>(p.t["a.b"].data_ptr()), a_w + 64);
+      if (pass == 0) slab = a_w;
+      EXPECT_EQ(a_w, slab) << "pass " << pass;
       co.post_forward(0);
       co.pre_forward(1);
       EXPECT_TRUE(torch::equal(p.t["b.w"].reshape(-1), torch::arange(1, 9, torch::kFloat) * 1000));
+      EXPECT_EQ(p.t["b.w"].data_ptr(), slab) << "unit 0's slab is free again, pass " << pass;
       co.post_forward(1);
-      // One buffer of W x the larger unit's chunk: 3 x (pn(a.w) + pn(a.b)) = 3 x (4 + 1), fp32.
+      // One buffer of W x the larger unit's chunk: 3 x (pn(a.w) + pn(a.b)) = 3 x (4 + 1), fp32;
+      // one slab of the larger unit: 64 + 64 bytes.
       EXPECT_EQ(co.stats().gather_buffer_bytes, 3 * 5 * 4) << "pass " << pass;
+      EXPECT_EQ(co.stats().parameter_slab_bytes, 128) << "pass " << pass;
     }
     EXPECT_EQ(co.stats().all_gathers, 6);
     co.release_all();
     EXPECT_EQ(co.stats().gather_buffer_bytes, 0);
+    EXPECT_EQ(co.stats().parameter_slab_bytes, 0);
   }, inference);
+}
+
+// A slab in use is never handed out again: past the pool's depth (1 for inference) a unit
+// gathered while another still is gets memory of its own, and the first keeps its values.
+TEST(ParamCoordinator, AUnitGatheredBeyondThePoolGetsItsOwnMemory) {
+  CoordinatorOptions inference;
+  inference.gradients = false;
+  run_coordinator(3, [](Params& p, Stage3Layout&, ParamCoordinator& co, int) {
+    at::NoGradGuard no_grad;
+    co.pre_forward(0);
+    co.pre_forward(1);  // nested: unit 0 is still in use
+    EXPECT_TRUE(torch::equal(p.t["a.w"].reshape(-1), torch::arange(1, 11, torch::kFloat)));
+    EXPECT_TRUE(torch::equal(p.t["a.b"], torch::arange(1, 4, torch::kFloat) * 100));
+    EXPECT_TRUE(torch::equal(p.t["b.w"].reshape(-1), torch::arange(1, 9, torch::kFloat) * 1000));
+    const auto* a_w = static_cast<const char*>(p.t["a.w"].data_ptr());
+    const auto* b_w = static_cast<const char*>(p.t["b.w"].data_ptr());
+    EXPECT_TRUE(b_w + 32 <= a_w || a_w + 128 <= b_w) << "b.w must not overlap unit 0's slab";
+    EXPECT_EQ(co.stats().parameter_slab_bytes, 128) << "the one-off slab is not pooled";
+    EXPECT_EQ(co.stats().gathered_bytes, (10 + 3 + 8) * 4);
+    co.post_forward(1);
+    co.post_forward(0);
+    co.trim_gather_buffers();
+    EXPECT_EQ(co.stats().parameter_slab_bytes, 0);
+    co.pre_forward(1);
+    EXPECT_TRUE(torch::equal(p.t["b.w"].reshape(-1), torch::arange(1, 9, torch::kFloat) * 1000));
+    co.post_forward(1);
+  }, inference);
+}
+
+// BufferPool: busy while any view of a buffer lives; past the depth, buffers of their own.
+TEST(BufferPool, HandsOutFreeBuffersOnlyAndTrimsIdleOnes) {
+  BufferPool pool(2);
+  const auto opts = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor a = pool.acquire(10, opts);
+  at::Tensor b = pool.acquire(20, opts);
+  at::Tensor c = pool.acquire(5, opts);  // both pooled buffers are busy: a one-off
+  EXPECT_EQ(pool.bytes(), (10 + 20) * 4);
+  EXPECT_EQ(pool.allocations(), 3);
+  EXPECT_NE(a.data_ptr(), b.data_ptr());
+  const void* first = a.data_ptr();
+  at::Tensor view = a.narrow(0, 2, 3);
+  a = at::Tensor();
+  EXPECT_NE(pool.acquire(4, opts).data_ptr(), first) << "a view keeps the buffer busy";
+  view = at::Tensor();
+  at::Tensor again = pool.acquire(8, opts);
+  EXPECT_EQ(again.data_ptr(), first) << "free again once its last view is gone";
+  EXPECT_EQ(again.numel(), 8);
+  again = at::Tensor();
+  at::Tensor grown = pool.acquire(12, opts);  // the free buffer of 10 is replaced by one of 12
+  EXPECT_EQ(pool.bytes(), (12 + 20) * 4);
+  EXPECT_EQ(pool.acquire(1, opts.dtype(at::kByte)).numel(), 1) << "other dtype: a one-off";
+  pool.trim();
+  EXPECT_EQ(pool.bytes(), (12 + 20) * 4) << "both are busy";
+  grown = at::Tensor();
+  b = at::Tensor();
+  pool.trim();
+  EXPECT_EQ(pool.bytes(), 0);
 }
 
 TEST(ParamCoordinator, GradientsAreAveragedIntoEachRanksPartition) {
