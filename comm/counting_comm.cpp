@@ -1,5 +1,6 @@
 #include "comm/counting_comm.h"
 
+#include "comm/blocking_call.h"
 #include "core/error.h"
 
 namespace zrt::comm {
@@ -39,6 +40,7 @@ double CountingComm::wire_bytes(OpType type, double full_bytes, int n) {
 }
 
 void CountingComm::record(OpType type, const at::Tensor& full, int64_t own_piece) {
+  const bool blocking = BlockingCall::active();
   const double bytes = static_cast<double>(full.numel()) * full.element_size();
   const bool variable = type == OpType::kReduceScatterV || type == OpType::kAllGatherV;
   const double wire =
@@ -50,6 +52,7 @@ void CountingComm::record(OpType type, const at::Tensor& full, int64_t own_piece
   c.calls += 1;
   c.elements += full.numel();
   c.wire_bytes += wire;
+  if (blocking) c.blocking_calls += 1;
 }
 
 CommStats CountingComm::stats() const {

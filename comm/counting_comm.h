@@ -22,6 +22,9 @@ struct OpCounter {
   int64_t calls = 0;
   int64_t elements = 0;     // elements of S summed over calls
   double wire_bytes = 0.0;  // ring-accounted bytes sent by this rank
+  // Calls submitted by a thread that waits for them at once (inside a BlockingCall), which a CPU
+  // backend may run on that thread (Note [The caller runs what it waits for], comm/op_queue.h).
+  int64_t blocking_calls = 0;
 };
 
 struct CommStats {

@@ -30,14 +30,22 @@ at::Tensor BufferPool::acquire(int64_t numel, const at::TensorOptions& options) 
   return make(numel, options);
 }
 
-void BufferPool::trim() {
+void BufferPool::trim(size_t keep_count, int64_t keep_bytes) {
   std::vector<at::Tensor> kept;
+  size_t idle_kept = 0;
+  int64_t idle_bytes = 0;
   for (at::Tensor& b : buffers_) {
-    if (b.storage().use_count() == 1) {
-      bytes_ -= b.nbytes();
-    } else {
-      kept.push_back(std::move(b));
+    const bool idle = b.storage().use_count() == 1;
+    const int64_t n = static_cast<int64_t>(b.nbytes());
+    if (idle && idle_kept < keep_count) {
+      idle_kept += 1;
+    } else if (idle && idle_bytes + n <= keep_bytes) {
+      idle_bytes += n;
+    } else if (idle) {
+      bytes_ -= n;
+      continue;
     }
+    kept.push_back(std::move(b));
   }
   buffers_ = std::move(kept);
 }

@@ -14,13 +14,15 @@ namespace zrt::zero {
 
 class BufferPool {
  public:
+  // At most `depth` pooled buffers (in use or idle); beyond them, one-off buffers.
   explicit BufferPool(size_t depth = 1) : depth_(depth) {}
 
   // A 1-D view of `numel` elements of a free pooled buffer of this dtype and device (grown when
   // it is smaller); past the depth, a buffer of its own, freed with its last view.
   at::Tensor acquire(int64_t numel, const at::TensorOptions& options);
-  // Frees the pooled buffers that nobody uses.
-  void trim();
+  // Frees the pooled buffers that nobody uses, except the first `keep_count` idle ones and, after
+  // them, as many more as fit in `keep_bytes` together.
+  void trim(size_t keep_count = 0, int64_t keep_bytes = 0);
   // Bytes of the pooled buffers held now, in use or idle (not counting one-off buffers).
   int64_t bytes() const { return bytes_; }
   // Buffers created since construction, pooled and one-off.

@@ -1,11 +1,13 @@
 #include "zero/grad_reducer.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "comm/blocking_call.h"
 #include "core/error.h"
 #include "zero/accumulator_hook.h"
 #include "zero/scalar_type.h"
@@ -279,6 +281,10 @@ void GradReducer::launch(Bucket& b) {
     b.send = data.scalar_type() == options_.comm_dtype ? data : data.to(options_.comm_dtype);
   }
   pre_scale(b.send);
+  // Without overlap the bucket is waited for at once (finish_oldest below): the backend may run
+  // it on this thread (Note [The caller runs what it waits for], comm/op_queue.h).
+  std::optional<comm::BlockingCall> waits_at_once;
+  if (!options_.overlap && in_flight_.empty()) waits_at_once.emplace();
   if (!options_.policy.shard_optimizer) {
     b.dest = data;
     b.work = comm_->all_reduce_async(b.send);

@@ -1,6 +1,7 @@
 #include "zero/param_coordinator.h"
 
 #include <algorithm>
+#include <limits>
 
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -99,9 +100,9 @@ ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::C
   }
   // Note [Reusing gather buffers]: generation never prefetches; training may have a prefetch in
   // flight next to the gather being used.
-  const size_t depth = options_.gradients && options_.prefetch_bucket_size > 0 ? 2 : 1;
-  gather_buffers_.set_depth(depth);
-  parameter_slabs_.set_depth(depth);
+  slabs_kept_ = options_.gradients && options_.prefetch_bucket_size > 0 ? 2 : 1;
+  gather_buffers_.set_depth(slabs_kept_);
+  parameter_slabs_.set_depth(std::numeric_limits<size_t>::max());
   slab_offset_ = layout_.slab_offsets(&slab_bytes_);
   const auto& params = layout_.params();
   // Hooks even without gradients (inference): a loss.backward() through the model is an error.
@@ -182,25 +183,19 @@ void ParamCoordinator::start_gather(int unit, bool prefetch) {
 }
 
 // Note [Reusing gather buffers]
-// Gathering a unit needs memory twice: the all-gather's output (W x chunk elements) and the
-// parameters' storage (the unit's size). Allocated fresh for every gather, each is a new mapping
-// (Note [Returning released memory]): the kernel zeroes every page at first touch and releasing
-// unmaps it again, which at N = 2 was most of the time of a generated token (docs/PERFORMANCE.md).
-// The coordinator therefore keeps two small pools (BufferPool): all-gather outputs, and slabs of
-// the largest unit's size in which a gather places its unit's parameters (point_storage, each
-// 64-byte aligned at an offset fixed per parameter). A pooled buffer is free when the pool holds
-// the only reference to its storage: a gather's output until it is copied out, a slab until the
-// last of its parameters is released. Past the pool's depth (gather_all, prefetch deeper than
-// expected) a gather gets one-off memory as before, so correctness never depends on the depth; it
-// is 1 for inference (one unit at a time), 2 for training with prefetch (the unit in use and the
-// one prefetched). The send side needs no buffer: this rank's partitions go into its own chunk of
-// the output (in place). trim_gather_buffers() frees the idle buffers and slabs at the end of
-// every backward (the optimizer step's peak is unchanged) and in release_all().
-void ParamCoordinator::sync_pool_stats() {
-  stats_.gather_buffer_bytes = gather_buffers_.bytes();
-  stats_.parameter_slab_bytes = parameter_slabs_.bytes();
-}
-
+// A gather needs the all-gather's output (W x chunk elements) and storage for the parameters.
+// Fresh for every gather, each is a new mapping (Note [Returning released memory]) that the kernel
+// zeroes at first touch and releasing unmaps: at N = 2 most of a generated token's time. So two
+// BufferPools (a buffer is free when the pool holds the only reference to its storage): outputs,
+// 1 for inference and 2 for training with prefetch (one-offs beyond; the send side is this rank's
+// chunk of the output, in place); and slabs, one per gathered unit, holding its parameters
+// (point_storage; 64-byte aligned offsets fixed per parameter; a slab grows to the largest unit it
+// held), free once its last parameter is released. Training keeps units gathered from forward
+// into backward, so any number of slabs may be in use (gathered memory, bounded as before); idle
+// ones are bounded: after a release 1 or 2 whatever their size plus others within
+// kHeapTrimBytes (what glibc may keep at its heap's top), after a backward only those within it
+// (the optimizer step's peak grows by at most that), none after release_all(). A small model
+// reuses all its slabs step after step; a large one's units still leave the process.
 void ParamCoordinator::trim_gather_buffers() {
   gather_buffers_.trim();
   parameter_slabs_.trim();
@@ -215,7 +210,7 @@ int64_t ParamCoordinator::place_parameters(const InFlightGather& g) {
     if (storage_allocated(p.param) && p.param.storage().data() != nullptr) continue;
     if (g.unit >= 0 && !slab.defined()) {
       slab = parameter_slabs_.acquire(
-          slab_bytes_, at::TensorOptions().dtype(at::kByte).device(p.param.device()));
+          slab_bytes_[g.unit], at::TensorOptions().dtype(at::kByte).device(p.param.device()));
     }
     if (g.unit >= 0 && slab.device() == p.param.device()) {
       point_storage(p.param, slab, static_cast<size_t>(slab_offset_[i]));
@@ -295,6 +290,8 @@ void ParamCoordinator::release(int unit) {
     }
   }
   gathered_[unit] = kReleased;
+  parameter_slabs_.trim(slabs_kept_, kHeapTrimBytes);
+  sync_pool_stats();
 }
 
 // ---- prefetch and reuse --------------------------------------------------------------------
@@ -555,8 +552,10 @@ void ParamCoordinator::end_backward() {
     if (gathered_[u] == kInFlight) gather(u);
     release(u);
   }
-  trim_gather_buffers();
+  gather_buffers_.trim();
+  parameter_slabs_.trim(0, kHeapTrimBytes);  // Note [Reusing gather buffers]
   if (!forward_order_.empty()) order_complete_ = true;
+  sync_pool_stats();
   in_backward_ = false;
   forward_cursor_ = -1;
   active_uses_.clear();

@@ -87,7 +87,7 @@ class ParamCoordinator final : public UnitHooks {
   void gather_all();
   void release_all();
   // Frees the reusable all-gather buffers and parameter slabs that nothing is using (Note
-  // [Reusing gather buffers]); end_backward() and release_all() call it.
+  // [Reusing gather buffers]); release_all() calls it.
   void trim_gather_buffers();
 
   const CoordinatorStats& stats() const { return stats_; }
@@ -109,7 +109,10 @@ class ParamCoordinator final : public UnitHooks {
   // Gives the gather's parameters that have no storage a place in one pooled slab; returns the
   // number of bytes newly gathered.
   int64_t place_parameters(const InFlightGather& g);
-  void sync_pool_stats();
+  void sync_pool_stats() {
+    stats_.gather_buffer_bytes = gather_buffers_.bytes();
+    stats_.parameter_slab_bytes = parameter_slabs_.bytes();
+  }
   void release(int unit);
   void prefetch_after(int pos, int direction);
   bool reused_soon(int unit, int pos, bool backward_use) const;
@@ -144,7 +147,8 @@ class ParamCoordinator final : public UnitHooks {
   BufferPool gather_buffers_;       // all-gather outputs
   BufferPool parameter_slabs_;      // where gathered unit parameters live
   std::vector<int64_t> slab_offset_;  // per parameter: its byte offset in its unit's slab
-  int64_t slab_bytes_ = 0;            // the largest unit's slab
+  std::vector<int64_t> slab_bytes_;   // per unit: the slab it needs
+  size_t slabs_kept_ = 1;             // idle slabs kept after a release whatever their size
   CoordinatorStats stats_;
   struct HookHandle;
   std::vector<HookHandle> hooks_;

@@ -6,7 +6,6 @@
 #include <malloc.h>
 #endif
 
-#include <algorithm>
 #include <memory>
 #include <new>
 #include <unordered_map>
@@ -175,17 +174,16 @@ at::Tensor Stage3Layout::partition_of(int i) const {
   return partition_flats_[p.group].narrow(0, p.group_offset, p.pn);
 }
 
-std::vector<int64_t> Stage3Layout::slab_offsets(int64_t* slab_bytes) const {
+std::vector<int64_t> Stage3Layout::slab_offsets(std::vector<int64_t>* unit_bytes) const {
   std::vector<int64_t> offsets(params_.size(), 0);
-  *slab_bytes = 0;
+  unit_bytes->assign(num_units(), 0);
   for (int u = 0; u < num_units(); ++u) {
-    int64_t end = 0;
+    int64_t& end = (*unit_bytes)[u];
     for (int i : units_[u].params) {
       if (params_[i].persistent || params_[i].numel == 0) continue;
       offsets[i] = end;
       end += (params_[i].bytes() + 63) / 64 * 64;
     }
-    *slab_bytes = std::max(*slab_bytes, end);
   }
   return offsets;
 }

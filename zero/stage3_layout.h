@@ -75,8 +75,8 @@ class Stage3Layout {
   at::Tensor partition_of(int i) const;
   // Where each gathered parameter sits in its unit's slab (Note [Reusing gather buffers] in
   // zero/param_coordinator.cpp): byte offsets per parameter, each 64-byte aligned at the
-  // parameters' current dtypes (0 for persistent ones); *slab_bytes gets the largest unit's total.
-  std::vector<int64_t> slab_offsets(int64_t* slab_bytes) const;
+  // parameters' current dtypes (0 for persistent ones); *unit_bytes gets each unit's total.
+  std::vector<int64_t> slab_offsets(std::vector<int64_t>* unit_bytes) const;
 
  private:
   std::vector<Stage3Param> params_;
@@ -116,7 +116,10 @@ void allocate_storage(const at::Tensor& param);
 // Gives the parameter's storage (the same StorageImpl, see the file comment) the memory of `slab`
 // from `byte_offset` on, keeping the slab's storage referenced until the parameter is released:
 // parameters gathered into one pooled slab (Note [Reusing gather buffers]). `slab` is a byte
-// tensor on the parameter's device with room for the parameter at that offset.
+// tensor on the parameter's device with room for the parameter at that offset. On CUDA the
+// caching allocator's recordStream does not see such a DataPtr: a collective that reads a
+// parameter after its call returns must record its stream on the slab instead (today parameters
+// reach only blocking collectives).
 void point_storage(const at::Tensor& param, const at::Tensor& slab, size_t byte_offset);
 bool storage_allocated(const at::Tensor& param);
 // An uninitialised 1-D tensor of `numel` elements; on the CPU from a mapping of its own (above).

@@ -147,6 +147,41 @@ TEST(GradReducerVolume, WireBytesFollowTheRingFormulas) {
   }
 }
 
+// Without overlap every bucket is waited for as soon as it is launched, so it is submitted as a
+// blocking call (the MPI backend then runs it on the calling thread); with overlap none is.
+TEST(GradReducerBlocking, BucketsWaitedForAtOnceAreBlockingCalls) {
+  for (int stage : {0, 1, 2}) {
+    for (bool overlap : {false, true}) {
+      comm::run_local_world(2, [&](comm::Comm& comm) {
+        auto counting =
+            std::make_shared<comm::CountingComm>(std::shared_ptr<comm::Comm>(&comm, [](auto*) {}));
+        test::TinyMlp model;
+        auto collected = collect_params(test::named_params(*model));
+        std::vector<FlatGroup> groups;
+        groups.emplace_back(collected.trainable, comm.size());
+        groups[0].bind();
+        ReducerOptions opts;
+        opts.policy = StagePolicy::from_stage(stage);
+        opts.bucket_elements = 10;
+        opts.overlap = overlap;
+        GradReducer reducer(groups, counting, opts);
+        reducer.begin_backward(true);
+        auto [x, y] = test::tiny_batch(comm.rank(), 0);
+        torch::mse_loss(model->forward(x), y).backward();
+        reducer.end_backward();
+        int64_t calls = 0;
+        int64_t blocking = 0;
+        for (const comm::OpCounter& c : counting->stats().by_op) {
+          calls += c.calls;
+          blocking += c.blocking_calls;
+        }
+        EXPECT_GT(calls, 1) << "stage " << stage;
+        EXPECT_EQ(blocking, overlap ? 0 : calls) << "stage " << stage << " overlap " << overlap;
+      });
+    }
+  }
+}
+
 TEST(GradReducerMisuse, GradientOutsideEngineBackwardIsAnError) {
   comm::run_local_world(1, [](comm::Comm& comm) {
     test::TinyMlp model;

@@ -215,7 +215,7 @@ TEST(ParamCoordinator, GathersReuseOneBufferAndOneSlabUntilTrimmed) {
       EXPECT_EQ(p.t["b.w"].data_ptr(), slab) << "unit 0's slab is free again, pass " << pass;
       co.post_forward(1);
       // One buffer of W x the larger unit's chunk: 3 x (pn(a.w) + pn(a.b)) = 3 x (4 + 1), fp32;
-      // one slab of the larger unit: 64 + 64 bytes.
+      // one slab, grown to the larger unit: 64 + 64 bytes.
       EXPECT_EQ(co.stats().gather_buffer_bytes, 3 * 5 * 4) << "pass " << pass;
       EXPECT_EQ(co.stats().parameter_slab_bytes, 128) << "pass " << pass;
     }
@@ -226,9 +226,10 @@ TEST(ParamCoordinator, GathersReuseOneBufferAndOneSlabUntilTrimmed) {
   }, inference);
 }
 
-// A slab in use is never handed out again: past the pool's depth (1 for inference) a unit
-// gathered while another still is gets memory of its own, and the first keeps its values.
-TEST(ParamCoordinator, AUnitGatheredBeyondThePoolGetsItsOwnMemory) {
+// A slab in use is never handed out again: a unit gathered while another still is gets a slab of
+// its own, and the first keeps its values. Idle slabs this small stay pooled after a release (two
+// here: one by count, one within kHeapTrimBytes) until trimmed.
+TEST(ParamCoordinator, UnitsGatheredTogetherGetSlabsOfTheirOwn) {
   CoordinatorOptions inference;
   inference.gradients = false;
   run_coordinator(3, [](Params& p, Stage3Layout&, ParamCoordinator& co, int) {
@@ -241,16 +242,49 @@ TEST(ParamCoordinator, AUnitGatheredBeyondThePoolGetsItsOwnMemory) {
     const auto* a_w = static_cast<const char*>(p.t["a.w"].data_ptr());
     const auto* b_w = static_cast<const char*>(p.t["b.w"].data_ptr());
     EXPECT_TRUE(b_w + 32 <= a_w || a_w + 128 <= b_w) << "b.w must not overlap unit 0's slab";
-    EXPECT_EQ(co.stats().parameter_slab_bytes, 128) << "the one-off slab is not pooled";
+    EXPECT_EQ(co.stats().parameter_slab_bytes, 128 + 64) << "each unit's slab has its size";
     EXPECT_EQ(co.stats().gathered_bytes, (10 + 3 + 8) * 4);
     co.post_forward(1);
     co.post_forward(0);
+    EXPECT_EQ(co.stats().parameter_slab_bytes, 128 + 64) << "small idle slabs are kept";
     co.trim_gather_buffers();
     EXPECT_EQ(co.stats().parameter_slab_bytes, 0);
+    // A slab is as large as its unit needs (b.w: 64 bytes) and grows for a larger one.
     co.pre_forward(1);
     EXPECT_TRUE(torch::equal(p.t["b.w"].reshape(-1), torch::arange(1, 9, torch::kFloat) * 1000));
+    EXPECT_EQ(co.stats().parameter_slab_bytes, 64);
     co.post_forward(1);
+    co.pre_forward(0);
+    EXPECT_TRUE(torch::equal(p.t["a.w"].reshape(-1), torch::arange(1, 11, torch::kFloat)));
+    EXPECT_EQ(co.stats().parameter_slab_bytes, 128);
+    co.post_forward(0);
   }, inference);
+}
+
+// Training: the units kept from forward into backward each have a slab; after the backward the
+// idle slabs stay within kHeapTrimBytes (all of them, for this small model), so the next step's
+// gathers reuse them; release_all() frees them.
+TEST(ParamCoordinator, TrainingReusesItsSlabsAcrossSteps) {
+  run_coordinator(3, [](Params& p, Stage3Layout&, ParamCoordinator& co, int) {
+    const void* first = nullptr;
+    for (int step = 0; step < 3; ++step) {
+      co.pre_forward(0);
+      EXPECT_TRUE(torch::equal(p.t["a.w"].reshape(-1), torch::arange(1, 11, torch::kFloat)));
+      if (step == 0) first = p.t["a.w"].data_ptr();
+      EXPECT_EQ(p.t["a.w"].data_ptr(), first) << "step " << step;
+      co.post_forward(0);
+      co.pre_forward(1);
+      EXPECT_TRUE(torch::equal(p.t["b.w"].reshape(-1), torch::arange(1, 9, torch::kFloat) * 1000));
+      co.post_forward(1);
+      co.begin_backward();
+      co.end_backward();
+      EXPECT_LE(co.stats().parameter_slab_bytes, static_cast<int64_t>(kHeapTrimBytes));
+      EXPECT_GT(co.stats().parameter_slab_bytes, 0) << "step " << step;
+      EXPECT_EQ(co.stats().gathered_bytes, 0) << "step " << step;
+    }
+    co.release_all();
+    EXPECT_EQ(co.stats().parameter_slab_bytes, 0);
+  });
 }
 
 // BufferPool: busy while any view of a buffer lives; past the depth, buffers of their own.
@@ -279,6 +313,14 @@ TEST(BufferPool, HandsOutFreeBuffersOnlyAndTrimsIdleOnes) {
   EXPECT_EQ(pool.bytes(), (12 + 20) * 4) << "both are busy";
   grown = at::Tensor();
   b = at::Tensor();
+  pool.trim(1, 0);
+  EXPECT_EQ(pool.bytes(), 12 * 4) << "the first idle one kept by count";
+  at::Tensor d = pool.acquire(30, opts);  // the kept one (12) grows to 30
+  at::Tensor e = pool.acquire(3, opts);   // a second pooled buffer
+  d = at::Tensor();
+  e = at::Tensor();
+  pool.trim(0, 30 * 4);
+  EXPECT_EQ(pool.bytes(), 30 * 4) << "idle ones kept while they fit in the byte budget";
   pool.trim();
   EXPECT_EQ(pool.bytes(), 0);
 }
