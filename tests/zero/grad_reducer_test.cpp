@@ -3,6 +3,8 @@
 // matching slice of the gradient averaged over all ranks' micro-batches.
 #include "zero/grad_reducer.h"
 
+#include <functional>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -112,36 +114,48 @@ std::vector<Case> cases() {
 INSTANTIATE_TEST_SUITE_P(All, GradReducerTest, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return name_of(info.param); });
 
+// One backward of the tiny MLP on this rank, its gradients reduced through a counting decorator
+// (buckets of 10 elements); `check` gets the counters and the flat group.
+void reduce_once_counted(
+    comm::Comm& comm, int stage, bool overlap,
+    const std::function<void(const comm::CountingComm&, const FlatGroup&)>& check) {
+  auto counting =
+      std::make_shared<comm::CountingComm>(std::shared_ptr<comm::Comm>(&comm, [](auto*) {}));
+  test::TinyMlp model;
+  auto collected = collect_params(test::named_params(*model));
+  std::vector<FlatGroup> groups;
+  groups.emplace_back(collected.trainable, comm.size());
+  groups[0].bind();
+  ReducerOptions opts;
+  opts.policy = StagePolicy::from_stage(stage);
+  opts.bucket_elements = 10;
+  opts.overlap = overlap;
+  GradReducer reducer(groups, counting, opts);
+  reducer.begin_backward(true);
+  auto [x, y] = test::tiny_batch(comm.rank(), 0);
+  torch::mse_loss(model->forward(x), y).backward();
+  reducer.end_backward();
+  check(*counting, groups[0]);
+}
+
 // Stage 1 and 2 move (n−1)/n of the gradient per reduction (reduce-scatter), stage 0 twice that.
 TEST(GradReducerVolume, WireBytesFollowTheRingFormulas) {
   for (int stage : {0, 1, 2}) {
     for (int world : {2, 3}) {
       comm::run_local_world(world, [&](comm::Comm& comm) {
-        auto counting =
-            std::make_shared<comm::CountingComm>(std::shared_ptr<comm::Comm>(&comm, [](auto*) {}));
-        test::TinyMlp model;
-        auto collected = collect_params(test::named_params(*model));
-        std::vector<FlatGroup> groups;
-        groups.emplace_back(collected.trainable, comm.size());
-        groups[0].bind();
-        ReducerOptions opts;
-        opts.policy = StagePolicy::from_stage(stage);
-        opts.bucket_elements = 10;
-        GradReducer reducer(groups, counting, opts);
-        reducer.begin_backward(true);
-        auto [x, y] = test::tiny_batch(comm.rank(), 0);
-        torch::mse_loss(model->forward(x), y).backward();
-        reducer.end_backward();
-        const double psi = 4.0 * groups[0].padded_numel();
-        const double factor = stage == 0 ? 2.0 * (world - 1) / world : (world - 1.0) / world;
-        const double wire = counting->stats().total_wire_bytes();
-        if (stage == 0) {
-          EXPECT_DOUBLE_EQ(wire, factor * psi);
-        } else {
-          // Each rank sends every piece but its own: (padded − own partition) elements.
-          EXPECT_DOUBLE_EQ(wire, psi - 4.0 * groups[0].partition().partition_size);
-          EXPECT_DOUBLE_EQ(wire, factor * psi);
-        }
+        reduce_once_counted(comm, stage, false, [&](const comm::CountingComm& counting,
+                                                    const FlatGroup& group) {
+          const double psi = 4.0 * group.padded_numel();
+          const double factor = stage == 0 ? 2.0 * (world - 1) / world : (world - 1.0) / world;
+          const double wire = counting.stats().total_wire_bytes();
+          if (stage == 0) {
+            EXPECT_DOUBLE_EQ(wire, factor * psi);
+          } else {
+            // Each rank sends every piece but its own: (padded − own partition) elements.
+            EXPECT_DOUBLE_EQ(wire, psi - 4.0 * group.partition().partition_size);
+            EXPECT_DOUBLE_EQ(wire, factor * psi);
+          }
+        });
       });
     }
   }
@@ -153,30 +167,17 @@ TEST(GradReducerBlocking, BucketsWaitedForAtOnceAreBlockingCalls) {
   for (int stage : {0, 1, 2}) {
     for (bool overlap : {false, true}) {
       comm::run_local_world(2, [&](comm::Comm& comm) {
-        auto counting =
-            std::make_shared<comm::CountingComm>(std::shared_ptr<comm::Comm>(&comm, [](auto*) {}));
-        test::TinyMlp model;
-        auto collected = collect_params(test::named_params(*model));
-        std::vector<FlatGroup> groups;
-        groups.emplace_back(collected.trainable, comm.size());
-        groups[0].bind();
-        ReducerOptions opts;
-        opts.policy = StagePolicy::from_stage(stage);
-        opts.bucket_elements = 10;
-        opts.overlap = overlap;
-        GradReducer reducer(groups, counting, opts);
-        reducer.begin_backward(true);
-        auto [x, y] = test::tiny_batch(comm.rank(), 0);
-        torch::mse_loss(model->forward(x), y).backward();
-        reducer.end_backward();
-        int64_t calls = 0;
-        int64_t blocking = 0;
-        for (const comm::OpCounter& c : counting->stats().by_op) {
-          calls += c.calls;
-          blocking += c.blocking_calls;
-        }
-        EXPECT_GT(calls, 1) << "stage " << stage;
-        EXPECT_EQ(blocking, overlap ? 0 : calls) << "stage " << stage << " overlap " << overlap;
+        reduce_once_counted(comm, stage, overlap, [&](const comm::CountingComm& counting,
+                                                      const FlatGroup&) {
+          int64_t calls = 0;
+          int64_t blocking = 0;
+          for (const comm::OpCounter& c : counting.stats().by_op) {
+            calls += c.calls;
+            blocking += c.blocking_calls;
+          }
+          EXPECT_GT(calls, 1) << "stage " << stage;
+          EXPECT_EQ(blocking, overlap ? 0 : calls) << "stage " << stage << " overlap " << overlap;
+        });
       });
     }
   }
