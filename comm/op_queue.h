@@ -21,8 +21,9 @@ namespace zrt::comm {
 
 // Note [Collective deadlines]
 // A blocking MPI call cannot be interrupted, so collectives execute on the queue's thread and the
-// caller waits on a condition variable (for the exception, see the next Note). wait() throws CommError once the collective that is
-// *currently executing* has been running longer than the timeout (if the caller's own op is still
+// caller waits on a condition variable (for the exception, see the next Note). wait() throws
+// CommError once the collective that is *currently executing* has been running longer than the
+// timeout (if the caller's own op is still
 // queued, the one blocking the queue is the culprit and is the one named). The message names the
 // op, dtype, element count, rank and the time waited. After that the communicator is broken:
 // every later call fails immediately, the stuck thread is detached at destruction, and MPI is not

@@ -1,4 +1,4 @@
-// BufferPool: a few reusable CPU or device buffers for ZeRO-3's gathers (Note [Reusing gather
+// BufferPool: reusable CPU or device buffers for ZeRO-3's gathers (Note [Reusing gather
 // buffers] in zero/param_coordinator.cpp). A buffer is free when the pool holds the only
 // reference to its storage, so whoever got a view of it (a tensor, a parameter's DataPtr that
 // points into it through point_storage) keeps it busy exactly as long as that view lives, and the

@@ -100,8 +100,8 @@ ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::C
   }
   // Note [Reusing gather buffers]: generation never prefetches; training may have a prefetch in
   // flight next to the gather being used.
-  slabs_kept_ = options_.gradients && options_.prefetch_bucket_size > 0 ? 2 : 1;
-  gather_buffers_.set_depth(slabs_kept_);
+  pool_depth_ = options_.gradients && options_.prefetch_bucket_size > 0 ? 2 : 1;
+  gather_buffers_.set_depth(pool_depth_);
   parameter_slabs_.set_depth(std::numeric_limits<size_t>::max());
   slab_offset_ = layout_.slab_offsets(&slab_bytes_);
   const auto& params = layout_.params();
@@ -290,7 +290,7 @@ void ParamCoordinator::release(int unit) {
     }
   }
   gathered_[unit] = kReleased;
-  parameter_slabs_.trim(slabs_kept_, kHeapTrimBytes);
+  parameter_slabs_.trim(pool_depth_, kHeapTrimBytes);
   sync_pool_stats();
 }
 

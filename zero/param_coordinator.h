@@ -148,7 +148,8 @@ class ParamCoordinator final : public UnitHooks {
   BufferPool parameter_slabs_;      // where gathered unit parameters live
   std::vector<int64_t> slab_offset_;  // per parameter: its byte offset in its unit's slab
   std::vector<int64_t> slab_bytes_;   // per unit: the slab it needs
-  size_t slabs_kept_ = 1;             // idle slabs kept after a release whatever their size
+  // Output buffers pooled, and idle slabs kept after a release whatever their size.
+  size_t pool_depth_ = 1;
   CoordinatorStats stats_;
   struct HookHandle;
   std::vector<HookHandle> hooks_;

@@ -96,8 +96,9 @@ class Stage3Layout {
 // - The memory ZeRO-3 releases on purpose comes from mappings of its own: allocate_storage() and
 //   mapped_empty() map CPU blocks of at least kOwnMappingBytes with mmap, and releasing them
 //   unmaps them, whatever malloc does. The one deliberate exception is bounded: the stage-3
-//   coordinator keeps a few gather buffers and parameter slabs between gathers and frees the
-//   idle ones after every backward (Note [Reusing gather buffers] in param_coordinator.cpp).
+//   coordinator keeps idle gather buffers and parameter slabs for the next gathers, at most one
+//   or two of any size and others within kHeapTrimBytes (Note [Reusing gather buffers] in
+//   param_coordinator.cpp).
 // - keep_large_blocks_mmapped() (once per process; called by the stage-3 layout and by
 //   zrt::defer_parameters) fixes glibc's mmap threshold at kLargeBlockBytes, so other large blocks
 //   (gradients, load-time temporaries) go back to the system when freed, and its heap-trim
@@ -105,8 +106,10 @@ class Stage3Layout {
 //   which left the trim threshold at 128 KiB as well: every activation above 128 KiB became a
 //   fresh mapping and the heap's top was given back and faulted in again on every step, and the
 //   example GPT's ZeRO-3 step at 2 ranks took 1.6x as long as with glibc's defaults
-//   (docs/PERFORMANCE.md, session 11). With 1 MiB and 32 MiB it is within about 10% of glibc's
-//   defaults, and the 583M-model memory test stays under its cap.
+//   (docs/PERFORMANCE.md, session 11). With 1 MiB and 32 MiB the small example models' stage-3
+//   steps are 10-20% slower than with glibc's defaults (their 1-4 MiB gradients and activations
+//   are mapped afresh every step), but the 583M-model memory test stays under its cap, which it
+//   does not at 4 MiB or with the defaults (docs/PERFORMANCE.md, session 12).
 constexpr size_t kOwnMappingBytes = 128 * 1024;
 constexpr size_t kLargeBlockBytes = 1 << 20;
 constexpr size_t kHeapTrimBytes = 32 << 20;
