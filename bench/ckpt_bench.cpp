@@ -17,7 +17,7 @@
 
 #include "bench/harness.h"
 #include "checkpoint/hash.h"
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "checkpoint/storage.h"
 #include "core/error.h"
 #include <fcntl.h>

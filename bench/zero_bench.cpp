@@ -34,6 +34,7 @@
 #include "bench/pmpi/zrt_pmpi_count.h"
 #include "comm/init.h"
 #include "core/error.h"
+#include "core/malloc_tuning.h"
 #include "core/tool_main.h"
 #include "examples/gpt.h"
 #include "examples/mlp.h"
@@ -362,5 +363,8 @@ int run(int argc, char** argv) {
 }  // namespace zrt::bench
 
 int main(int argc, char** argv) {
+  // This program, not the library, opts in to returning large freed blocks to the system
+  // (core/malloc_tuning.h): ZeRO-3's memory bound on models larger than one rank needs it.
+  zrt::tune_malloc_for_large_models();
   return zrt::run_tool("zero_bench", [&] { return zrt::bench::run(argc, argv); });
 }

@@ -8,7 +8,7 @@
 
 #include "checkpoint/hash.h"
 #include "checkpoint/layout.h"
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "zrt/build_config.h"

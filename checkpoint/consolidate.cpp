@@ -8,7 +8,7 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/layout.h"
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "checkpoint/reshard.h"
 #include "checkpoint/value_view.h"
 #include "core/error.h"

@@ -4,7 +4,7 @@
 #include <map>
 
 #include "checkpoint/io.h"
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/storage.h"
 #include "core/error.h"

@@ -7,7 +7,7 @@
 
 #include "checkpoint/hash.h"
 #include "checkpoint/layout.h"
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "checkpoint/value_view.h"
 #include "core/error.h"
 

@@ -137,9 +137,6 @@ class Comm {
   void broadcast(const at::Tensor& tensor, int root = 0);
   void barrier();
 
-  // Number of collectives issued so far on this communicator.
-  uint64_t sequence_number() const { return seq_; }
-
  protected:
   virtual std::shared_ptr<Work> all_reduce_impl(const at::Tensor& tensor, const OpInfo& info) = 0;
   virtual std::shared_ptr<Work> reduce_scatter_impl(const at::Tensor& output,

@@ -31,9 +31,8 @@ std::string describe(const int64_t* f) {
 
 }  // namespace
 
-DesyncCheckComm::DesyncCheckComm(std::shared_ptr<Comm> inner) : inner_(std::move(inner)) {
-  ZRT_INTERNAL_ASSERT(inner_ != nullptr);
-}
+DesyncCheckComm::DesyncCheckComm(std::shared_ptr<Comm> inner)
+    : CommWrapper(std::move(inner), "desync_check") {}
 
 void DesyncCheckComm::before_collective(const OpInfo& info) {
   const int n = size();

@@ -42,8 +42,7 @@ class CorruptingWork final : public Work {
 }  // namespace
 
 FaultComm::FaultComm(std::shared_ptr<Comm> inner, std::optional<FaultPlan> plan)
-    : inner_(std::move(inner)) {
-  ZRT_CHECK(inner_ != nullptr, "FaultComm: the wrapped communicator is null");
+    : CommWrapper(std::move(inner), "fault") {
   if (plan) arm(*plan);
 }
 
@@ -54,8 +53,8 @@ void FaultComm::arm(FaultPlan plan) {
   fired_ = false;
 }
 
-std::shared_ptr<Work> FaultComm::apply(const OpInfo& info, const at::Tensor& output,
-                                       const std::function<std::shared_ptr<Work>()>& start) {
+std::shared_ptr<Work> FaultComm::intercept(const OpInfo& info, const Operands& operands,
+                                           const Start& start) {
   if (!plan_ || (plan_->type && *plan_->type != info.type)) return start();
   const bool chosen = ++counted_ == plan_->collective &&
                       (plan_->rank < 0 || plan_->rank == inner_->rank());
@@ -70,43 +69,9 @@ std::shared_ptr<Work> FaultComm::apply(const OpInfo& info, const at::Tensor& out
       std::this_thread::sleep_for(std::chrono::duration<double>(plan.delay_seconds));
       return start();
     case FaultPlan::Kind::kCorrupt:
-      return std::make_shared<CorruptingWork>(start(), output, plan.value);
+      return std::make_shared<CorruptingWork>(start(), operands.output, plan.value);
   }
   return start();
-}
-
-std::shared_ptr<Work> FaultComm::all_reduce_impl(const at::Tensor& t, const OpInfo& info) {
-  return apply(info, t, [&] { return inner_->all_reduce_async(t, info.reduce_op); });
-}
-
-std::shared_ptr<Work> FaultComm::reduce_scatter_impl(const at::Tensor& out, const at::Tensor& in,
-                                                     const OpInfo& info) {
-  return apply(info, out, [&] { return inner_->reduce_scatter_async(out, in, info.reduce_op); });
-}
-
-std::shared_ptr<Work> FaultComm::all_gather_impl(const at::Tensor& out, const at::Tensor& in,
-                                                 const OpInfo& info) {
-  return apply(info, out, [&] { return inner_->all_gather_async(out, in); });
-}
-
-std::shared_ptr<Work> FaultComm::reduce_scatter_v_impl(const at::Tensor& out,
-                                                       const at::Tensor& in, const OpInfo& info) {
-  return apply(info, out, [&] {
-    return inner_->reduce_scatter_v_async(out, in, info.counts, info.reduce_op);
-  });
-}
-
-std::shared_ptr<Work> FaultComm::all_gather_v_impl(const at::Tensor& out, const at::Tensor& in,
-                                                   const OpInfo& info) {
-  return apply(info, out, [&] { return inner_->all_gather_v_async(out, in, info.counts); });
-}
-
-std::shared_ptr<Work> FaultComm::broadcast_impl(const at::Tensor& t, const OpInfo& info) {
-  return apply(info, t, [&] { return inner_->broadcast_async(t, info.root); });
-}
-
-std::shared_ptr<Work> FaultComm::barrier_impl(const OpInfo& info) {
-  return apply(info, at::Tensor(), [&] { return inner_->barrier_async(); });
 }
 
 }  // namespace zrt::comm

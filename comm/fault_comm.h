@@ -12,7 +12,7 @@
 #include <memory>
 #include <optional>
 
-#include "comm/comm.h"
+#include "comm/comm_wrapper.h"
 
 namespace zrt::comm {
 
@@ -32,7 +32,7 @@ struct FaultPlan {
   double value = NAN;
 };
 
-class FaultComm final : public Comm {
+class FaultComm final : public CommWrapper {
  public:
   // Without a plan the decorator only forwards; arm() it when the fault should be counted from.
   explicit FaultComm(std::shared_ptr<Comm> inner, std::optional<FaultPlan> plan = std::nullopt);
@@ -43,36 +43,13 @@ class FaultComm final : public Comm {
   // Whether the planned fault happened on this rank (false for ranks the plan leaves alone).
   bool fired() const { return fired_; }
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  int local_rank() const override { return inner_->local_rank(); }
-  int local_size() const override { return inner_->local_size(); }
-  std::string backend_name() const override { return "fault(" + inner_->backend_name() + ")"; }
-  at::DeviceType device_type() const override { return inner_->device_type(); }
-  double timeout_seconds() const override { return inner_->timeout_seconds(); }
-  CommTimes times() const override { return inner_->times(); }
-
  protected:
-  std::shared_ptr<Work> all_reduce_impl(const at::Tensor& t, const OpInfo& info) override;
-  std::shared_ptr<Work> reduce_scatter_impl(const at::Tensor& out, const at::Tensor& in,
-                                            const OpInfo& info) override;
-  std::shared_ptr<Work> all_gather_impl(const at::Tensor& out, const at::Tensor& in,
-                                        const OpInfo& info) override;
-  std::shared_ptr<Work> reduce_scatter_v_impl(const at::Tensor& out, const at::Tensor& in,
-                                              const OpInfo& info) override;
-  std::shared_ptr<Work> all_gather_v_impl(const at::Tensor& out, const at::Tensor& in,
-                                          const OpInfo& info) override;
-  std::shared_ptr<Work> broadcast_impl(const at::Tensor& t, const OpInfo& info) override;
-  std::shared_ptr<Work> barrier_impl(const OpInfo& info) override;
+  // Issues the collective with the planned fault applied when `info` is the chosen collective on
+  // a chosen rank; kCorrupt overwrites the output (nothing for a barrier).
+  std::shared_ptr<Work> intercept(const OpInfo& info, const Operands& operands,
+                                  const Start& start) override;
 
  private:
-  // Runs `start` (which issues the collective on the inner communicator) with the planned fault
-  // applied when `info` is the chosen collective on a chosen rank; `output` is what kCorrupt
-  // overwrites (undefined for a barrier).
-  std::shared_ptr<Work> apply(const OpInfo& info, const at::Tensor& output,
-                              const std::function<std::shared_ptr<Work>()>& start);
-
-  std::shared_ptr<Comm> inner_;
   std::optional<FaultPlan> plan_;
   uint64_t counted_ = 0;  // matching collectives since arm()
   std::atomic<bool> fired_{false};

@@ -37,11 +37,11 @@ inline const KeyList kTopLevel = {"train_batch_size",
                                   "data_types",
                                   "tensorboard",
                                   "csv_monitor",
+                                  "activation_checkpointing",
                                   "zrt"};
 
 // Top-level DeepSpeed sections ZeroRT does not use: accepted with a warning.
-inline const KeyList kIgnoredTopLevel = {"activation_checkpointing",
-                                         "flops_profiler",
+inline const KeyList kIgnoredTopLevel = {"flops_profiler",
                                          "comms_logger",
                                          "wandb",
                                          "comet",
@@ -217,6 +217,9 @@ inline const KeyList kCheckpoint = {"tag_validation", "use_node_local_storage", 
 inline const KeyList kCheckpointParallelWrite = {"pipeline_stage"};
 inline const KeyList kDataTypes = {"grad_accum_dtype"};
 inline const KeyList kMonitor = {"enabled", "output_path", "job_name"};
+inline const KeyList kActivationCheckpointing = {
+    "partition_activations", "contiguous_memory_optimization", "number_checkpoints",
+    "synchronize_checkpoint_boundary", "cpu_checkpointing", "profile"};
 inline const KeyList kZrt = {"comm_timeout", "debug_collectives"};
 
 }  // namespace zrt::config::keys

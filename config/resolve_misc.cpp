@@ -85,6 +85,43 @@ void resolve_monitor(const Json& root, const char* key, Diagnostics& diag, Monit
   if (auto v = r.get_string("job_name")) out.job_name = *v;
 }
 
+// DeepSpeed's activation_checkpointing section. The keys that need a model-parallel group
+// (partition_activations and contiguous_memory_optimization, which DeepSpeed applies only with
+// one) and number_checkpoints (which sizes contiguous_memory_optimization's buffers) are read and
+// checked, and have no effect, as in DeepSpeed without an mpu; a note says so when one is set.
+void resolve_activation_checkpointing(const Json& root, Diagnostics& diag,
+                                      zero::ActivationCheckpointOptions& out) {
+  const Json* s = section_object(root, "activation_checkpointing", diag);
+  if (!s) return;
+  SectionReader r(*s, "activation_checkpointing", diag);
+  r.check_unknown_keys(keys::kActivationCheckpointing, /*strict=*/true);
+  if (auto v = r.get_bool("partition_activations")) out.partition_activations = *v;
+  if (auto v = r.get_bool("contiguous_memory_optimization")) {
+    out.contiguous_memory_optimization = *v;
+  }
+  if (r.has("number_checkpoints") && !(*s)["number_checkpoints"].is_null()) {
+    if (auto v = r.get_int("number_checkpoints", 1)) out.number_checkpoints = *v;
+  }
+  if (auto v = r.get_bool("synchronize_checkpoint_boundary")) {
+    out.synchronize_checkpoint_boundary = *v;
+  }
+  if (auto v = r.get_bool("cpu_checkpointing")) out.cpu_checkpointing = *v;
+  if (auto v = r.get_bool("profile")) out.profile = *v;
+  for (const char* key : {"partition_activations", "contiguous_memory_optimization"}) {
+    const bool on = std::string(key) == "partition_activations"
+                        ? out.partition_activations
+                        : out.contiguous_memory_optimization;
+    if (on) {
+      diag.note(str("activation_checkpointing.", key,
+                    ": no effect without a model-parallel group (as in DeepSpeed without an mpu)"));
+    }
+  }
+  if (out.number_checkpoints) {
+    diag.note("activation_checkpointing.number_checkpoints: sizes DeepSpeed's contiguous "
+              "activation buffers (contiguous_memory_optimization); no effect here");
+  }
+}
+
 }  // namespace
 
 void resolve_zrt(const Json& root, Diagnostics& diag, comm::CommOptions& out) {
@@ -113,6 +150,7 @@ void resolve_misc_sections(const Json& root, Diagnostics& diag, ResolvedConfig& 
   resolve_data_types(root, diag, out);
   resolve_monitor(root, "tensorboard", diag, out.tensorboard);
   resolve_monitor(root, "csv_monitor", diag, out.csv_monitor);
+  resolve_activation_checkpointing(root, diag, out.activation_checkpointing);
   resolve_zrt(root, diag, out.comm);
 }
 

@@ -90,6 +90,7 @@ struct ResolvedConfig {
   bool zero_force_ds_cpu_optimizer = true;
   bool dataloader_drop_last = false;
   bool client_optimizer = false;      // ResolveOptions::client_optimizer
+  zero::ActivationCheckpointOptions activation_checkpointing;  // the section of that name
   comm::CommOptions comm;             // the ZeroRT "zrt" section
   std::vector<std::string> warnings;  // also logged (rank 0) by resolve_config
   std::vector<std::string> notes;     // also logged at info level

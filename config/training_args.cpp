@@ -169,22 +169,12 @@ bool parse_hf_bool(const std::string& text) {
 }
 
 const std::vector<std::string>& training_bool_flags() {
-  static const std::vector<std::string> kFlags = {"overwrite_output_dir",
-                                                  "do_train",
-                                                  "do_eval",
-                                                  "do_predict",
-                                                  "save_on_each_node",
-                                                  "fp16",
-                                                  "bf16",
-                                                  "fp16_full_eval",
-                                                  "bf16_full_eval",
-                                                  "adafactor",
-                                                  "dataloader_drop_last",
-                                                  "auto_find_batch_size",
-                                                  "gradient_checkpointing",
-                                                  "logging_first_step",
-                                                  "load_best_model_at_end",
-                                                  "greater_is_better"};
+  static const std::vector<std::string> kFlags = {
+      "do_train",        "do_eval",          "do_predict",           "save_on_each_node",
+      "fp16",            "bf16",             "fp16_full_eval",       "bf16_full_eval",
+      "adafactor",       "dataloader_drop_last", "auto_find_batch_size", "logging_first_step",
+      "gradient_checkpointing",
+      "load_best_model_at_end", "greater_is_better"};
   return kFlags;
 }
 
@@ -192,6 +182,9 @@ const std::vector<IgnoredTrainingArgument>& ignored_training_arguments() {
   // Every __init__ field of transformers 5.24's TrainingArguments that ZeroRT does not use
   // (tests/peers/hf_smoke.py checks that this list and the supported flags cover them all).
   static const std::vector<IgnoredTrainingArgument> kIgnored = {
+      {"overwrite_output_dir", true},  // read by HF's example scripts, not by its Trainer
+      {"fp16_opt_level", false},       // apex only, which ZeroRT refuses
+      {"dataloader_num_workers", false},
       {"optim_args", false},
       {"optim_target_modules", false},
       {"average_tokens_across_devices", true},
@@ -199,7 +192,6 @@ const std::vector<IgnoredTrainingArgument>& ignored_training_arguments() {
       {"tf32", true},
       {"activation_checkpointing", true},
       {"activation_checkpointing_kwargs", false},
-      {"gradient_checkpointing_kwargs", false},
       {"torch_compile", true},
       {"torch_compile_backend", false},
       {"torch_compile_mode", false},
@@ -285,6 +277,74 @@ std::vector<std::string> join_bool_flag_values(const std::vector<std::string>& a
   return out;
 }
 
+namespace {
+
+// A flag's value (or its default) parsed as JSON.
+Json json_argument(const cxxopts::ParseResult& result, const char* name) {
+  const std::string text = result[name].as<std::string>();
+  try {
+    return Json::parse(text);
+  } catch (const Json::exception&) {
+    throw UsageError(str("--", name, ": not valid JSON: ", text));
+  }
+}
+
+// --gradient_checkpointing_kwargs as transformers passes it to torch's checkpoint: an object whose
+// one key ZeroRT knows is use_reentrant (either value: one implementation, Note [Activation
+// checkpointing] in zero/activation_checkpoint.cpp).
+Json checked_checkpointing_kwargs(const cxxopts::ParseResult& result) {
+  const Json kwargs = json_argument(result, "gradient_checkpointing_kwargs");
+  ZRT_CHECK_AS(UsageError, kwargs.is_object(),
+               "--gradient_checkpointing_kwargs must be a JSON object, got ", kwargs.dump());
+  for (const auto& [key, value] : kwargs.items()) {
+    ZRT_CHECK_AS(UsageError, key == "use_reentrant",
+                 "--gradient_checkpointing_kwargs: unknown key '", key,
+                 "' (ZeroRT accepts use_reentrant)");
+    ZRT_CHECK_AS(UsageError, value.is_boolean(),
+                 "--gradient_checkpointing_kwargs: use_reentrant must be true or false, got ",
+                 value.dump());
+  }
+  return kwargs;
+}
+
+// Flags accepted for compatibility: recorded in `a.ignored` with a warning that they have no
+// effect; --auto_find_batch_size with a warning about the part it has.
+void warn_about_effects(const cxxopts::ParseResult& result, TrainingArguments* a) {
+  for (const auto& ignored : ignored_training_arguments()) {
+    if (result.count(ignored.name) == 0) continue;
+    const std::string value = result[ignored.name].as<std::string>();
+    a->ignored.emplace_back(ignored.name, value);
+    ZRT_LOG_WARN("--", ignored.name, " ", value,
+                 ": accepted for compatibility with transformers' TrainingArguments; it has no "
+                 "effect in ZeroRT");
+  }
+  if (a->auto_find_batch_size) {
+    ZRT_LOG_WARN(
+        "--auto_find_batch_size: ZeroRT does not retry with smaller batches; the flag only "
+        "changes how \"auto\" batch-size keys are filled, as in transformers' DeepSpeed "
+        "integration");
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// transformers' other arguments: accepted so that HF command lines run, with a warning.
+void add_ignored_arguments(cxxopts::Options& options) {
+  auto group = options.add_options("Accepted for compatibility (no effect in ZeroRT)");
+  for (const auto& ignored : ignored_training_arguments()) {
+    if (ignored.is_bool) {
+      group(ignored.name, "no effect in ZeroRT",
+            cxxopts::value<std::string>()->implicit_value("true"));
+    } else {
+      group(ignored.name, "no effect in ZeroRT", cxxopts::value<std::string>());
+    }
+  }
+}
+
+}  // namespace
+
 void add_training_arguments(cxxopts::Options& options) {
   using cxxopts::value;
   auto flag = [](const char* def) {
@@ -292,7 +352,6 @@ void add_training_arguments(cxxopts::Options& options) {
   };
   options.add_options("Training arguments")("output_dir", "Where checkpoints and outputs go",
                                             value<std::string>()->default_value("trainer_output"))(
-      "overwrite_output_dir", "Overwrite the content of output_dir", flag("false"))(
       "do_train", "Run training", flag("false"))("do_eval", "Run evaluation", flag("false"))(
       "do_predict", "Run prediction", flag("false"))("per_device_train_batch_size",
                                                      "Micro-batch size per rank for training",
@@ -329,7 +388,6 @@ void add_training_arguments(cxxopts::Options& options) {
       "fp16", "Train in fp16", flag("false"))("bf16", "Train in bf16", flag("false"))(
       "fp16_full_eval", "Evaluate in fp16", flag("false"))("bf16_full_eval", "Evaluate in bf16",
                                                            flag("false"))(
-      "fp16_opt_level", "apex AMP opt level", value<std::string>()->default_value("O1"))(
       "fp16_backend", "Deprecated alias of half_precision_backend",
       value<std::string>()->default_value("auto"))("half_precision_backend",
                                                    "auto, apex or cpu_amp",
@@ -338,9 +396,10 @@ void add_training_arguments(cxxopts::Options& options) {
       value<std::string>()->default_value("adamw_torch"))(
       "adafactor", "Use Adafactor (deprecated HF switch)", flag("false"))(
       "dataloader_drop_last", "Drop the last incomplete batch", flag("false"))(
-      "dataloader_num_workers", "Data loader workers", value<int64_t>()->default_value("0"))(
       "auto_find_batch_size", "Search for a batch size that fits", flag("false"))(
-      "gradient_checkpointing", "Recompute activations in backward", flag("false"))(
+      "gradient_checkpointing", "Recompute each layer's activations in backward", flag("false"))(
+      "gradient_checkpointing_kwargs", "JSON, e.g. {\"use_reentrant\": false}",
+      value<std::string>()->default_value("{}"))(
       "resume_from_checkpoint", "Checkpoint folder to resume from", value<std::string>())(
       "deepspeed", "DeepSpeed config: path, JSON string or base64", value<std::string>())(
       "eval_strategy", "Evaluate during training: no, steps or epoch",
@@ -359,15 +418,7 @@ void add_training_arguments(cxxopts::Options& options) {
       "run_name", "Name of the run (TensorBoard folder)", value<std::string>())(
       "report_to", "tensorboard, csv, all or none (comma-separated)",
       value<std::string>()->default_value("none"));
-  // transformers' other arguments: accepted so that HF command lines run, with a warning.
-  auto group = options.add_options("Accepted for compatibility (no effect in ZeroRT)");
-  for (const auto& ignored : ignored_training_arguments()) {
-    if (ignored.is_bool) {
-      group(ignored.name, "no effect in ZeroRT", value<std::string>()->implicit_value("true"));
-    } else {
-      group(ignored.name, "no effect in ZeroRT", value<std::string>());
-    }
-  }
+  add_ignored_arguments(options);
 }
 
 TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
@@ -377,7 +428,6 @@ TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
   auto i64 = [&](const char* name) { return result[name].as<int64_t>(); };
   auto f64 = [&](const char* name) { return result[name].as<double>(); };
   a.output_dir = text("output_dir");
-  a.overwrite_output_dir = boolean("overwrite_output_dir");
   a.do_train = boolean("do_train");
   a.do_eval = boolean("do_eval");
   a.do_predict = boolean("do_predict");
@@ -393,11 +443,7 @@ TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
   a.num_train_epochs = f64("num_train_epochs");
   a.max_steps = i64("max_steps");
   a.lr_scheduler_type = text("lr_scheduler_type");
-  try {
-    a.lr_scheduler_kwargs = Json::parse(text("lr_scheduler_kwargs"));
-  } catch (const Json::exception&) {
-    throw UsageError(str("--lr_scheduler_kwargs: not valid JSON: ", text("lr_scheduler_kwargs")));
-  }
+  a.lr_scheduler_kwargs = json_argument(result, "lr_scheduler_kwargs");
   a.warmup_ratio = f64("warmup_ratio");
   a.warmup_steps = f64("warmup_steps");
   a.logging_steps = f64("logging_steps");
@@ -419,16 +465,15 @@ TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
   a.bf16 = boolean("bf16");
   a.fp16_full_eval = boolean("fp16_full_eval");
   a.bf16_full_eval = boolean("bf16_full_eval");
-  a.fp16_opt_level = text("fp16_opt_level");
   a.fp16_backend = text("fp16_backend");
   a.half_precision_backend = text("half_precision_backend");
   a.optim = text("optim");
   a.adafactor = boolean("adafactor");
   if (a.adafactor) a.optim = "adafactor";  // as HF's __post_init__
   a.dataloader_drop_last = boolean("dataloader_drop_last");
-  a.dataloader_num_workers = i64("dataloader_num_workers");
   a.auto_find_batch_size = boolean("auto_find_batch_size");
   a.gradient_checkpointing = boolean("gradient_checkpointing");
+  a.gradient_checkpointing_kwargs = checked_checkpointing_kwargs(result);
   if (result.count("resume_from_checkpoint")) {
     a.resume_from_checkpoint = text("resume_from_checkpoint");
   }
@@ -458,13 +503,7 @@ TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
     std::istringstream words(list);
     for (std::string w; words >> w;) a.report_to.push_back(w);
   }
-  for (const auto& ignored : ignored_training_arguments()) {
-    if (result.count(ignored.name) == 0) continue;
-    a.ignored.emplace_back(ignored.name, text(ignored.name));
-    ZRT_LOG_WARN("--", ignored.name, " ", text(ignored.name),
-                 ": accepted for compatibility with transformers' TrainingArguments; it has no "
-                 "effect in ZeroRT");
-  }
+  warn_about_effects(result, &a);
   a.validate();
   return a;
 }

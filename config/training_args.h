@@ -22,7 +22,6 @@ namespace zrt::config {
 
 struct TrainingArguments {
   std::string output_dir = "trainer_output";
-  bool overwrite_output_dir = false;
   bool do_train = false;
   bool do_eval = false;
   bool do_predict = false;
@@ -52,15 +51,20 @@ struct TrainingArguments {
   bool bf16 = false;
   bool fp16_full_eval = false;
   bool bf16_full_eval = false;
-  std::string fp16_opt_level = "O1";
   std::string fp16_backend = "auto";            // deprecated HF alias of half_precision_backend
   std::string half_precision_backend = "auto";  // auto | apex | cpu_amp
   std::string optim = "adamw_torch";
   bool adafactor = false;  // deprecated HF switch for optim = adafactor
   bool dataloader_drop_last = false;
-  int64_t dataloader_num_workers = 0;
-  bool auto_find_batch_size = false;
+  // Every layer of the example models checkpointed (zrt::enable_activation_checkpointing), as HF's
+  // model.gradient_checkpointing_enable(); kwargs as transformers takes them: "use_reentrant"
+  // (either value: ZeroRT's checkpoint has non-reentrant semantics, Note [Activation
+  // checkpointing]) is the one key.
   bool gradient_checkpointing = false;
+  Json gradient_checkpointing_kwargs = Json::object();
+  // Read by the "auto" batch rules as transformers does; ZeroRT does not search for a batch size
+  // (a warning says so when it is set).
+  bool auto_find_batch_size = false;
   std::optional<std::string> resume_from_checkpoint;
   std::optional<std::string> deepspeed;  // path, JSON string or base64 of a DeepSpeed config
   // When the Trainer logs, evaluates and saves during training: "no", "steps" (every

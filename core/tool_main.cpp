@@ -1,12 +1,16 @@
 #include "core/tool_main.h"
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/logging.h"
 
@@ -19,6 +23,31 @@ std::string g_tool_name = "zrt";  // guarded by g_tool_name_mutex
 void report(const std::string& line) {
   std::fprintf(stderr, "%s\n", line.c_str());
   append_to_rank_log_file(line);  // see Note [Per-rank log files]
+}
+
+// This process's rank from the launcher's environment (0 outside a multi-process job).
+int launcher_rank() {
+  for (const char* name : {env::kOmpiRank, env::kPmiRank, env::kPmixRank}) {
+    try {
+      if (const std::optional<int64_t> r = env::get_int(name)) return static_cast<int>(*r);
+    } catch (const Error&) {
+      // Not a number: not a rank we can use.
+    }
+  }
+  return 0;
+}
+
+// Note [One error line per job]
+// A bad config or command line fails on every rank the same way. Rank 0 reports it at once and
+// ends the job (the abort hook, or its non-zero exit, which makes mpirun stop the others); the
+// other ranks wait kUserErrorGrace before reporting, so that a job prints the error once. A
+// user error that only some rank finds is still printed, by that rank, after the wait.
+// zrt-launch then drops Open MPI's banners that follow such a line (launch/process.cpp).
+constexpr std::chrono::milliseconds kUserErrorGrace{2500};
+
+void report_user_error(const std::string& line) {
+  if (launcher_rank() != 0) std::this_thread::sleep_for(kUserErrorGrace);
+  report(line);
 }
 
 int fail(int code) {
@@ -53,8 +82,14 @@ int run_tool(const char* tool_name, const std::function<int()>& body) {
   try {
     return body();
   } catch (const Error& e) {
-    report(str(tool_name, ": error: ", e.what()));
-    return fail(static_cast<int>(e.exit_code()));
+    const ExitCode code = e.exit_code();
+    const std::string line = str(tool_name, ": error: ", e.what());
+    if (code == ExitCode::kUsage || code == ExitCode::kInput) {
+      report_user_error(line);  // Note [One error line per job]
+    } else {
+      report(line);
+    }
+    return fail(static_cast<int>(code));
   } catch (const std::bad_alloc& e) {
     report(str(tool_name, ": error: out of memory (", e.what(), ")"));
     return fail(static_cast<int>(ExitCode::kInternal));

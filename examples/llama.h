@@ -323,6 +323,7 @@ struct LlamaModelImpl : torch::nn::Module {
     embed_unit = register_module("embed_tokens",
                                  std::make_shared<zrt::ShardUnit<torch::nn::EmbeddingImpl>>(
                                      torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)));
+    embed_unit->set_checkpointable(false);  // checkpointing covers the decoder layers, as HF's
     if (deferred) zrt::defer_parameters(*embed_unit);
     layers = register_module("layers", torch::nn::ModuleList());
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -372,6 +373,7 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
       lm_head = register_module(
           "lm_head", std::make_shared<zrt::ShardUnit<torch::nn::LinearImpl>>(
                          torch::nn::LinearOptions(c.hidden_size, c.vocab_size).bias(false)));
+      lm_head->set_checkpointable(false);
       if (deferred) zrt::defer_parameters(*lm_head);
     }
     if (deferred) return;

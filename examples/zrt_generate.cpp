@@ -48,6 +48,7 @@
 #include "config/load.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/malloc_tuning.h"
 #include "core/tool_main.h"
 #include "examples/llama.h"
 #include "examples/tokenizer.h"
@@ -565,5 +566,8 @@ int run(int argc, char** argv) {
 }  // namespace zrt::examples
 
 int main(int argc, char** argv) {
+  // This program, not the library, opts in to returning large freed blocks to the system
+  // (core/malloc_tuning.h): ZeRO-3's memory bound on models larger than one rank needs it.
+  zrt::tune_malloc_for_large_models();
   return zrt::run_tool("zrt-generate", [&] { return zrt::examples::run(argc, argv); });
 }

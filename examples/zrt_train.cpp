@@ -35,6 +35,7 @@
 #include "config/training_args.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/malloc_tuning.h"
 #include "core/tool_main.h"
 #include "examples/gpt.h"
 #include "examples/llama.h"
@@ -156,9 +157,132 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
   return m;
 }
 
-int run(int argc, char** argv) {
-  cxxopts::Options options("zrt-train", "Train a GPT byte-level LM or an MLP with ZeroRT.");
-  options.add_options("model")("model", "gpt, mlp or llama (--model_name_or_path: an HF folder)",
+// The model, data and losses `--model` names.
+struct ExampleModel {
+  std::shared_ptr<torch::nn::Module> model;
+  std::shared_ptr<Dataset> train, eval;
+  LossFn loss_fn;
+  OutputLossFn output_loss;  // one example's output against its target
+  int64_t hidden_size = 0;   // for the config's hidden-size "auto" keys
+  std::optional<ModelSetup> llama;
+};
+
+ExampleModel build_gpt(const cxxopts::ParseResult& result) {
+  GptConfig c;
+  c.width = result["width"].as<int64_t>();
+  c.layers = result["layers"].as<int64_t>();
+  c.heads = result["heads"].as<int64_t>();
+  c.context = result["context"].as<int64_t>();
+  ZRT_CHECK_AS(UsageError, c.width % c.heads == 0, "--width ", c.width,
+               " must be a multiple of --heads ", c.heads);
+  ExampleModel m;
+  const std::string text = read_corpus(result);
+  const size_t split = text.size() * 9 / 10;
+  m.train = std::make_shared<ByteDataset>(text.substr(0, split), c.context);
+  m.eval = std::make_shared<ByteDataset>(text.substr(split), c.context);
+  auto gpt = std::make_shared<GptImpl>(c);
+  ZRT_LOG_INFO("GPT: ", c.layers, " layers, width ", c.width, ", ", c.heads, " heads, context ",
+               c.context, ", ", gpt->num_params(), " parameters; ", m.train->size(),
+               " training examples");
+  m.model = gpt;
+  m.hidden_size = c.width;
+  m.output_loss = [](const at::Tensor& logits, const at::Tensor& y) {
+    return torch::cross_entropy_loss(logits.view({-1, logits.size(-1)}), y.reshape({-1}));
+  };
+  m.loss_fn = [gpt, loss = m.output_loss](torch::nn::Module&, const at::Tensor& x,
+                                          const at::Tensor& y) { return loss(gpt->forward(x), y); };
+  return m;
+}
+
+ExampleModel build_model(const cxxopts::ParseResult& result, const Json& ds_config) {
+  const std::string kind = result["model"].as<std::string>();
+  if (kind == "gpt") return build_gpt(result);
+  ExampleModel m;
+  if (kind == "mlp") {
+    const int64_t width = result["width"].as<int64_t>();
+    m.train = std::make_shared<RegressionDataset>(4096, 1);
+    m.eval = std::make_shared<RegressionDataset>(512, 2);
+    auto mlp = std::make_shared<MlpImpl>(width, result["layers"].as<int64_t>());
+    m.model = mlp;
+    m.hidden_size = width;
+    m.loss_fn = [mlp](torch::nn::Module&, const at::Tensor& x, const at::Tensor& y) {
+      return torch::mse_loss(mlp->forward(x), y);
+    };
+    m.output_loss = [](const at::Tensor& out, const at::Tensor& y) {
+      return torch::mse_loss(out, y);
+    };
+    return m;
+  }
+  ZRT_CHECK_AS(UsageError, kind == "llama", "--model must be gpt, mlp or llama, got '", kind, "'");
+  m.llama = setup_llama(result, ds_config, result["context"].as<int64_t>(), &m.train, &m.eval);
+  m.hidden_size = m.llama->llama->hidden_size;
+  m.model = m.llama->model;
+  m.loss_fn = m.llama->loss_fn;
+  m.output_loss = m.llama->output_loss;
+  return m;
+}
+
+// Rank 0's summary of a train() call and of its communication (the comm thread's timers).
+void print_training(const TrainOutput& out, const comm::CommTimes& before,
+                    const comm::CommTimes& after) {
+  if (out.steps_this_run == 0) {
+    std::printf("train: nothing to train, already at step %lld of %lld\n",
+                static_cast<long long>(out.global_step), static_cast<long long>(out.global_step));
+    return;
+  }
+  std::printf("train: %lld steps (%lld to %lld) in %.1f s (%.1f samples/s), mean loss %.4f\n",
+              static_cast<long long>(out.steps_this_run),
+              static_cast<long long>(out.global_step - out.steps_this_run + 1),
+              static_cast<long long>(out.global_step), out.train_runtime_s,
+              out.samples_per_second, out.training_loss);
+  comm::CommTimes c;
+  c.busy_seconds = after.busy_seconds - before.busy_seconds;
+  c.exposed_seconds = after.exposed_seconds - before.exposed_seconds;
+  c.collectives = after.collectives - before.collectives;
+  std::printf("train: communication %.3f s in %llu collectives, %.3f s of it waited for "
+              "(%.0f%% hidden behind compute)\n",
+              c.busy_seconds, static_cast<unsigned long long>(c.collectives), c.exposed_seconds,
+              100 * c.hidden_fraction());
+}
+
+// --do_predict: the evaluation split's predictions (rank 0 writes predictions.safetensors) and
+// HF's predict metrics.
+void predict_and_save(Trainer& trainer, const ExampleModel& m, const std::string& output_dir,
+                      int rank) {
+  PredictionOutput pred = trainer.predict(
+      *m.eval,
+      [&m](torch::nn::Module&, const at::Tensor& x) {
+        // The models' forward through the same module tree the engine manages.
+        if (m.llama) return m.llama->forward(x);
+        return m.model->as<GptImpl>() != nullptr ? m.model->as<GptImpl>()->forward(x)
+                                               : m.model->as<MlpImpl>()->forward(x);
+      },
+      m.output_loss);
+  if (rank == 0) {
+    const std::string path =
+        (std::filesystem::path(output_dir) / "predictions.safetensors").string();
+    std::filesystem::create_directories(output_dir);
+    ckpt::save_safetensors({{"predictions", at::stack(pred.predictions)},
+                            {"label_ids", at::stack(pred.label_ids)}},
+                           path);
+    std::printf("predict: %zu predictions written to %s\n", pred.predictions.size(),
+                path.c_str());
+  }
+  trainer.save_metrics("predict", pred.metrics);
+  if (rank != 0) return;
+  std::printf("***** predict metrics *****\n");
+  for (const auto& [k, v] : pred.metrics) std::printf("  %-28s = %.6g\n", k.c_str(), v);
+  std::fflush(stdout);
+}
+
+// zrt-train's own flags (the model) and transformers' TrainingArguments.
+cxxopts::Options train_options() {
+  cxxopts::Options options("zrt-train",
+                           "Train or fine-tune with ZeroRT: a LLaMA from a Hugging Face folder or "
+                           "config, or the example GPT byte-level LM or MLP.");
+  options.add_options("model")("model",
+                               "gpt, mlp or llama (llama: --model_name_or_path a Hugging Face "
+                               "folder, or --config_name to train from scratch)",
                                cxxopts::value<std::string>()->default_value("gpt"))(
       "layers", "transformer blocks / MLP blocks", cxxopts::value<int64_t>()->default_value("2"))(
       "heads", "attention heads", cxxopts::value<int64_t>()->default_value("4"))(
@@ -168,8 +292,10 @@ int run(int argc, char** argv) {
       cxxopts::value<std::string>())("corpus_bytes", "size of the generated corpus",
                                      cxxopts::value<int64_t>()->default_value("200000"))(
       "model_name_or_path",
-      "weights to start from: a checkpoint folder (checkpoint-N, a save_dir with `latest`, a "
-      "global_stepN tag) or a .safetensors/.pt state dict",
+      "weights to start from: --model llama: a Hugging Face folder (config.json with "
+      "model.safetensors, shards + index, or pytorch_model.bin); any model: a checkpoint folder "
+      "(checkpoint-N, a save_dir with `latest`, a global_stepN tag) or a .safetensors/.pt state "
+      "dict",
       cxxopts::value<std::string>())(
       "config_name",
       "--model llama: a config.json (or a folder with one) to train from scratch; with "
@@ -178,6 +304,11 @@ int run(int argc, char** argv) {
       "max_shard_size", "--model llama: bytes per safetensors file of the saved model",
       cxxopts::value<int64_t>()->default_value("5000000000"))("h,help", "show this help");
   config::add_training_arguments(options);
+  return options;
+}
+
+int run(int argc, char** argv) {
+  cxxopts::Options options = train_options();
   std::vector<std::string> args(argv + 1, argv + argc);
   std::vector<std::string> joined = config::join_bool_flag_values(args);
   std::vector<const char*> cargv = {argv[0]};
@@ -201,61 +332,15 @@ int run(int argc, char** argv) {
   const Json ds_config = config::load_config_source(*targs.deepspeed);
   auto comm = comm::init_from_env(comm_options_for_config(ds_config));
   torch::manual_seed(static_cast<uint64_t>(targs.seed));
-  const std::string kind = result["model"].as<std::string>();
-  const int64_t width = result["width"].as<int64_t>();
-  const int64_t layers = result["layers"].as<int64_t>();
+  ExampleModel m = build_model(result, ds_config);
   TrainerOptions topts;
   topts.comm = comm;
   topts.deepspeed_config = ds_config;
-  topts.model_dims.hidden_size = width;
-  std::shared_ptr<torch::nn::Module> model;
-  std::shared_ptr<Dataset> train, eval;
-  LossFn loss_fn;
-  OutputLossFn output_loss;  // one example's output against its target
-  std::optional<ModelSetup> llama;
-  if (kind == "gpt") {
-    GptConfig c;
-    c.width = width;
-    c.layers = layers;
-    c.heads = result["heads"].as<int64_t>();
-    c.context = result["context"].as<int64_t>();
-    ZRT_CHECK_AS(UsageError, c.width % c.heads == 0, "--width ", c.width,
-                 " must be a multiple of --heads ", c.heads);
-    const std::string text = read_corpus(result);
-    const size_t split = text.size() * 9 / 10;
-    train = std::make_shared<ByteDataset>(text.substr(0, split), c.context);
-    eval = std::make_shared<ByteDataset>(text.substr(split), c.context);
-    auto gpt = std::make_shared<GptImpl>(c);
-    ZRT_LOG_INFO("GPT: ", c.layers, " layers, width ", c.width, ", ", c.heads, " heads, context ",
-                 c.context, ", ", gpt->num_params(), " parameters; ", train->size(),
-                 " training examples");
-    model = gpt;
-    loss_fn = [gpt](torch::nn::Module&, const at::Tensor& x, const at::Tensor& y) {
-      at::Tensor logits = gpt->forward(x);
-      return torch::cross_entropy_loss(logits.view({-1, logits.size(-1)}), y.reshape({-1}));
-    };
-    output_loss = [](const at::Tensor& logits, const at::Tensor& y) {
-      return torch::cross_entropy_loss(logits.view({-1, logits.size(-1)}), y.reshape({-1}));
-    };
-  } else if (kind == "mlp") {
-    train = std::make_shared<RegressionDataset>(4096, 1);
-    eval = std::make_shared<RegressionDataset>(512, 2);
-    auto mlp = std::make_shared<MlpImpl>(width, layers);
-    model = mlp;
-    loss_fn = [mlp](torch::nn::Module&, const at::Tensor& x, const at::Tensor& y) {
-      return torch::mse_loss(mlp->forward(x), y);
-    };
-    output_loss = [](const at::Tensor& out, const at::Tensor& y) { return torch::mse_loss(out, y); };
-  } else if (kind == "llama") {
-    llama = setup_llama(result, ds_config, result["context"].as<int64_t>(), &train, &eval);
-    topts.model_dims.hidden_size = llama->llama->hidden_size;
-    model = llama->model;
-    loss_fn = llama->loss_fn;
-    output_loss = llama->output_loss;
-  } else {
-    throw UsageError(str("--model must be gpt, mlp or llama, got '", kind, "'"));
-  }
-  Trainer trainer(model, targs, train, eval, loss_fn, topts);
+  topts.model_dims.hidden_size = m.hidden_size;
+  std::shared_ptr<torch::nn::Module> model = m.model;
+  std::shared_ptr<Dataset> eval = m.eval;
+  std::optional<ModelSetup>& llama = m.llama;
+  Trainer trainer(model, targs, m.train, eval, m.loss_fn, topts);
   // HF's example scripts: each phase only when asked; with no --do_* flag, training.
   const bool do_train = targs.do_train || !(targs.do_eval || targs.do_predict);
   std::optional<std::string> weights;
@@ -273,12 +358,6 @@ int run(int argc, char** argv) {
                     llama_init_parameter(cfg, name, t, gen);
                   });
   }
-  auto print_metrics = [&](const char* split, const std::vector<std::pair<std::string, double>>& m) {
-    if (comm->rank() != 0) return;
-    std::printf("***** %s metrics *****\n", split);
-    for (const auto& [k, v] : m) std::printf("  %-28s = %.6g\n", k.c_str(), v);
-    std::fflush(stdout);
-  };
   if (do_train) {
     const comm::CommTimes comm_before = comm->times();
     const TrainOutput out = trainer.train();
@@ -294,57 +373,14 @@ int run(int argc, char** argv) {
                                    {"train_runtime", out.train_runtime_s},
                                    {"train_samples_per_second", out.samples_per_second},
                                    {"global_step", static_cast<double>(out.global_step)}});
-    if (comm->rank() == 0) {
-      if (out.steps_this_run == 0) {
-        std::printf("train: nothing to train, already at step %lld of %lld\n",
-                    static_cast<long long>(out.global_step),
-                    static_cast<long long>(out.global_step));
-      } else {
-        std::printf("train: %lld steps (%lld to %lld) in %.1f s (%.1f samples/s), mean loss %.4f\n",
-                    static_cast<long long>(out.steps_this_run),
-                    static_cast<long long>(out.global_step - out.steps_this_run + 1),
-                    static_cast<long long>(out.global_step), out.train_runtime_s,
-                    out.samples_per_second, out.training_loss);
-        // Rank 0's view of the training's communication (engine timers of the comm thread).
-        comm::CommTimes c;
-        c.busy_seconds = comm_after.busy_seconds - comm_before.busy_seconds;
-        c.exposed_seconds = comm_after.exposed_seconds - comm_before.exposed_seconds;
-        c.collectives = comm_after.collectives - comm_before.collectives;
-        std::printf("train: communication %.3f s in %llu collectives, %.3f s of it waited for "
-                    "(%.0f%% hidden behind compute)\n",
-                    c.busy_seconds, static_cast<unsigned long long>(c.collectives),
-                    c.exposed_seconds, 100 * c.hidden_fraction());
-      }
-    }
+    if (comm->rank() == 0) print_training(out, comm_before, comm_after);
   }
   if (targs.do_eval) {
     const double eval_loss = trainer.evaluate();
     trainer.save_metrics("eval", {{"eval_loss", eval_loss}});
     if (comm->rank() == 0) std::printf("eval loss %.6f\n", eval_loss);
   }
-  if (targs.do_predict) {
-    PredictionOutput pred = trainer.predict(
-        *eval,
-        [model, &llama](torch::nn::Module&, const at::Tensor& x) {
-          // The models' forward through the same module tree the engine manages.
-          if (llama) return llama->forward(x);
-          return model->as<GptImpl>() != nullptr ? model->as<GptImpl>()->forward(x)
-                                                 : model->as<MlpImpl>()->forward(x);
-        },
-        output_loss);
-    if (comm->rank() == 0) {
-      const std::string path =
-          (std::filesystem::path(targs.output_dir) / "predictions.safetensors").string();
-      std::filesystem::create_directories(targs.output_dir);
-      ckpt::save_safetensors({{"predictions", at::stack(pred.predictions)},
-                              {"label_ids", at::stack(pred.label_ids)}},
-                             path);
-      std::printf("predict: %zu predictions written to %s\n", pred.predictions.size(),
-                  path.c_str());
-    }
-    trainer.save_metrics("predict", pred.metrics);
-    print_metrics("predict", pred.metrics);
-  }
+  if (targs.do_predict) predict_and_save(trainer, m, targs.output_dir, comm->rank());
   return 0;
 }
 
@@ -352,5 +388,8 @@ int run(int argc, char** argv) {
 }  // namespace zrt::examples
 
 int main(int argc, char** argv) {
+  // This program, not the library, opts in to returning large freed blocks to the system
+  // (core/malloc_tuning.h): ZeRO-3's memory bound on models larger than one rank needs it.
+  zrt::tune_malloc_for_large_models();
   return zrt::run_tool("zrt-train", [&] { return zrt::examples::run(argc, argv); });
 }

@@ -14,8 +14,8 @@
 
 #include <ATen/ATen.h>
 
-#include "checkpoint/pt_file.h"
-#include "checkpoint/unpickler.h"
+#include "checkpoint/pt/pt_file.h"
+#include "checkpoint/pt/unpickler.h"
 #include "checkpoint/value.h"
 #include "core/error.h"
 #include "core/logging.h"

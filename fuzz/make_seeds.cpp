@@ -13,9 +13,9 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/io.h"
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "checkpoint/safetensors.h"
-#include "checkpoint/zip_reader.h"
+#include "checkpoint/pt/zip_reader.h"
 
 namespace {
 

@@ -15,8 +15,12 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "core/error.h"
+#include "launch/banner_filter.h"
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -102,23 +106,52 @@ std::vector<std::string> child_environment(const EnvVars& env) {
 // it returns: when zrt-launch exits, the job is over.
 constexpr double kReapDeadlineS = 30.0;
 
-void reap_orphans() {
+// Returns false when processes still run after kReapDeadlineS.
+bool reap_orphans() {
   const auto start = std::chrono::steady_clock::now();
   while (true) {
     int status = 0;
     const pid_t p = waitpid(-1, &status, WNOHANG);
     if (p < 0 && errno == EINTR) continue;
-    if (p < 0) return;  // ECHILD: nothing left
+    if (p < 0) return true;  // ECHILD: nothing left
     if (p == 0) {
       const double waited =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > kReapDeadlineS) {
         std::fprintf(stderr, "zrt-launch: processes of the job still run after %.0f s\n", waited);
-        return;
+        return false;
       }
       usleep(20000);
     }
   }
+}
+
+// Copies the job's standard error (read end `fd`) to ours through a BannerFilter, line by line,
+// until every writer has closed it.
+void copy_filtered_stderr(int fd) {
+  BannerFilter filter;
+  std::string pending;
+  auto emit = [](const std::vector<std::string>& lines) {
+    for (const std::string& l : lines) {
+      const std::string out = l + "\n";
+      (void)!write(STDERR_FILENO, out.data(), out.size());
+    }
+  };
+  char buf[4096];
+  while (true) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buf, static_cast<size_t>(n));
+    size_t start = 0;
+    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      emit(filter.feed(pending.substr(start, nl - start)));
+    }
+    pending.erase(0, start);
+  }
+  if (!pending.empty()) emit(filter.feed(pending));
+  emit(filter.finish());
+  close(fd);
 }
 
 }  // namespace
@@ -155,6 +188,8 @@ int run_and_wait(const std::vector<std::string>& argv, const EnvVars& env) {
 
   int exec_error[2];  // the child writes errno here when execve fails; a good exec closes it
   ZRT_CHECK(pipe2(exec_error, O_CLOEXEC) == 0, "pipe failed: ", std::strerror(errno));
+  int job_stderr[2];  // the job's standard error, shown through a BannerFilter
+  ZRT_CHECK(pipe2(job_stderr, O_CLOEXEC) == 0, "pipe failed: ", std::strerror(errno));
   std::fflush(stdout);
   std::fflush(stderr);
   pid_t pid = -1;
@@ -166,6 +201,7 @@ int run_and_wait(const std::vector<std::string>& argv, const EnvVars& env) {
     pid = fork();
     if (pid == 0) {
       forwarding.restore_in_child();
+      dup2(job_stderr[1], STDERR_FILENO);  // dup2 clears O_CLOEXEC on the copy
       execve(child_argv[0], child_argv.data(), child_envp.data());
       const int err = errno;
       (void)!write(exec_error[1], &err, sizeof(err));
@@ -174,6 +210,8 @@ int run_and_wait(const std::vector<std::string>& argv, const EnvVars& env) {
     fork_errno = errno;
     forwarding.start(pid);
     close(exec_error[1]);
+    close(job_stderr[1]);
+    std::thread stderr_copier(copy_filtered_stderr, job_stderr[0]);
     int exec_errno = 0;
     ssize_t n = 0;
     if (pid > 0) {
@@ -186,10 +224,14 @@ int run_and_wait(const std::vector<std::string>& argv, const EnvVars& env) {
       while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
       }
     }
+    if (reap_orphans()) {
+      stderr_copier.join();  // every writer has exited: the pipe is at its end
+    } else {
+      stderr_copier.detach();  // a leftover process may hold the pipe open
+    }
     ZRT_CHECK(pid > 0, "cannot start '", argv[0], "': fork failed: ", std::strerror(fork_errno));
     ZRT_CHECK(n != static_cast<ssize_t>(sizeof(exec_errno)), "cannot start '", argv[0],
               "': ", std::strerror(exec_errno));
-    reap_orphans();
     // Interrupted: the shell's code for SIGINT, whatever mpirun made of it (it exits 1).
     if (g_interrupted.load()) return 128 + SIGINT;
     return exit_code_from_status(status);

@@ -12,8 +12,9 @@
 namespace zrt::optim {
 namespace {
 
-// The first problem with the options, or "" (shared by construction, setters and loading).
-std::string adam_options_problem(const AdamOptions& o) {
+}  // namespace
+
+std::string options_problem(const AdamOptions& o) {
   if (!(o.lr >= 0.0)) return str("invalid learning rate ", o.lr, " (must be >= 0)");
   if (!(o.eps >= 0.0)) return str("invalid eps ", o.eps, " (must be >= 0)");
   if (!(o.beta1 >= 0.0 && o.beta1 < 1.0))
@@ -24,6 +25,8 @@ std::string adam_options_problem(const AdamOptions& o) {
     return str("invalid weight_decay ", o.weight_decay, " (must be >= 0)");
   return "";
 }
+
+namespace {
 
 kernels::AdamStepArgs step_args(const AdamOptions& o, int64_t step, double grad_scale) {
   kernels::AdamStepArgs a;
@@ -53,49 +56,13 @@ void check_state_tensor(const at::Tensor& t, const at::Tensor& param, const char
 }  // namespace
 
 void check_adam_options(const AdamOptions& options) {
-  const std::string problem = adam_options_problem(options);
+  const std::string problem = options_problem(options);
   ZRT_CHECK(problem.empty(), "FusedAdam: ", problem);
 }
 
-std::vector<std::vector<OptimParam>> FusedAdam::take_params(std::vector<AdamParamGroup>& groups) {
-  std::vector<std::vector<OptimParam>> out;
-  for (AdamParamGroup& g : groups) {
-    check_adam_options(g.options);
-    out.push_back(std::move(g.params));
-  }
-  return out;
-}
-
 FusedAdam::FusedAdam(std::vector<AdamParamGroup> groups)
-    : Optimizer(take_params(groups), /*fp32_params_only=*/true) {
-  for (size_t g = 0; g < groups.size(); ++g) {
-    options_.push_back(groups[g].options);
-    state_.emplace_back(groups_[g].size());
-  }
-  steps_.assign(groups.size(), 0);
-}
-
-const AdamOptions& FusedAdam::options(size_t group) const {
-  check_group(group);
-  return options_[group];
-}
-
-void FusedAdam::set_options(size_t group, const AdamOptions& options) {
-  check_group(group);
-  check_adam_options(options);
-  options_[group] = options;
-}
-
-void FusedAdam::set_lr(size_t group, double lr) {
-  AdamOptions o = options(group);
-  o.lr = lr;
-  set_options(group, o);
-}
-
-void FusedAdam::set_weight_decay(size_t group, double weight_decay) {
-  AdamOptions o = options(group);
-  o.weight_decay = weight_decay;
-  set_options(group, o);
+    : GroupedOptimizer(std::move(groups), /*fp32_params_only=*/true) {
+  for (const auto& params : groups_) state_.emplace_back(params.size());
 }
 
 void FusedAdam::set_betas(size_t group, double beta1, double beta2) {
@@ -103,11 +70,6 @@ void FusedAdam::set_betas(size_t group, double beta1, double beta2) {
   o.beta1 = beta1;
   o.beta2 = beta2;
   set_options(group, o);
-}
-
-int64_t FusedAdam::step_count(size_t group) const {
-  check_group(group);
-  return steps_[group];
 }
 
 const at::Tensor& FusedAdam::exp_avg(size_t group, size_t index) const {
@@ -140,37 +102,24 @@ void FusedAdam::step(double grad_scale) {
       (p.param.is_cuda() ? cuda : cpu)
           .push_back({p.param, p.grad, s.exp_avg, s.exp_avg_sq, p.param_copy});
     }
-    if (!cpu.empty()) kernels::adam_step_cpu(cpu, args, cpu_config_);
+    if (!cpu.empty()) kernels::adam_step_cpu(cpu, args, kernels::CpuAdamConfig{});
     if (!cuda.empty()) kernels::adam_step_cuda(cuda, args);
   }
 }
 
 OptimizerState FusedAdam::state_dict() const {
-  OptimizerState out;
-  out.optimizer = name();
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    ParamGroupState group;
-    group.adam = options_[g];
-    const int64_t first = first_index(g);
-    for (size_t i = 0; i < groups_[g].size(); ++i) {
-      const int64_t index = first + static_cast<int64_t>(i);
-      group.params.push_back(index);
-      const State& s = state_[g][i];
-      if (s.exp_avg.defined())
-        out.state[index] = ParamState{steps_[g], s.exp_avg, s.exp_avg_sq, {}};
-    }
-    out.param_groups.push_back(std::move(group));
-  }
-  return out;
+  return state_dict_with([&](size_t g, size_t i, ParamState& out) {
+    const State& s = state_[g][i];
+    out.exp_avg = s.exp_avg;
+    out.exp_avg_sq = s.exp_avg_sq;
+    return s.exp_avg.defined();
+  });
 }
 
 void FusedAdam::load_state_dict(const OptimizerState& state) {
   // Validate everything before changing anything (Note [Optimizer state]).
-  const auto matched = match_state(state);
+  const auto matched = match_and_check(state);
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const std::string problem = adam_options_problem(state.param_groups[g].adam);
-    ZRT_CHECK_AS(CheckpointError, problem.empty(), "param group ", g,
-                 " of the optimizer state: ", problem);
     for (size_t i = 0; i < groups_[g].size(); ++i) {
       if (matched[g][i] == nullptr) continue;
       check_state_tensor(matched[g][i]->exp_avg, groups_[g][i].param, "exp_avg", g, i);
@@ -179,7 +128,7 @@ void FusedAdam::load_state_dict(const OptimizerState& state) {
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
     const bool torch_adam = options_[g].torch_adam;
-    options_[g] = state.param_groups[g].adam;
+    options_[g] = saved_options(state, g);
     options_[g].torch_adam = torch_adam;
     steps_[g] = 0;
     for (size_t i = 0; i < groups_[g].size(); ++i) {

@@ -9,9 +9,7 @@
 #include "core/error.h"
 
 namespace zrt::optim {
-namespace {
-
-std::string sgd_options_problem(const SgdOptions& o) {
+std::string options_problem(const SgdOptions& o) {
   if (!(o.lr >= 0.0)) return str("invalid learning rate ", o.lr, " (must be >= 0)");
   if (!(o.momentum >= 0.0)) return str("invalid momentum ", o.momentum, " (must be >= 0)");
   if (!(o.weight_decay >= 0.0))
@@ -24,57 +22,14 @@ std::string sgd_options_problem(const SgdOptions& o) {
   return "";
 }
 
-}  // namespace
-
 void check_sgd_options(const SgdOptions& options) {
-  const std::string problem = sgd_options_problem(options);
+  const std::string problem = options_problem(options);
   ZRT_CHECK(problem.empty(), "SGD: ", problem);
 }
 
-std::vector<std::vector<OptimParam>> Sgd::take_params(std::vector<SgdParamGroup>& groups) {
-  std::vector<std::vector<OptimParam>> out;
-  for (SgdParamGroup& g : groups) {
-    check_sgd_options(g.options);
-    out.push_back(std::move(g.params));
-  }
-  return out;
-}
-
 Sgd::Sgd(std::vector<SgdParamGroup> groups)
-    : Optimizer(take_params(groups), /*fp32_params_only=*/false) {
-  for (size_t g = 0; g < groups.size(); ++g) {
-    options_.push_back(groups[g].options);
-    momentum_.emplace_back(groups_[g].size());
-  }
-  steps_.assign(groups.size(), 0);
-}
-
-const SgdOptions& Sgd::options(size_t group) const {
-  check_group(group);
-  return options_[group];
-}
-
-void Sgd::set_options(size_t group, const SgdOptions& options) {
-  check_group(group);
-  check_sgd_options(options);
-  options_[group] = options;
-}
-
-void Sgd::set_lr(size_t group, double lr) {
-  SgdOptions o = options(group);
-  o.lr = lr;
-  set_options(group, o);
-}
-
-void Sgd::set_weight_decay(size_t group, double weight_decay) {
-  SgdOptions o = options(group);
-  o.weight_decay = weight_decay;
-  set_options(group, o);
-}
-
-int64_t Sgd::step_count(size_t group) const {
-  check_group(group);
-  return steps_[group];
+    : GroupedOptimizer(std::move(groups), /*fp32_params_only=*/false) {
+  for (const auto& params : groups_) momentum_.emplace_back(params.size());
 }
 
 const at::Tensor& Sgd::momentum_buffer(size_t group, size_t index) const {
@@ -144,29 +99,15 @@ void Sgd::step(double grad_scale) {
 }
 
 OptimizerState Sgd::state_dict() const {
-  OptimizerState out;
-  out.optimizer = name();
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    ParamGroupState group;
-    group.sgd = options_[g];
-    const int64_t first = first_index(g);
-    for (size_t i = 0; i < groups_[g].size(); ++i) {
-      const int64_t index = first + static_cast<int64_t>(i);
-      group.params.push_back(index);
-      if (momentum_[g][i].defined())
-        out.state[index] = ParamState{steps_[g], {}, {}, momentum_[g][i]};
-    }
-    out.param_groups.push_back(std::move(group));
-  }
-  return out;
+  return state_dict_with([&](size_t g, size_t i, ParamState& out) {
+    out.momentum_buffer = momentum_[g][i];
+    return momentum_[g][i].defined();
+  });
 }
 
 void Sgd::load_state_dict(const OptimizerState& state) {
-  const auto matched = match_state(state);
+  const auto matched = match_and_check(state);
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const std::string problem = sgd_options_problem(state.param_groups[g].sgd);
-    ZRT_CHECK_AS(CheckpointError, problem.empty(), "param group ", g,
-                 " of the optimizer state: ", problem);
     for (size_t i = 0; i < groups_[g].size(); ++i) {
       const ParamState* saved = matched[g][i];
       if (saved == nullptr || !saved->momentum_buffer.defined()) continue;
@@ -178,7 +119,7 @@ void Sgd::load_state_dict(const OptimizerState& state) {
     }
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
-    options_[g] = state.param_groups[g].sgd;
+    options_[g] = saved_options(state, g);
     steps_[g] = 0;
     for (size_t i = 0; i < groups_[g].size(); ++i) {
       const ParamState* saved = matched[g][i];

@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "comm/counting_comm.h"
 #include "comm/desync_check.h"
 #include "config/resolved.h"
 #include "core/error.h"
@@ -11,6 +12,7 @@
 #include "core/shard.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
+#include "runtime/checkpoint_access.h"
 #include "runtime/engine_checkpointer.h"
 #include "runtime/fault_injection.h"
 #include "runtime/flat_model_states.h"
@@ -18,6 +20,7 @@
 #include "runtime/monitor.h"
 #include "runtime/stage3_model_states.h"
 #include "sched/lr_scheduler.h"
+#include "zero/activation_checkpoint.h"
 #include "zero/flat_layout.h"
 #include "zero/scalar_type.h"
 #include "zero/shard_unit.h"
@@ -173,6 +176,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig 
   options.param_groups = std::move(group_rules);
   build_optimizer(options);
   loss_scaler_ = std::make_unique<optim::LossScaler>(config_.effective_loss_scale());
+  set_activation_checkpointing(
+      config_.activation_checkpointing);  // Note [Activation checkpointing]
   config::log_resolved_config(config_);
   see_memory_usage("ZeroRT Engine: after building the model states and the optimizer");
   if (config_.dump_state) dump_state();
@@ -230,44 +235,20 @@ void Engine::build_flat(std::vector<std::vector<zero::NamedParam>> groups) {
 
 void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
                           const zero::CollectedParams& collected, bool inference) {
-  // Units are the outermost ShardUnit modules; their parameters' full names map to their index.
-  std::vector<zero::ShardUnitBase*> units;
-  std::vector<std::pair<std::string, int>> unit_of;
-  std::vector<std::string> unit_prefixes;
-  for (const auto& item : model_->named_modules()) {
-    auto* unit = dynamic_cast<zero::ShardUnitBase*>(item.value().get());
-    if (unit == nullptr) continue;
-    const std::string prefix = item.key().empty() ? "" : item.key() + ".";
-    bool nested = false;
-    for (const std::string& outer : unit_prefixes) {
-      if (prefix.rfind(outer, 0) == 0) nested = true;
-    }
-    if (nested) continue;
-    const int id = static_cast<int>(units.size());
-    units.push_back(unit);
-    unit_prefixes.push_back(prefix);
-    for (const auto& p : item.value()->named_parameters())
-      unit_of.emplace_back(prefix + p.key(), id);
-  }
-  // A parameter registered under two names (one tensor in two modules) stays gathered
-  // (persistent): it may belong to several units. A tie written as a second use of one unit
-  // (ShardUnitBase::run, as examples/llama.h's lm_head) stays partitioned instead.
+  zero::ShardUnits found = zero::find_shard_units(*model_, collected.aliases);
   for (const auto& [alias, owner] : collected.aliases) {
     ZRT_LOG_INFO("ZeRO-3: '", owner, "' is also registered as '", alias,
                  "' and stays whole on every rank; to partition it, register it once and use it ",
                  "again through its unit's run() (zero/shard_unit.h)");
-    unit_of.emplace_back(alias, -1);
-    for (auto& entry : unit_of) {
-      if (entry.first == owner) entry.second = -1;
-    }
   }
   const zero::ZeroOptions& z = config_.zero;
   auto layout = std::make_unique<zero::Stage3Layout>(
-      groups, collected.frozen, unit_of, static_cast<int>(units.size()), comm_->size(),
+      groups, collected.frozen, found.unit_of, static_cast<int>(found.units.size()), comm_->size(),
       comm_->rank(), z.param_persistence_threshold, z.model_persistence_threshold,
       z.offload_param_enabled());
   layout->partition();
-  states_ = std::make_unique<runtime::Stage3ModelStates>(std::move(layout), std::move(units), comm_,
+  states_ = std::make_unique<runtime::Stage3ModelStates>(std::move(layout), std::move(found.units),
+                                                         comm_,
                                                          z, config_.gradient_options(), inference);
 }
 
@@ -394,6 +375,29 @@ void Engine::load_module_file(const std::string& path, bool strict) {
 bool Engine::save_16bit_model(const std::string& dir, const std::string& name) {
   return runtime::EngineCheckpointer(*this).save_16bit_model(dir, name);
 }
+
+comm::Comm& Engine::comm() { return *comm_; }
+
+comm::CommStats Engine::comm_stats() const { return comm_->stats(); }
+
+void Engine::reset_comm_stats() { comm_->reset(); }
+
+namespace runtime {
+
+ckpt::Storage& CheckpointAccess::storage() const { return *engine_.storage_; }
+
+bool CheckpointAccess::backward_pending() const { return engine_.backward_pending_; }
+
+void CheckpointAccess::restore_counters(int64_t global_steps, int64_t global_samples,
+                                        int64_t skipped_steps) const {
+  engine_.restore_counters(global_steps, global_samples, skipped_steps);
+}
+
+void CheckpointAccess::load_lr_scheduler_state(const Json& state) const {
+  engine_.load_lr_scheduler_state(state);
+}
+
+}  // namespace runtime
 
 void Engine::restore_counters(int64_t global_steps, int64_t global_samples,
                               int64_t skipped_steps) {

@@ -23,14 +23,12 @@
 
 #include <torch/torch.h>
 
-#include "checkpoint/storage.h"
 #include "checkpoint/value.h"
-#include "checkpoint/value_view.h"
 #include "comm/comm.h"
-#include "comm/counting_comm.h"
+#include "comm/comm_stats.h"
 #include "config/resolved.h"
+#include "runtime/engine_options.h"
 #include "runtime/model_states.h"
-#include "zero/flat_layout.h"
 
 namespace zrt::optim {
 class Optimizer;
@@ -39,45 +37,28 @@ class LossScaler;
 namespace zrt::sched {
 class LRScheduler;
 }  // namespace zrt::sched
+namespace zrt::ckpt {
+class Storage;
+}  // namespace zrt::ckpt
+namespace zrt::comm {
+class CountingComm;
+}  // namespace zrt::comm
+namespace zrt::zero {
+struct NamedParam;
+struct CollectedParams;
+}  // namespace zrt::zero
+namespace zrt::runtime {
+class CheckpointAccess;
+}  // namespace zrt::runtime
 
 namespace zrt {
 
 class CsvMonitor;
 class TensorBoardMonitor;
 
-// Optimizer parameter groups: parameters whose name a rule matches (first match wins) form a
-// group with that rule's overrides; the others form the default group. HF's usual choice is
-// `no_weight_decay_for({"bias", "LayerNorm.weight"})`.
-struct ParamGroupRule {
-  std::function<bool(const std::string& name)> match;
-  std::optional<double> weight_decay;
-  std::optional<double> lr;
-};
-ParamGroupRule no_weight_decay_for(std::vector<std::string> name_substrings);
-
-struct LoadCheckpointOptions {
-  bool load_optimizer_states = true;
-  bool load_lr_scheduler_states = true;
-  bool load_module_only = false;   // weights only; counters and optimizer state are not restored
-  bool load_module_strict = true;  // every parameter and buffer must be present
-};
-
-struct LoadedCheckpoint {
-  std::string path;          // the tag directory
-  ckpt::Value client_state;  // the other top-level keys of the model-states file (spec §4.5)
-};
-
 // Whether this LibTorch multiplies fp16 matrices on the CPU (2.x does, 1.13 does not). Without
 // it the engine refuses fp16 on CPU parameters with a ConfigError that names bf16 instead.
 bool cpu_half_matmul_supported();
-
-struct EngineOptions {
-  std::vector<ParamGroupRule> param_groups;
-  // Used when the config has no "optimizer" (the HF Trainer creates one; spec §3.5).
-  std::optional<optim::OptimizerSpec> client_optimizer;
-  // Used when the config has no "scheduler" (HF schedules, spec §3.5).
-  std::optional<sched::SchedulerSpec> client_scheduler;
-};
 
 class Engine {
  public:
@@ -101,6 +82,10 @@ class Engine {
   bool is_gradient_accumulation_boundary() const;
   // Overrides the (micro_steps + 1) % GAS rule for the next micro-step (accelerate's way).
   void set_gradient_accumulation_boundary(bool boundary);
+  // Ends the current accumulation window at the next step(), which then updates, and counts the
+  // next window's gradient_accumulation_steps micro-steps from there: HF's Trainer does this at
+  // an epoch's last micro-batch (the remainder is a shorter window, never carried across epochs).
+  void end_accumulation_window();
 
   int64_t micro_steps() const { return micro_steps_; }
   int64_t global_steps() const { return global_steps_; }
@@ -113,8 +98,6 @@ class Engine {
   // L2 norm of the last step's (unscaled, pre-clip) gradients; -1 if not finite, unset before
   // the first step.
   std::optional<double> global_grad_norm() const { return global_grad_norm_; }
-  // The last loss passed to backward().
-  std::optional<double> last_loss() const { return last_loss_; }
 
   // Wall-clock of the forward of the current micro-batch, measured by the program (the engine
   // does not see the forward); reported with wall_clock_breakdown.
@@ -141,10 +124,10 @@ class Engine {
   int zero_stage() const { return config_.zero.stage; }
 
   torch::nn::Module& module() { return *model_; }
-  comm::Comm& comm() { return *comm_; }
+  comm::Comm& comm();
   // Bytes put on the wire by this rank so far, per collective (ring accounting).
-  comm::CommStats comm_stats() const { return comm_->stats(); }
-  void reset_comm_stats() { comm_->reset(); }
+  comm::CommStats comm_stats() const;
+  void reset_comm_stats();
   // Model-state bytes this rank holds, counted from the tensors.
   runtime::ModelStateBytes model_state_bytes() const;
 
@@ -174,21 +157,6 @@ class Engine {
   // torch.save state dict, or safetensors when the name ends in ".safetensors". Under ZeRO-3
   // only with stage3_gather_16bit_weights_on_model_save (else logs and returns false).
   bool save_16bit_model(const std::string& dir, const std::string& name = "pytorch_model.bin");
-  // Replaces the file-system seam (tests inject failures through it).
-  void set_checkpoint_storage(std::shared_ptr<ckpt::Storage> storage) {
-    storage_ = std::move(storage);
-  }
-  // The file-system seam every checkpoint read and write goes through.
-  ckpt::Storage& checkpoint_storage() { return *storage_; }
-  // Whether backward() ran since the last step() (checkpoints refuse to save or load then).
-  bool backward_pending() const { return backward_pending_; }
-  // Checkpoint restore (runtime/engine_checkpointer.h); not collective. The micro-step count is
-  // left as it is.
-  void restore_counters(int64_t global_steps, int64_t global_samples, int64_t skipped_steps);
-  // Restores the LR scheduler's state and applies its current lr (and betas) to the optimizer.
-  // Requires lr_scheduler() != nullptr.
-  void load_lr_scheduler_state(const Json& state);
-
   // Used by GatheredParameters (runtime/gathered_parameters.h); collective.
   void begin_parameter_access();
   void end_parameter_access(std::optional<int> modifier_rank);
@@ -207,6 +175,10 @@ class Engine {
   void build_flat(std::vector<std::vector<zero::NamedParam>> groups);
   void build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
                     const zero::CollectedParams& collected, bool inference);
+  // Checkpoint restore (runtime/engine_checkpointer.h reaches these through CheckpointAccess).
+  friend class runtime::CheckpointAccess;
+  void restore_counters(int64_t global_steps, int64_t global_samples, int64_t skipped_steps);
+  void load_lr_scheduler_state(const Json& state);
   void build_optimizer(const EngineOptions& options);
   void apply_schedule();
   void check_and_broadcast_model();
@@ -235,6 +207,8 @@ class Engine {
   int64_t global_samples_ = 0;
   int64_t skipped_steps_ = 0;
   std::optional<bool> boundary_override_;
+  bool restart_window_ = false;  // end_accumulation_window() was called for the next step
+  int64_t window_start_ = 0;     // micro_steps_ at which the current accumulation window began
   bool backward_pending_ = false;  // backward() ran since the last step()
   double backward_scale_ = 1.0;    // the loss scale the pending gradients carry
   std::optional<double> global_grad_norm_;
@@ -242,6 +216,7 @@ class Engine {
   std::shared_ptr<ckpt::Storage> storage_;
   struct Timers {
     double fwd = 0, bwd_inner = 0, bwd_allreduce = 0, step = 0;
+    double recompute = 0;  // activation_checkpointing.profile: part of bwd_inner
   } timers_;
   double step_start_ = -1;  // seconds, at the first backward of the current optimizer step
   double step_ms_ = 0;

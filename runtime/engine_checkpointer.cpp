@@ -9,15 +9,18 @@
 #include "checkpoint/consolidate.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "checkpoint/reshard.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/storage.h"
+#include "checkpoint/value_view.h"
 #include "config/resolved.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/shard.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
+#include "runtime/checkpoint_access.h"
 #include "runtime/checkpoint_state.h"
 #include "runtime/gathered_parameters.h"
 #include "sched/lr_scheduler.h"
@@ -225,7 +228,7 @@ Value EngineCheckpointer::optim_states_value() {
 std::string EngineCheckpointer::save(const std::string& save_dir,
                                      const std::optional<std::string>& tag,
                                      const Value& client_state, bool save_latest) {
-  ZRT_CHECK(!engine_.backward_pending(),
+  ZRT_CHECK(!CheckpointAccess(engine_).backward_pending(),
             "save_checkpoint() between backward() and step(): save after step()");
   ZRT_CHECK_AS(CheckpointError, client_state.is_dict(),
                "save_checkpoint: client_state must be a dict, got ", client_state.kind_name());
@@ -266,7 +269,7 @@ std::string EngineCheckpointer::save(const std::string& save_dir,
                  {"dtype", c10::toString(dtype)},
                  {"optimizer", optimizer != nullptr ? optimizer->name() : "none"}};
   const ckpt::CommitResult result =
-      ckpt::commit_checkpoint(comm, engine_.checkpoint_storage(), spec, config.checkpoint);
+      ckpt::commit_checkpoint(comm, CheckpointAccess(engine_).storage(), spec, config.checkpoint);
   ZRT_LOG_INFO("saved checkpoint ", result.tag_dir, " (", result.manifest.files.size(), " files)");
   return result.tag_dir;
 }
@@ -280,7 +283,7 @@ bool EngineCheckpointer::save_16bit_model(const std::string& dir, const std::str
     return false;
   }
   ckpt::validate_file_name(name);
-  ckpt::Storage& storage = engine_.checkpoint_storage();
+  ckpt::Storage& storage = CheckpointAccess(engine_).storage();
   {
     std::optional<GatheredParameters> access;
     if (stage3) access.emplace(engine_);

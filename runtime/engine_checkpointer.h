@@ -1,10 +1,11 @@
-// EngineCheckpointer: an Engine's checkpoints in DeepSpeed's layout (spec/deepspeed.md §4;
+// EngineCheckpointer: an Engine's checkpoints in DeepSpeed's layout (docs/DEEPSPEED.md §4;
 // checkpoint/FORMAT.md "Engine keys") and its whole-weight files. The save side is in
 // runtime/engine_checkpointer.cpp (what each rank writes, save_16bit_model), the load side in
 // runtime/engine_checkpointer_load.cpp (at the same world size and stage from this rank's own
 // files, otherwise by reassembling whole parameters from every rank's files; module files).
 //
-// It holds no state of its own and works only through the Engine's public surface and the
+// It holds no state of its own and works only through the Engine's public surface, the
+// CheckpointAccess that only it gets (runtime/checkpoint_access.h) and the
 // ModelStates seam (runtime/model_states.h): it never needs to know which ZeRO stage's states it
 // has, only the file names and keys depend on the stage. Built per call by the Engine's
 // save_checkpoint / load_checkpoint / load_module_file / save_16bit_model, whose contracts
@@ -18,7 +19,7 @@
 
 #include <ATen/ATen.h>
 
-#include "checkpoint/unpickler.h"
+#include "checkpoint/pt/unpickler.h"
 #include "checkpoint/value.h"
 #include "runtime/engine.h"
 

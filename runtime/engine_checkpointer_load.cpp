@@ -13,14 +13,17 @@
 #include "checkpoint/consolidate.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "checkpoint/reshard.h"
 #include "checkpoint/safetensors.h"
+#include "checkpoint/storage.h"
+#include "checkpoint/value_view.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/shard.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
+#include "runtime/checkpoint_access.h"
 #include "runtime/checkpoint_state.h"
 #include "sched/lr_scheduler.h"
 #include "zero/stage3_layout.h"
@@ -168,7 +171,7 @@ void EngineCheckpointer::load_partitioned_state(const std::string& dir, const st
   // its files imply, and its files (DeepSpeed's pickled classes) read in tolerant mode.
   const ckpt::Manifest manifest = ckpt::open_tag(ckpt::parent_dir(dir), tag,
                                                  ckpt::VerifyLevel::kSizes,
-                                                 &engine_.checkpoint_storage());
+                                                 &CheckpointAccess(engine_).storage());
   ckpt::ReadOptions ro;
   if (manifest.derived) ro.mode = ckpt::ReadMode::kTolerant;
   const bool bf16 = engine_.model_dtype() == at::kBFloat16;
@@ -305,10 +308,10 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::load(const std::string& load
                                                          const std::optional<std::string>& tag_arg,
                                                          const LoadCheckpointOptions& options) {
   ZRT_CHECK(
-      !engine_.backward_pending(),
+      !CheckpointAccess(engine_).backward_pending(),
       "load_checkpoint() between backward() and step(): load before training or after step()");
   comm::Comm& comm = engine_.comm();
-  ckpt::Storage& storage = engine_.checkpoint_storage();
+  ckpt::Storage& storage = CheckpointAccess(engine_).storage();
   std::optional<std::string> tag = tag_arg;
   if (!tag) tag = ckpt::read_latest(load_dir, &storage);
   if (!tag) {
@@ -343,14 +346,14 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::load(const std::string& load
   bool scheduler_loaded = false;
   if (!module_only) {
     const int64_t steps = msv["global_steps"].as_int();
-    engine_.restore_counters(
+    CheckpointAccess(engine_).restore_counters(
         steps,
         msv.contains("global_samples") ? msv["global_samples"].as_int()
                                        : steps * engine_.train_batch_size(),
         msv.contains("skipped_steps") ? msv["skipped_steps"].as_int() : 0);
     if (options.load_lr_scheduler_states && engine_.lr_scheduler() != nullptr &&
         msv.contains("lr_scheduler") && !msv["lr_scheduler"].value().is_none()) {
-      engine_.load_lr_scheduler_state(ckpt::to_json(msv["lr_scheduler"].value()));
+      CheckpointAccess(engine_).load_lr_scheduler_state(ckpt::to_json(msv["lr_scheduler"].value()));
       scheduler_loaded = true;
     }
     const std::string rng_name = ckpt::rng_state_name(rank);
@@ -380,7 +383,7 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::load(const std::string& load
 }
 
 void EngineCheckpointer::load_module_file(const std::string& path, bool strict) {
-  ZRT_CHECK(!engine_.backward_pending(), "load_module_file() between backward() and step()");
+  ZRT_CHECK(!CheckpointAccess(engine_).backward_pending(), "load_module_file() between backward() and step()");
   const bool st = path.size() > 12 && path.substr(path.size() - 12) == ".safetensors";
   std::unordered_map<std::string, at::Tensor> full;
   if (st) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/clock.h"
+#include "comm/counting_comm.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "optim/clip.h"
@@ -11,6 +12,7 @@
 #include "optim/optimizer.h"
 #include "runtime/engine.h"
 #include "runtime/fault_injection.h"
+#include "zero/activation_checkpoint.h"
 #include "runtime/monitor.h"
 #include "sched/lr_scheduler.h"
 
@@ -18,10 +20,15 @@ namespace zrt {
 
 bool Engine::is_gradient_accumulation_boundary() const {
   if (boundary_override_) return *boundary_override_;
-  return (micro_steps_ + 1) % config_.batch.gradient_accumulation_steps == 0;
+  return (micro_steps_ - window_start_ + 1) % config_.batch.gradient_accumulation_steps == 0;
 }
 
 void Engine::set_gradient_accumulation_boundary(bool boundary) { boundary_override_ = boundary; }
+
+void Engine::end_accumulation_window() {
+  boundary_override_ = true;
+  restart_window_ = true;
+}
 
 at::Tensor Engine::backward(const at::Tensor& loss) {
   see_memory_usage("Engine before backward");
@@ -162,11 +169,19 @@ void Engine::finish_boundary_step(bool skipped) {
   ++global_steps_;
   global_samples_ += config_.batch.train_batch_size;
   ++micro_steps_;
+  if (restart_window_) window_start_ = micro_steps_;
+  restart_window_ = false;
   const double now = now_seconds();
   step_ms_ = step_start_ >= 0 ? (now - step_start_) * 1e3 : 0;
   samples_per_second_ = step_ms_ > 0 ? config_.batch.train_batch_size / (step_ms_ / 1e3) : 0;
   step_start_ = -1;
   const double step_loss = loss_count_ > 0 ? loss_sum_ / loss_count_ : NAN;
+  // activation_checkpointing.profile: the recomputes of this step (their forward time).
+  const bool profile = config_.activation_checkpointing.profile;
+  if (profile) {
+    timers_.recompute = recompute_stats().seconds * 1e3;
+    reset_recompute_stats();
+  }
   loss_sum_ = 0;
   loss_count_ = 0;
   const bool monitoring = config_.csv_monitor.enabled || config_.tensorboard.enabled;
@@ -185,6 +200,10 @@ void Engine::finish_boundary_step(bool skipped) {
     if (model_dtype_ == at::kHalf) {
       events.push_back({"Train/Samples/loss_scale", loss_scaler_->cur_scale(), global_samples_});
     }
+    if (profile) {
+      events.push_back(
+          {"Train/Samples/elapsed_time_ms_recompute", timers_.recompute, global_samples_});
+    }
     if (config_.wall_clock_breakdown) {
       events.push_back({"Train/Samples/elapsed_time_ms_forward", timers_.fwd, global_samples_});
       events.push_back({"Train/Samples/elapsed_time_ms_backward",
@@ -202,7 +221,8 @@ void Engine::finish_boundary_step(bool skipped) {
     ZRT_LOG_INFO("time (ms) | fwd: ", timers_.fwd,
                  " | bwd: ", timers_.bwd_inner + timers_.bwd_allreduce,
                  " | bwd_inner: ", timers_.bwd_inner, " | bwd_allreduce: ", timers_.bwd_allreduce,
-                 " | step: ", timers_.step);
+                 " | step: ", timers_.step,
+                 profile ? str(" | recompute (in bwd_inner): ", timers_.recompute) : std::string());
   }
   timers_ = Timers{};
   if (config_.steps_per_print && *config_.steps_per_print > 0 &&

@@ -4,7 +4,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "core/event_file.h"
+#include "report/event_file.h"
 
 namespace zrt {
 

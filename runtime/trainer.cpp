@@ -16,22 +16,17 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/logging.h"
-#include "core/svg_plot.h"
+#include "report/svg_plot.h"
 #include "runtime/initialize.h"
 #include "runtime/sampler.h"
+#include "zero/shard_unit.h"
+
 #include <unistd.h>
 
 namespace zrt {
 namespace fs = std::filesystem;
 
 namespace {
-
-// HF: a value below 1 is a ratio of the total steps.
-int64_t every(double steps, int64_t total) {
-  if (steps <= 0) return 0;
-  if (steps < 1) return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(steps * total)));
-  return static_cast<int64_t>(steps);
-}
 
 int64_t step_of(const std::string& dir_name) {
   const std::string prefix = "checkpoint-";
@@ -92,6 +87,17 @@ int64_t Trainer::num_training_steps() const {
 
 void Trainer::ensure_engine(bool inference) {
   if (engine_) return;
+  if (args_.gradient_checkpointing) {
+    // HF's model.gradient_checkpointing_enable(): every layer (ShardUnit) a checkpointed region.
+    ZRT_CHECK_AS(UsageError, zero::enable_activation_checkpointing(*model_) > 0,
+                 "--gradient_checkpointing: the model has no layer to checkpoint; declare its "
+                 "layers as zrt::ShardUnit<Layer> (zero/shard_unit.h) or call zrt::checkpoint "
+                 "in its forward");
+    if (args_.gradient_checkpointing_kwargs.value("use_reentrant", false)) {
+      ZRT_LOG_INFO("--gradient_checkpointing_kwargs use_reentrant=true: ZeroRT's checkpoint has "
+                   "one implementation, with non-reentrant semantics (the gradients are the same)");
+    }
+  }
   TrainerInitializeOptions io;
   io.comm = comm_;
   io.model_dims = options_.model_dims;
@@ -262,221 +268,6 @@ void Trainer::write_curves() const {
                        "optimizer step", {loss, eval}, "loss");
   write_svg_line_chart((fs::path(args_.output_dir) / "learning_rate.svg").string(), "Learning rate",
                        "optimizer step", {lr}, "lr");
-}
-
-TrainOutput Trainer::train() {
-  ZRT_CHECK(train_ != nullptr, "train(): the Trainer has no training dataset");
-  const std::optional<std::string> resume = resume_path();
-  if (!resume) torch::manual_seed(static_cast<uint64_t>(args_.seed));
-  ensure_engine(false);
-  ZRT_CHECK_AS(UsageError, engine_->optimizer() != nullptr,
-               "train(): the engine was built for inference (by predict(), evaluate() or "
-               "load_model_weights(path, true) before train()); load the weights with "
-               "inference = false to fine-tune them");
-  const std::optional<std::string> best_key = args_.best_metric_key();
-  ZRT_CHECK_AS(ConfigError, !best_key || *best_key == "eval_loss",
-               "The `metric_for_best_model` training argument is set to '", best_key.value_or(""),
-               "', which is not found in the evaluation metrics. The available evaluation "
-               "metrics are: ['eval_loss']. Consider changing the `metric_for_best_model` via "
-               "the TrainingArguments.");
-  const bool evaluating = args_.eval_strategy != "no";
-  ZRT_CHECK_AS(UsageError, !evaluating || eval_ != nullptr, "You have set `args.eval_strategy` to ",
-               args_.eval_strategy, " but you didn't pass an `eval_dataset` to `Trainer`. Either "
-               "set `args.eval_strategy` to `no` or pass an `eval_dataset`.");
-  const int rank = comm_->rank();
-  const int64_t total = num_training_steps();
-  const int64_t micro = args_.per_device_train_batch_size;
-  const int64_t nb = batches_per_epoch();
-  ZRT_CHECK(nb > 0, "the training set (", train_->size(), " examples) gives no micro-batch of ",
-            micro, " on each of ", comm_->size(), " ranks");
-  const int64_t log_every = args_.logging_strategy == "steps" ? every(args_.logging_steps, total) : 0;
-  const int64_t eval_every =
-      args_.eval_strategy == "steps" ? every(args_.eval_steps.value_or(args_.logging_steps), total) : 0;
-  const int64_t save_every = args_.save_strategy == "steps" ? every(args_.save_steps, total) : 0;
-  DistributedSampler sampler(train_->size(), comm_->size(), rank, true,
-                             static_cast<uint64_t>(args_.data_seed.value_or(args_.seed)),
-                             args_.dataloader_drop_last);
-  int64_t epoch = 0;
-  int64_t skip = 0;
-  if (resume) {
-    ckpt::check_hf_resumable(*resume);
-    auto loaded = engine_->load_checkpoint(*resume);
-    if (!loaded) throw ckpt::hf_resume_failed(*resume);
-    if (const ckpt::Value* pos = loaded->client_state.find("zrt_trainer")) {
-      epoch = pos->at("epoch").as_int();
-      skip = pos->at("batches_in_epoch").as_int();
-      if (pos->at("world_size").as_int() != comm_->size()) {
-        ZRT_LOG_WARN("resuming at world size ", comm_->size(), " from a checkpoint written at ",
-                     pos->at("world_size").as_int(),
-                     ": the data order of the current epoch "
-                     "changes");
-      }
-      if (skip >= nb) {
-        ++epoch;
-        skip = 0;
-      }
-    } else {
-      // Written without ZeroRT's position (by the transformers Trainer or DeepSpeed): HF's rule
-      // from the global step, whole epochs and then the epoch's steps x GA micro-batches.
-      const int64_t ga = args_.gradient_accumulation_steps;
-      const int64_t per_epoch = std::max<int64_t>(1, (nb + ga - 1) / ga);
-      epoch = engine_->global_steps() / per_epoch;
-      skip = engine_->global_steps() % per_epoch * ga;
-    }
-    restore_state(*resume);
-    ZRT_LOG_INFO("resumed from ", loaded->path, " at global step ", engine_->global_steps());
-  }
-  const bool bar = options_.progress_bar && rank == 0 && progress_bar_wanted();
-  const double start = now_seconds();
-  const int64_t start_step = engine_->global_steps();
-  double loss_since_log = 0;
-  int64_t steps_since_log = 0;
-  double loss_total = 0;
-  double micro_loss_sum = 0;  // micro-batches of the current optimizer step
-  int64_t micro_count = 0;
-  double flos_since_report = 0;  // this rank's, since the last all-reduce (HF's current_flos)
-  // Summed over the ranks into total_flos_ whenever HF does it: at a log, a save and the end.
-  auto collect = [&](double loss_sum) {
-    at::Tensor t = at::tensor({loss_sum, flos_since_report}, at::kDouble);
-    comm_->all_reduce(t);
-    flos_since_report = 0;
-    total_flos_ += t[1].item<double>();
-    return t[0].item<double>() / comm_->size();
-  };
-  // What HF's _maybe_log_save_evaluate does after an optimizer step or at an epoch's end.
-  auto log_save_evaluate = [&](int64_t step, double epoch_f, bool log, bool eval,
-                               bool should_save, int64_t epoch_index, int64_t batches_done) {
-    epoch_ = epoch_f;
-    if (log) {
-      const double mean = collect(loss_since_log / std::max<int64_t>(1, steps_since_log));
-      LogEntry e;
-      e.step = step;
-      e.epoch = epoch_f;
-      e.loss = mean;
-      e.learning_rate = engine_->get_lr().front();
-      e.grad_norm = engine_->global_grad_norm();
-      if (bar) std::printf("\n");
-      report(e);
-      loss_since_log = 0;
-      steps_since_log = 0;
-    }
-    bool new_best = false;
-    if (eval) {
-      const double t0 = now_seconds();
-      LogEntry e;
-      e.step = step;
-      e.epoch = epoch_f;
-      e.eval_loss = evaluate();
-      const double runtime = now_seconds() - t0;
-      const double n = static_cast<double>(eval_->size());
-      const double steps = std::ceil(n / comm_->size() / args_.per_device_eval_batch_size);
-      e.metrics = {{"eval_runtime", runtime},
-                   {"eval_samples_per_second", n / std::max(runtime, 1e-9)},
-                   {"eval_steps_per_second", steps / std::max(runtime, 1e-9)}};
-      report(e);
-      new_best = track_best(e);
-    }
-    if (args_.save_strategy == "best") should_save = new_best;
-    if (should_save) {
-      collect(0);
-      save(epoch_index, batches_done, epoch_f);
-    }
-  };
-  while (engine_->global_steps() < total) {
-    sampler.set_epoch(epoch);
-    const std::vector<int64_t> idx = sampler.indices();
-    int64_t b = skip;
-    for (; b < nb && engine_->global_steps() < total; ++b) {
-      const size_t lo = static_cast<size_t>(b * micro);
-      std::vector<int64_t> batch(idx.begin() + lo, idx.begin() + std::min(idx.size(), lo + micro));
-      auto [x, y] = collate(*train_, batch);
-      // HF's floating_point_ops: 6 x tokens (the input's elements for token ids, else its rows)
-      // x trainable parameters.
-      const double tokens = at::isIntegralType(x.scalar_type(), /*includeBool=*/false)
-                                ? static_cast<double>(x.numel())
-                                : static_cast<double>(x.size(0));
-      flos_since_report += 6.0 * tokens * static_cast<double>(num_params_);
-      const double t0 = now_seconds();
-      at::Tensor loss = loss_fn_(*model_, engine_->to_model_dtype(x), y);
-      engine_->record_forward_ms((now_seconds() - t0) * 1e3);
-      const int64_t before = engine_->global_steps();
-      // HF's accumulation: steps after every gradient_accumulation_steps micro-batches of the
-      // epoch and after its last one (the remainder), never across an epoch's end.
-      engine_->set_gradient_accumulation_boundary(
-          (b + 1) % args_.gradient_accumulation_steps == 0 || b + 1 == nb);
-      engine_->backward(loss);
-      engine_->step();
-      micro_loss_sum += loss.item<double>();
-      ++micro_count;
-      if (engine_->global_steps() == before) continue;
-      const int64_t step = engine_->global_steps();
-      const double step_loss = micro_loss_sum / micro_count;
-      micro_loss_sum = 0;
-      micro_count = 0;
-      loss_since_log += step_loss;
-      loss_total += step_loss;
-      ++steps_since_log;
-      const double epoch_f = epoch + static_cast<double>(b + 1) / nb;
-      const bool log =
-          (log_every > 0 && step % log_every == 0) || (args_.logging_first_step && step == 1);
-      const bool eval = eval_every > 0 && step % eval_every == 0;
-      const bool save = save_every > 0 && step % save_every == 0;
-      log_save_evaluate(step, epoch_f, log, eval, save, epoch, b + 1);
-      if (bar) {
-        const double done =
-            static_cast<double>(step - start_step) / std::max<int64_t>(1, total - start_step);
-        const double eta = done > 0 ? (now_seconds() - start) * (1 - done) / done : 0;
-        const int width = 30;
-        std::string fill(static_cast<size_t>(done * width), '#');
-        fill.resize(width, '.');
-        std::printf("\r[%s] %lld/%lld loss %.4f lr %.3g ETA %.0fs   ", fill.c_str(),
-                    static_cast<long long>(step), static_cast<long long>(total), step_loss,
-                    engine_->get_lr().front(), eta);
-        std::fflush(stdout);
-      }
-    }
-    if (b == nb) {  // the epoch ended (not max_steps in its middle): the epoch strategies
-      const bool log = args_.logging_strategy == "epoch" && steps_since_log > 0;
-      const bool eval = args_.eval_strategy == "epoch";
-      const bool save = args_.save_strategy == "epoch";
-      if (log || eval || save) {
-        log_save_evaluate(engine_->global_steps(), epoch + 1.0, log, eval, save, epoch, nb);
-      }
-    }
-    skip = 0;
-    ++epoch;
-  }
-  if (bar) std::printf("\n");
-  collect(0);
-  if (args_.load_best_model_at_end && best_model_checkpoint_) {
-    if (rank == 0) {
-      std::printf("Loading best model from %s (score: %g).\n", best_model_checkpoint_->c_str(),
-                  best_metric_.value_or(0));
-    }
-    LoadCheckpointOptions weights_only;
-    weights_only.load_module_only = true;
-    engine_->load_checkpoint(*best_model_checkpoint_, std::nullopt, weights_only);
-  }
-  TrainOutput out;
-  out.global_step = engine_->global_steps();
-  out.train_runtime_s = now_seconds() - start;
-  const int64_t steps_run = out.global_step - start_step;
-  out.steps_this_run = steps_run;
-  out.training_loss = steps_run > 0 ? loss_total / steps_run : 0;
-  out.samples_per_second =
-      steps_run * engine_->train_batch_size() / std::max(1e-9, out.train_runtime_s);
-  LogEntry summary;  // HF appends the run's summary to the log history
-  summary.step = out.global_step;
-  summary.epoch = epoch_;
-  summary.metrics = {{"train_runtime", out.train_runtime_s},
-                     {"train_samples_per_second", out.samples_per_second},
-                     {"train_steps_per_second", steps_run / std::max(1e-9, out.train_runtime_s)},
-                     {"total_flos", total_flos_},
-                     {"train_loss", out.training_loss}};
-  report(summary);
-  out.log_history = log_history_;
-  write_curves();
-  return out;
 }
 
 }  // namespace zrt

@@ -18,12 +18,14 @@
 #include <torch/torch.h>
 
 #include "comm/comm.h"
-#include "core/event_file.h"
+#include "report/event_file.h"
 #include "config/hf_trainer.h"
 #include "config/training_args.h"
 #include "runtime/engine.h"
 
 namespace zrt {
+
+class DistributedSampler;
 
 // A map-style dataset: example i as (input, target). Micro-batches stack examples along a new
 // first dimension.
@@ -144,6 +146,28 @@ class Trainer {
   std::vector<std::string> checkpoints() const;
 
  private:
+  // train() in named steps (runtime/trainer_loop.cpp).
+  struct Run;
+  // What follows an optimizer step or an epoch's end (HF's _maybe_log_save_evaluate).
+  struct StepDecision {
+    int64_t step;
+    double epoch_f;
+    bool log, eval, save;
+    int64_t batches_done;  // micro-batches of the epoch done
+  };
+  void check_trainable() const;
+  Run begin_run(const std::optional<std::string>& resume);
+  void resume_from(Run& run, const std::string& path);
+  void train_epoch(Run& run, DistributedSampler& sampler);
+  // One micro-batch's forward, backward and step; whether the optimizer stepped.
+  bool micro_step(Run& run, const std::vector<int64_t>& indices, bool epoch_end);
+  void after_optimizer_step(Run& run, int64_t batches_done);
+  void log_save_evaluate(Run& run, const StepDecision& decision);
+  // Collective: the mean over ranks of `loss_sum`; adds the ranks' flos to total_flos_.
+  double collect(Run& run, double loss_sum);
+  void draw_progress(const Run& run, int64_t step, double step_loss) const;
+  TrainOutput end_run(Run& run);
+
   void ensure_engine(bool inference);
   bool stage3_config() const;
   std::pair<at::Tensor, at::Tensor> collate(const Dataset& data,

@@ -1,5 +1,6 @@
 // Schedule previews for `zrt-config schedule`: the lr (and OneCycle momentum) of every optimizer
-// step as CSV, and the same curve as an SVG line chart. Uses LRScheduler, so previews follow
+// step as CSV (report/schedule_plot.h draws the same curve as an SVG line chart). Uses
+// LRScheduler, so previews follow
 // Note [Scheduler step convention]: row k is the lr used by optimizer step k (group 0).
 // Parsing configs and command lines is not done here (the tool's job).
 #pragma once
@@ -20,16 +21,6 @@ namespace zrt::sched {
 void write_schedule_csv(std::ostream& os, const SchedulerSpec& spec,
                         const std::vector<double>& base_lrs, int64_t num_steps,
                         bool optimizer_has_betas = true);
-
-// Plots group 0's lr against the optimizer step (same rows as the CSV) as an SVG document;
-// `title` defaults to the schedule's name. When the CSV has a momentum column, a second chart
-// below the first plots it (beta1; its scale is not the lr's).
-void write_schedule_svg(std::ostream& os, const SchedulerSpec& spec,
-                        const std::vector<double>& base_lrs, int64_t num_steps,
-                        const std::string& title = "", bool optimizer_has_betas = true);
-void write_schedule_svg(const std::string& path, const SchedulerSpec& spec,
-                        const std::vector<double>& base_lrs, int64_t num_steps,
-                        const std::string& title = "", bool optimizer_has_betas = true);
 
 // Shortest decimal text that reads back as exactly `value` ("0.1", "1e-07", "65536").
 std::string format_shortest(double value);

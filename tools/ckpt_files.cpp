@@ -10,7 +10,7 @@
 #include "checkpoint/io.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "checkpoint/storage.h"
 #include "checkpoint/tensor_types.h"
 #include "core/error.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/unpickler.h"
+#include "checkpoint/pt/unpickler.h"
 #include "checkpoint/value.h"
 
 namespace zrt::tools {

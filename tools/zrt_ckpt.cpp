@@ -19,7 +19,7 @@
 #include "checkpoint/consolidate.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/storage.h"
 #include "core/error.h"

@@ -33,6 +33,7 @@
 #include "config/training_args.h"
 #include "core/error.h"
 #include "core/tool_main.h"
+#include "report/schedule_plot.h"
 #include "sched/schedule_preview.h"
 
 namespace {
@@ -378,7 +379,7 @@ int run_schedule(const Args& args) {
   std::fwrite(csv.data(), 1, csv.size(), stdout);
   if (result.count("plot")) {
     const std::string path = result["plot"].as<std::string>();
-    zrt::sched::write_schedule_svg(path, plan.spec, {plan.base_lr}, plan.steps, "", plan.has_betas);
+    zrt::report::write_schedule_svg(path, plan.spec, {plan.base_lr}, plan.steps, "", plan.has_betas);
     std::fprintf(stderr, "zrt-config: wrote %s\n", path.c_str());
   }
   return 0;

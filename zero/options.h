@@ -33,6 +33,17 @@ struct OffloadOptimizerOptions {
   double ratio = 1.0;
 };
 
+// DeepSpeed's "activation_checkpointing" section (docs/DEEPSPEED.md; config/KEYS.md says what each
+// key does here). DeepSpeed's code defaults.
+struct ActivationCheckpointOptions {
+  bool partition_activations = false;            // needs a model-parallel group: no effect
+  bool contiguous_memory_optimization = false;   // needs partition_activations: no effect
+  std::optional<int64_t> number_checkpoints;     // sizes the contiguous buffers: no effect
+  bool synchronize_checkpoint_boundary = false;  // CUDA: synchronizes at each checkpoint
+  bool cpu_checkpointing = false;  // the saved inputs of CUDA regions kept on the CPU
+  bool profile = false;            // time the recomputes (wall_clock_breakdown's "recompute")
+};
+
 struct ZeroOptions {
   int stage = 0;
   bool contiguous_gradients = true;

@@ -48,12 +48,54 @@ at::Tensor mark_unit_output(const at::Tensor& output, UnitHooks* hooks, int unit
   return marked(output, hooks, unit, /*before_backward=*/true);
 }
 
+int enable_activation_checkpointing(torch::nn::Module& model, bool on) {
+  int units = 0;
+  auto visit = [&](torch::nn::Module& m) {
+    auto* unit = dynamic_cast<ShardUnitBase*>(&m);
+    if (unit != nullptr && unit->checkpointable()) {
+      unit->set_checkpointing(on);
+      ++units;
+    }
+  };
+  visit(model);  // the model itself may be a unit; it need not be held by a shared_ptr
+  for (const auto& m : model.modules(/*include_self=*/false)) visit(*m);
+  return units;
+}
+
+ShardUnits find_shard_units(torch::nn::Module& model,
+                            const std::vector<std::pair<std::string, std::string>>& aliases) {
+  ShardUnits found;
+  std::vector<std::string> prefixes;
+  for (const auto& item : model.named_modules()) {
+    auto* unit = dynamic_cast<ShardUnitBase*>(item.value().get());
+    if (unit == nullptr) continue;
+    const std::string prefix = item.key().empty() ? "" : item.key() + ".";
+    bool nested = false;
+    for (const std::string& outer : prefixes) {
+      if (prefix.rfind(outer, 0) == 0) nested = true;
+    }
+    if (nested) continue;
+    const int id = static_cast<int>(found.units.size());
+    found.units.push_back(unit);
+    prefixes.push_back(prefix);
+    for (const auto& p : item.value()->named_parameters()) {
+      found.unit_of.emplace_back(prefix + p.key(), id);
+    }
+  }
+  for (const auto& [alias, owner] : aliases) {
+    found.unit_of.emplace_back(alias, -1);
+    for (auto& entry : found.unit_of) {
+      if (entry.first == owner) entry.second = -1;
+    }
+  }
+  return found;
+}
+
 }  // namespace zrt::zero
 
 namespace zrt {
 
 void defer_parameters(torch::nn::Module& module) {
-  zero::keep_large_blocks_mmapped();  // Note [Returning released memory] (zero/stage3_layout.h)
   at::NoGradGuard no_grad;
   for (const auto& p : module.named_parameters()) {
     // A new tensor of the parameter's shape whose storage has no bytes (nothing is allocated),

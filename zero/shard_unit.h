@@ -14,15 +14,20 @@
 // ShardUnit<M> *is* an M (same parameter names, same constructor arguments); its forward asks
 // the engine's coordinator to gather the unit's parameters, runs M::forward, marks the outputs so
 // that the parameters are re-gathered before the unit's backward, and releases them. Without an
-// engine (or below stage 3) it is exactly M. Parameters outside every unit stay gathered.
+// engine (or below stage 3) it is exactly M. Parameters outside every unit stay gathered. A unit
+// is also the natural region of activation checkpointing: set_checkpointing(true) (or
+// zrt::enable_activation_checkpointing(model)) makes its forward a checkpointed region.
 #pragma once
 
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <torch/torch.h>
+
+#include "zero/activation_checkpoint.h"
 
 namespace zrt {
 namespace zero {
@@ -77,6 +82,15 @@ class ShardUnitBase {
   void detach() { hooks_ = nullptr; }
   int unit_id() const { return unit_id_; }
   UnitHooks* hooks() const { return hooks_; }
+  // Activation checkpointing of this unit (zero/activation_checkpoint.h): in grad mode, forward()
+  // and run() keep no activations inside the unit and recompute them in its backward.
+  void set_checkpointing(bool on) { checkpointing_ = on; }
+  bool checkpointing() const { return checkpointing_; }
+  // Whether enable_activation_checkpointing(model) includes this unit (default: yes). A model
+  // author turns it off where a recompute spares nothing: an embedding lookup, or a head whose
+  // only activation is its input, which a region keeps anyway (HF checkpoints only the layers).
+  void set_checkpointable(bool on) { checkpointable_ = on; }
+  bool checkpointable() const { return checkpointable_; }
 
   // Runs fn(input) (fn takes a const at::Tensor&) with the unit's parameters gathered, as forward()
   // runs M::forward: a further use of them in the same forward, e.g. a tied lm_head reading the
@@ -93,17 +107,50 @@ class ShardUnitBase {
   // stage 3) it is fn(input).
   template <typename F>
   auto run(F&& fn, const at::Tensor& input) {
-    if (hooks_ == nullptr) return fn(input);
+    if (hooks_ == nullptr) return call(fn, input);
     hooks_->pre_forward(unit_id_);
-    auto out = fn(mark_unit_input(input, hooks_, unit_id_));
+    auto out = call(fn, mark_unit_input(input, hooks_, unit_id_));
     hooks_->post_forward(unit_id_);
     return detail::mark(std::move(out), hooks_, unit_id_);
   }
 
  protected:
+  // fn(args...), as a checkpointed region when checkpointing is on and grad mode is (the
+  // recompute runs inside the unit's backward use, after its gathers: Note [Activation
+  // checkpointing]).
+  template <typename F, typename... Args>
+  auto call(F&& fn, const Args&... args) {
+    if (checkpointing_ && at::GradMode::is_enabled()) {
+      return zrt::detail::checkpoint_call(unit_parameters(), std::forward<F>(fn), args...);
+    }
+    return fn(args...);
+  }
+
+  // The unit's parameters (its module's, with its submodules'), named to its checkpointed regions.
+  virtual std::vector<at::Tensor> unit_parameters() = 0;
+
   UnitHooks* hooks_ = nullptr;
   int unit_id_ = -1;
+  bool checkpointing_ = false;
+  bool checkpointable_ = true;
 };
+
+// Turns checkpointing on (or off) for every checkpointable ShardUnit of `model`, as HF's
+// gradient_checkpointing_enable() does for every layer. Returns the number of units.
+int enable_activation_checkpointing(torch::nn::Module& model, bool on = true);
+
+// The outermost ShardUnit modules of a model and the unit of each parameter (full names).
+struct ShardUnits {
+  std::vector<ShardUnitBase*> units;
+  // Parameter name → unit index; -1 for a parameter that stays whole on every rank.
+  std::vector<std::pair<std::string, int>> unit_of;
+};
+// Finds the units: a ShardUnit nested in another belongs to the outer one. A parameter
+// registered under two names (`aliases`: (alias, owner) pairs) may belong to several units and
+// stays whole (-1) under both names; a tie written as a second use of one unit
+// (ShardUnitBase::run) stays partitioned instead.
+ShardUnits find_shard_units(torch::nn::Module& model,
+                            const std::vector<std::pair<std::string, std::string>>& aliases);
 
 }  // namespace zero
 
@@ -116,13 +163,29 @@ class ShardUnitBase {
 // tensors that alias a parameter (they would keep its memory).
 void defer_parameters(torch::nn::Module& module);
 
+using zero::enable_activation_checkpointing;
+
 template <typename M>
 class ShardUnit : public M, public zero::ShardUnitBase {
  public:
   using M::M;
 
+  std::vector<at::Tensor> unit_parameters() override { return M::parameters(); }
+
   template <typename... Args>
   auto forward(Args&&... args) {
+    if (!checkpointing_ || !at::GradMode::is_enabled()) return plain_forward(std::forward<Args>(args)...);
+    auto inner = [this](const auto&... xs) { return M::forward(xs...); };
+    if (hooks_ == nullptr) return call(inner, args...);
+    hooks_->pre_forward(unit_id_);
+    auto out = call(inner, args...);
+    hooks_->post_forward(unit_id_);
+    return zero::detail::mark(std::move(out), hooks_, unit_id_);
+  }
+
+ private:
+  template <typename... Args>
+  auto plain_forward(Args&&... args) {
     if (hooks_ == nullptr) return M::forward(std::forward<Args>(args)...);
     hooks_->pre_forward(unit_id_);
     auto out = M::forward(std::forward<Args>(args)...);

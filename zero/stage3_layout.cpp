@@ -2,10 +2,6 @@
 
 #include <sys/mman.h>
 
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
-
 #include <memory>
 #include <new>
 #include <unordered_map>
@@ -25,15 +21,6 @@ namespace zrt::zero {
 // the parameter's reference to the slab either way. Parameters are first
 // given a private contiguous storage (set_data of a clone) so no other tensor shares it by
 // accident.
-
-void keep_large_blocks_mmapped() {
-#ifdef __GLIBC__
-  // Setting the threshold also turns glibc's dynamic adjustment off.
-  static const int done = ::mallopt(M_MMAP_THRESHOLD, static_cast<int>(kLargeBlockBytes)) +
-                         ::mallopt(M_TRIM_THRESHOLD, static_cast<int>(kHeapTrimBytes));
-  (void)done;
-#endif
-}
 
 namespace {
 
@@ -113,7 +100,6 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
                            int world_size, int rank, int64_t persistence_threshold,
                            int64_t model_persistence_threshold, bool offload_partitions)
     : world_size_(world_size), rank_(rank) {
-  keep_large_blocks_mmapped();  // Note [Returning released memory]
   std::unordered_map<std::string, int> unit_by_name(unit_of.begin(), unit_of.end());
   units_.resize(num_units + 1);
   int64_t persisted = 0;

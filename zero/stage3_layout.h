@@ -15,6 +15,8 @@
 
 #include <ATen/ATen.h>
 
+#include "core/malloc_tuning.h"
+
 #include "zero/flat_layout.h"
 
 namespace zrt::zero {
@@ -88,32 +90,16 @@ class Stage3Layout {
 };
 
 // Storage helpers (see the file comment).
-// Note [Returning released memory]: glibc raises its mmap threshold each time a large block is
-// freed (up to 32 MiB), after which blocks of that size come from the heap, where freed memory
-// stays resident and fragments; a rank that releases gathered parameters, gradients or load-time
-// temporaries would keep a peak far above its bound (the 394M model once generated at 2.2-3.1 GB
-// per rank). Two measures:
-// - The memory ZeRO-3 releases on purpose comes from mappings of its own: allocate_storage() and
-//   mapped_empty() map CPU blocks of at least kOwnMappingBytes with mmap, and releasing them
-//   unmaps them, whatever malloc does. The one deliberate exception is bounded: the stage-3
-//   coordinator keeps idle gather buffers and parameter slabs for the next gathers, at most one
-//   or two of any size and others within kHeapTrimBytes (Note [Reusing gather buffers] in
-//   param_coordinator.cpp).
-// - keep_large_blocks_mmapped() (once per process; called by the stage-3 layout and by
-//   zrt::defer_parameters) fixes glibc's mmap threshold at kLargeBlockBytes, so other large blocks
-//   (gradients, load-time temporaries) go back to the system when freed, and its heap-trim
-//   threshold at kHeapTrimBytes. An earlier version fixed only the mmap threshold, at 128 KiB,
-//   which left the trim threshold at 128 KiB as well: every activation above 128 KiB became a
-//   fresh mapping and the heap's top was given back and faulted in again on every step, and the
-//   example GPT's ZeRO-3 step at 2 ranks took 1.6x as long as with glibc's defaults
-//   (docs/PERFORMANCE.md, session 11). With 1 MiB and 32 MiB the small example models' stage-3
-//   steps are 10-20% slower than with glibc's defaults (their 1-4 MiB gradients and activations
-//   are mapped afresh every step), but the 583M-model memory test stays under its cap, which it
-//   does not at 4 MiB or with the defaults (docs/PERFORMANCE.md, session 12).
+// Note [Returning released memory] (core/malloc_tuning.h): the memory ZeRO-3 releases on purpose
+// comes from mappings of its own: allocate_storage() and mapped_empty() map CPU blocks of at
+// least kOwnMappingBytes with mmap, and releasing them unmaps them, whatever malloc does, so the
+// library needs no process-wide malloc setting for its own blocks. The one deliberate exception
+// is bounded: the stage-3 coordinator keeps idle gather buffers and parameter slabs for the next
+// gathers, at most one or two of any size and others within kHeapTrimBytes (Note [Reusing gather
+// buffers] in zero/param_storage.h). Other large blocks (autograd's gradients and activations,
+// load-time temporaries) are the host's malloc's: programs that need them returned opt in with
+// zrt::tune_malloc_for_large_models().
 constexpr size_t kOwnMappingBytes = 128 * 1024;
-constexpr size_t kLargeBlockBytes = 1 << 20;
-constexpr size_t kHeapTrimBytes = 32 << 20;
-void keep_large_blocks_mmapped();
 void release_storage(const at::Tensor& param);
 void allocate_storage(const at::Tensor& param);
 // Gives the parameter's storage (the same StorageImpl, see the file comment) the memory of `slab`

@@ -13,7 +13,7 @@
 #include <torch/torch.h>
 
 #include "checkpoint/layout.h"
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "comm/local_comm.h"
 #include "core/error.h"
 #include "core/logging.h"

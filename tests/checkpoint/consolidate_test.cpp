@@ -10,7 +10,7 @@
 #include <torch/torch.h>
 
 #include "checkpoint/layout.h"
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "core/error.h"
 #include "core/shard.h"
 #include "tests/checkpoint/test_util.h"

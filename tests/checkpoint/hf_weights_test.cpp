@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "tests/checkpoint/test_util.h"

@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "checkpoint/pt_file.h"
-#include "checkpoint/zip_reader.h"
+#include "checkpoint/pt/pt_file.h"
+#include "checkpoint/pt/zip_reader.h"
 #include "core/error.h"
 #include "tests/checkpoint/test_util.h"
 #include "zrt/build_config.h"

@@ -8,9 +8,9 @@
 
 #include "checkpoint/hash.h"
 #include "checkpoint/io.h"
-#include "checkpoint/pickler.h"
-#include "checkpoint/pt_file.h"
-#include "checkpoint/zip_reader.h"
+#include "checkpoint/pt/pickler.h"
+#include "checkpoint/pt/pt_file.h"
+#include "checkpoint/pt/zip_reader.h"
 #include "core/error.h"
 #include "tests/support/error_of.h"
 
@@ -29,7 +29,7 @@ uint32_t le(const std::string& b, size_t at, int bytes) {
   return v;
 }
 
-// Note [Zip CRCs filled in here] (checkpoint/pt_writer.cpp): every record's CRC-32, in its data
+// Note [Zip CRCs filled in here] (checkpoint/pt/pt_writer.cpp): every record's CRC-32, in its data
 // descriptor and in the central directory, is the CRC of its bytes, whoever computed it; the
 // records of the zip writer's own (version, serialization id) included. The local headers are
 // torch.save's: bit 3 set, CRC and sizes 0 (an empty record: no bit 3, no descriptor).

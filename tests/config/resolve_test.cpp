@@ -182,7 +182,7 @@ TEST(Resolve, UnknownTopLevelKeysWarnWithSuggestion) {
 
 TEST(Resolve, IgnoredAndUnsupportedSections) {
   const ResolvedConfig rc = resolve(R"({"train_batch_size": 8,
-      "flops_profiler": {"enabled": true}, "activation_checkpointing": {},
+      "flops_profiler": {"enabled": true}, "comms_logger": {},
       "hybrid_engine": {"enabled": false}})");
   ASSERT_EQ(rc.warnings.size(), 3u);
   EXPECT_EQ(rc.warnings[0], "flops_profiler: DeepSpeed section ignored by ZeroRT");
@@ -190,6 +190,38 @@ TEST(Resolve, IgnoredAndUnsupportedSections) {
   EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "hybrid_engine": {"enabled": true}})"),
             "hybrid_engine: this DeepSpeed feature is not supported by ZeroRT; set \"enabled\": "
             "false or remove the section");
+}
+
+// activation_checkpointing: DeepSpeed's defaults, every key read, a wrong type or an unknown key
+// an error naming it, notes for the keys that need a model-parallel group.
+TEST(Resolve, ActivationCheckpointingSection) {
+  const ResolvedConfig defaults = resolve(R"({"train_batch_size": 8})");
+  EXPECT_FALSE(defaults.activation_checkpointing.cpu_checkpointing);
+  EXPECT_FALSE(defaults.activation_checkpointing.number_checkpoints.has_value());
+  const ResolvedConfig rc = resolve(R"({"train_batch_size": 8, "activation_checkpointing": {
+      "partition_activations": true, "cpu_checkpointing": true, "profile": true,
+      "number_checkpoints": 4, "contiguous_memory_optimization": false,
+      "synchronize_checkpoint_boundary": false}})");
+  EXPECT_TRUE(rc.warnings.empty());
+  EXPECT_TRUE(rc.activation_checkpointing.cpu_checkpointing);
+  EXPECT_TRUE(rc.activation_checkpointing.profile);
+  EXPECT_TRUE(rc.activation_checkpointing.partition_activations);
+  EXPECT_EQ(rc.activation_checkpointing.number_checkpoints, 4);
+  int notes = 0;
+  for (const std::string& n : rc.notes) notes += n.find("activation_checkpointing.") == 0;
+  EXPECT_EQ(notes, 2) << "partition_activations and number_checkpoints have no effect here";
+  EXPECT_NE(resolve_error(R"({"train_batch_size": 8,
+                "activation_checkpointing": {"cpu_checkpointing": "yes"}})")
+                .find("activation_checkpointing.cpu_checkpointing"),
+            std::string::npos);
+  EXPECT_NE(resolve_error(R"({"train_batch_size": 8,
+                "activation_checkpointing": {"cpu_checkpoint": true}})")
+                .find("cpu_checkpoint"),
+            std::string::npos);
+  EXPECT_NE(resolve_error(R"({"train_batch_size": 8,
+                "activation_checkpointing": {"number_checkpoints": 0}})")
+                .find("number_checkpoints"),
+            std::string::npos);
 }
 
 // Keys DeepSpeed 0.19 removed are errors whatever their value, with DeepSpeed's message.

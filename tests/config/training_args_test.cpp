@@ -53,7 +53,6 @@ TEST(TrainingArguments, HfDefaults) {
   EXPECT_EQ(a.seed, 42);
   EXPECT_FALSE(a.fp16 || a.bf16 || a.fp16_full_eval || a.bf16_full_eval);
   EXPECT_EQ(a.fp16_backend, "auto");
-  EXPECT_EQ(a.fp16_opt_level, "O1");
   EXPECT_FALSE(a.save_on_each_node);
   EXPECT_FALSE(a.adafactor);
   EXPECT_EQ(a.optim, "adamw_torch");

@@ -362,6 +362,30 @@ TEST_F(ToolTest, RealJobWithAFailingRankFails) {
   EXPECT_EQ(r.exit_code, 3) << r.err;
 }
 
+// Note [One error line per job] (core/tool_main.cpp): a bad config fails on every rank; the job
+// prints it once, without Open MPI's banners, and exits with the input-error code — before MPI
+// starts (an unreadable file) and after (a batch triad that does not add up at 2 ranks).
+TEST_F(ToolTest, RealJobWithABadConfigPrintsTheErrorOnce) {
+  SKIP_WITHOUT_MPIRUN();
+  const std::string bad_triad =
+      dir.write("ds.json", R"({"train_batch_size": 3, "train_micro_batch_size_per_gpu": 2,
+                    "gradient_accumulation_steps": 1,
+                    "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}})");
+  for (const std::string& config : {dir.path() + "/missing.json", bad_triad}) {
+    const ToolRun r = run({"--np", "2", "--timeout", "120", "--", ZRT_TRAIN_TOOL, "--deepspeed",
+                           config, "--output_dir", dir.path() + "/out", "--max_steps", "1"});
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    size_t count = 0;
+    for (size_t at = r.err.find("zrt-train: error:"); at != std::string::npos;
+         at = r.err.find("zrt-train: error:", at + 1)) {
+      ++count;
+    }
+    EXPECT_EQ(count, 1u) << config << "\n" << r.err;
+    EXPECT_EQ(r.err.find("MPI_ABORT was invoked"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("exited with non-zero status"), std::string::npos) << r.err;
+  }
+}
+
 TEST_F(ToolTest, RealJobWithMoreRanksThanCoresIsOversubscribed) {
   SKIP_WITHOUT_MPIRUN();
   const int np = HostFacts::current().cores + 1;

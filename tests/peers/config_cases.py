@@ -38,7 +38,7 @@ SCHEDULERS = ["WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRang
 
 # Top-level DeepSpeed sections ZeroRT does not use (config/KEYS.md), and the keys DeepSpeed 0.19
 # removed (an error whatever their value).
-IGNORED_SECTIONS = ["activation_checkpointing", "flops_profiler", "comms_logger", "wandb", "comet",
+IGNORED_SECTIONS = ["flops_profiler", "comms_logger", "wandb", "comet",
                     "autotuning", "aio", "timers", "compile", "vocabulary_size",
                     "disable_allgather", "seq_parallel_communication_data_type", "pipeline",
                     "tensor_parallel", "use_data_before_expert_parallelism", "weight_quantization"]
@@ -367,6 +367,15 @@ def _other_sections(g, cfg):
             if g.p(0.5):
                 m["job_name"] = "job"
             cfg[monitor] = m
+    if g.p(0.05):  # DeepSpeed's activation checkpointing section, valid keys and values
+        ac = {}
+        for key in ("partition_activations", "cpu_checkpointing", "profile",
+                    "contiguous_memory_optimization", "synchronize_checkpoint_boundary"):
+            if g.p(0.4):
+                ac[key] = g.flag()
+        if g.p(0.3):
+            ac["number_checkpoints"] = g.pick([None, 1, 4])
+        cfg["activation_checkpointing"] = ac
     if g.p(0.08):
         key = g.pick(IGNORED_SECTIONS)
         cfg[key] = {} if key not in ("vocabulary_size", "disable_allgather",

@@ -52,9 +52,9 @@ def cgroups_usable():
 class RankCgroups:
     """One memory cgroup per rank, capped; removed on exit even when the test fails."""
 
-    def __init__(self, cap_bytes):
+    def __init__(self, cap_bytes, ranks=RANKS):
         self.base = f"zrt_cap_{os.getpid()}"
-        self.paths = [os.path.join(CGROUP_ROOT, f"{self.base}_{r}") for r in range(RANKS)]
+        self.paths = [os.path.join(CGROUP_ROOT, f"{self.base}_{r}") for r in range(ranks)]
         for p in self.paths:
             os.mkdir(p)
             with open(os.path.join(p, "memory.limit_in_bytes"), "w") as f:
@@ -88,8 +88,8 @@ def capped(groups, argv):
     return ["/bin/sh", "-c", script, "sh"] + argv
 
 
-def launch(args, argv, timeout=600):
-    cmd = [os.path.join(args.bin, "zrt-launch"), "--np", str(RANKS), "--timeout", str(timeout),
+def launch(args, argv, timeout=600, ranks=RANKS):
+    cmd = [os.path.join(args.bin, "zrt-launch"), "--np", str(ranks), "--timeout", str(timeout),
            "--"] + argv
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60)
     return run.returncode, run.stdout + run.stderr

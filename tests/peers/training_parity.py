@@ -14,10 +14,13 @@ The matrix: MLP twin (width 32, 2 blocks: 2,722 parameters; reduce/allgather buc
 elements, stage-3 persistence threshold 0, so every stage splits the model into several buckets
 and partitions) x ZeRO stage 0-3 x {fp32, bf16} x gradient accumulation {1, 4} x clipping
 {off, 0.05} = 32 cases; plus the GPT twin (examples/gpt.h: width 32, 2 heads, 2 layers, context
-16, 42,368 parameters) at stages 2 and 3 in fp32 and bf16 (GA 4, clipping on) = 36 in all with
---full (about 4 minutes here). Without --full (CI, about 2 minutes) 10 cases drawn with --seed
-(default: ZRT_PARITY_SEED, else 0): for each dtype one MLP case per stage, the four (GA, clipping)
-pairs each once, and one GPT case per dtype.
+16, 42,368 parameters) at stages 2 and 3 in fp32 and bf16 (GA 4, clipping on), plus the GPT at
+stage 3 in fp32 with activation checkpointing on both sides (every block through
+torch.utils.checkpoint in DeepSpeed's run, as HF's gradient_checkpointing; zrt-train
+--gradient_checkpointing) = 37 in all with --full (about 4 minutes here). Without --full (CI,
+about 2 minutes) 11 cases drawn with --seed (default: ZRT_PARITY_SEED, else 0): for each dtype
+one MLP case per stage, the four (GA, clipping) pairs each once, one GPT case per dtype, and the
+checkpointed GPT.
 
 fp16 is not in the matrix: DeepSpeed's CPU accelerator refuses fp16 on a CPU without
 AVX512-FP16 (docs/PEERS.md), so fp16 parity (and with it the dynamic loss scale and skipped
@@ -111,9 +114,15 @@ def all_cases():
     for stage in (2, 3):
         for dtype in ("fp32", "bf16"):
             cases.append({"model": "gpt", "stage": stage, "dtype": dtype, "ga": 4, "clip": True})
+    # Activation checkpointing on both sides: DeepSpeed's engine with every block through
+    # torch.utils.checkpoint (as HF's gradient_checkpointing) and an activation_checkpointing
+    # section, zrt-train --gradient_checkpointing.
+    cases.append({"model": "gpt", "stage": 3, "dtype": "fp32", "ga": 4, "clip": True,
+                  "checkpointing": True})
     for c in cases:
         c["name"] = (f"{c['model']}_z{c['stage']}_{c['dtype']}_ga{c['ga']}"
-                     f"_{'clip' if c['clip'] else 'noclip'}")
+                     f"_{'clip' if c['clip'] else 'noclip'}"
+                     f"{'_ckpt' if c.get('checkpointing') else ''}")
     return cases
 
 
@@ -130,9 +139,10 @@ def ci_cases(seed):
             ga, clip = combos[stage]
             picked += [c for c in cases if c["model"] == "mlp" and c["stage"] == stage and
                        c["dtype"] == dtype and c["ga"] == ga and c["clip"] == clip]
-    gpts = [c for c in cases if c["model"] == "gpt"]
+    gpts = [c for c in cases if c["model"] == "gpt" and not c.get("checkpointing")]
     picked.append(rng.choice([c for c in gpts if c["dtype"] == "fp32"]))
     picked.append(rng.choice([c for c in gpts if c["dtype"] == "bf16"]))
+    picked += [c for c in cases if c.get("checkpointing")]
     return picked
 
 
@@ -158,6 +168,9 @@ def ds_config(case, monitor):
         "zero_optimization": zero,
         "csv_monitor": {"enabled": True, "output_path": monitor, "job_name": "job"},
         "steps_per_print": 100000,
+        **({"activation_checkpointing": {"partition_activations": False,
+                                         "cpu_checkpointing": False, "profile": False}}
+           if case.get("checkpointing") else {}),
     }
 
 
@@ -166,7 +179,7 @@ def make_model(case):
     if case["model"] == "mlp":
         return Mlp(MLP["width"], MLP["layers"])
     return Gpt(context=GPT["context"], width=GPT["width"], heads=GPT["heads"],
-               layers=GPT["layers"])
+               layers=GPT["layers"], checkpointing=bool(case.get("checkpointing")))
 
 
 def training_data(case, work):
@@ -295,6 +308,9 @@ def zrt_case(args, case, work):
         cmd += ["--train_file", os.path.join(work, "corpus.txt")]
     if case["dtype"] == "bf16":
         cmd += ["--bf16"]
+    if case.get("checkpointing"):
+        cmd += ["--gradient_checkpointing", "--gradient_checkpointing_kwargs",
+                '{"use_reentrant": false}']
     env = dict(os.environ, OMP_NUM_THREADS="1", ZRT_PROGRESS="lines")
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
     if run.returncode != 0:

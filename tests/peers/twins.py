@@ -5,6 +5,7 @@ main build links)."""
 import math
 
 import torch
+import torch.utils.checkpoint
 
 
 class MlpBlock(torch.nn.Module):
@@ -104,8 +105,11 @@ class Gpt(torch.nn.Module):
     projections N(0, 0.02/sqrt(2 layers)), biases 0, norms 1/0) but not the same random numbers
     as the C++ side: start both from one state dict."""
 
-    def __init__(self, vocab=256, context=32, width=64, heads=4, layers=2):
+    def __init__(self, vocab=256, context=32, width=64, heads=4, layers=2, checkpointing=False):
         super().__init__()
+        # As HF's gradient_checkpointing_enable(): each block's forward through
+        # torch.utils.checkpoint (non-reentrant), as zrt-train --gradient_checkpointing does.
+        self.checkpointing = checkpointing
         self.wte = torch.nn.Embedding(vocab, width)
         self.wpe = torch.nn.Embedding(context, width)
         for i in range(layers):
@@ -127,7 +131,11 @@ class Gpt(torch.nn.Module):
         t = tokens.shape[1]
         x = self.wte(tokens) + self.wpe(torch.arange(t)).unsqueeze(0)
         for i in range(self.layers):
-            x = getattr(self, f"h{i}")(x)
+            block = getattr(self, f"h{i}")
+            if self.checkpointing and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         return self.lm_head(self.ln_f(x)).float()
 
 

@@ -15,7 +15,7 @@
 #include "checkpoint/consolidate.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "comm/local_comm.h"
 #include "core/error.h"
 #include "optim/loss_scaler.h"

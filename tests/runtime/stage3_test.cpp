@@ -235,20 +235,22 @@ TEST(Stage3Tied, TrainingMatchesSingleProcessWithTheExpectedGathers) {
   Json cfg = stage3_config(true, false);
   cfg["zero_optimization"]["stage3_prefetch_bucket_size"] = 0;
   auto engine = make_engine(model, cfg);
-  auto& stats =
-      dynamic_cast<runtime::Stage3ModelStates&>(engine->model_states()).coordinator().stats();
+  auto& coordinator =
+      dynamic_cast<runtime::Stage3ModelStates&>(engine->model_states()).coordinator();
   test::TiedStack reference;
   torch::optim::AdamW opt(reference->parameters(),
                           torch::optim::AdamWOptions(0.01).weight_decay(0.0));
   for (int step = 0; step < 5; ++step) {
-    const int64_t gathers_before = stats.all_gathers;
+    const int64_t gathers_before = coordinator.stats().all_gathers;
     auto [tokens, y] = test::tied_batch(test::world().rank(), step);
     engine->backward(tied_loss(*model, tokens, y));
     engine->step();
     // Per step after the first (which records the trace and keeps nothing): the embedding for
     // its forward, for the head's forward (kept into the head's backward, reuse distance 0), and
     // again for its own backward after the head's backward released it; each block twice.
-    if (n > 1) EXPECT_EQ(stats.all_gathers - gathers_before, step == 0 ? 10 : 9) << "step " << step;
+    if (n > 1)
+      EXPECT_EQ(coordinator.stats().all_gathers - gathers_before, step == 0 ? 10 : 9)
+          << "step " << step;
     std::vector<at::Tensor> all_tokens, all_y;
     for (int r = 0; r < n; ++r) {
       auto [t, ty] = test::tied_batch(r, step);
@@ -259,7 +261,7 @@ TEST(Stage3Tied, TrainingMatchesSingleProcessWithTheExpectedGathers) {
     tied_loss(*reference, at::cat(all_tokens), at::cat(all_y)).backward();
     opt.step();
   }
-  EXPECT_EQ(stats.gathered_bytes, 0) << "nothing stays gathered between steps";
+  EXPECT_EQ(coordinator.stats().gathered_bytes, 0) << "nothing stays gathered between steps";
   const at::Tensor got = flat_weights(*engine, *model);
   std::vector<at::Tensor> want;
   for (const auto& p : reference->parameters()) want.push_back(p.detach().reshape({-1}));

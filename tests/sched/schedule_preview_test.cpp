@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "golden.h"
+#include "report/schedule_plot.h"
 
 namespace zrt::sched {
 namespace {
@@ -103,7 +104,7 @@ TEST(ScheduleSvg, DrawsTheCurve) {
   o.total_num_steps = 100;
   o.warmup_num_steps = 10;
   std::ostringstream os;
-  write_schedule_svg(os, o, {1e-3}, 120);
+  report::write_schedule_svg(os, o, {1e-3}, 120);
   const std::string svg = os.str();
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("<polyline"), std::string::npos);
@@ -121,7 +122,7 @@ TEST(ScheduleSvg, OneCycleAlsoDrawsTheMomentum) {
   o.cycle_first_step_size = 20;
   o.cycle_momentum = true;
   std::ostringstream os;
-  write_schedule_svg(os, o, {1e-3}, 60);
+  report::write_schedule_svg(os, o, {1e-3}, 60);
   const std::string svg = os.str();
   EXPECT_NE(svg.find(">OneCycle momentum</text>"), std::string::npos) << svg.substr(0, 400);
   EXPECT_NE(svg.find(">momentum (beta1)</text>"), std::string::npos);
@@ -131,7 +132,7 @@ TEST(ScheduleSvg, OneCycleAlsoDrawsTheMomentum) {
   }
   EXPECT_EQ(polylines, 2u);
   std::ostringstream without;
-  write_schedule_svg(without, o, {1e-3}, 60, "", /*optimizer_has_betas=*/false);  // SGD
+  report::write_schedule_svg(without, o, {1e-3}, 60, "", /*optimizer_has_betas=*/false);  // SGD
   EXPECT_EQ(without.str().find("momentum"), std::string::npos);
 }
 

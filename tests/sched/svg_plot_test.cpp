@@ -1,6 +1,6 @@
-// core/svg_plot: the document is well-formed XML (balanced tags, escaped text), lines break at
+// report/svg_plot: the document is well-formed XML (balanced tags, escaped text), lines break at
 // non-finite points, ticks are "nice", and file output reports failures.
-#include "core/svg_plot.h"
+#include "report/svg_plot.h"
 
 #include <cmath>
 #include <cstdio>

@@ -74,6 +74,21 @@ struct TinyBlockImpl : torch::nn::Module {
   torch::Tensor norm_scale;
 };
 
+// A residual MLP block with dropout: x + fc2(dropout(gelu(fc1(x)))), width → 2 width → width; for
+// activation checkpointing, whose recompute must draw the same dropout masks.
+struct DropBlockImpl : torch::nn::Module {
+  explicit DropBlockImpl(int64_t width, double p = 0.25) {
+    fc1 = register_module("fc1", torch::nn::Linear(width, 2 * width));
+    fc2 = register_module("fc2", torch::nn::Linear(2 * width, width));
+    drop = register_module("drop", torch::nn::Dropout(p));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return x + fc2->forward(drop->forward(torch::gelu(fc1->forward(x))));
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::nn::Dropout drop{nullptr};
+};
+
 // 5 → 7, three residual blocks of width 7, 7 → 3, every layer a ZeRO-3 unit when
 // `units_everywhere`, else only the blocks (the two Linear layers stay outside every unit).
 // Parameter values as TinyMlp: deterministic from names.

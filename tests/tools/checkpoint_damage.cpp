@@ -12,8 +12,8 @@
 #include "checkpoint/hash.h"
 #include "checkpoint/io.h"
 #include "checkpoint/manifest.h"
-#include "checkpoint/pt_file.h"
-#include "checkpoint/zip_reader.h"
+#include "checkpoint/pt/pt_file.h"
+#include "checkpoint/pt/zip_reader.h"
 #include <caffe2/serialize/inline_container.h>
 #include <sys/stat.h>
 

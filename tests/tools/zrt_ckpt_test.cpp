@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "checkpoint/safetensors.h"
 #include "core/json.h"
 #include "tests/support/python.h"

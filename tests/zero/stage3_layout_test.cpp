@@ -334,7 +334,7 @@ TEST(ParamCoordinator, GradientsAreAveragedIntoEachRanksPartition) {
       // Rank r's gradient: (r + 1) times a ramp; the average over ranks is 2 times the ramp.
       p.t[sp.name].mutable_grad() =
           torch::arange(sp.numel, torch::kFloat).view(sp.shape) * static_cast<float>(rank + 1);
-      co.on_grad_ready(static_cast<int>(i));
+      co.gradients().on_grad_ready(static_cast<int>(i));  // as the accumulator hook does
     }
     co.end_backward();
     for (const Stage3Param& sp : l.params()) {

@@ -1,4 +1,4 @@
-#include "checkpoint/pickler.h"
+#include "checkpoint/pt/pickler.h"
 
 #include <cstring>
 #include <unordered_map>

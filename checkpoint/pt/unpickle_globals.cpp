@@ -4,7 +4,7 @@
 #include <cctype>
 #include <optional>
 
-#include "checkpoint/pickle_graph.h"
+#include "checkpoint/pt/pickle_graph.h"
 #include "checkpoint/tensor_types.h"
 #include "core/error.h"
 

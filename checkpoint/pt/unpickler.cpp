@@ -1,10 +1,10 @@
-#include "checkpoint/unpickler.h"
+#include "checkpoint/pt/unpickler.h"
 
 #include <cstring>
 #include <limits>
 #include <unordered_map>
 
-#include "checkpoint/pickle_graph.h"
+#include "checkpoint/pt/pickle_graph.h"
 #include "checkpoint/tensor_types.h"
 #include "core/error.h"
 

@@ -1,8 +1,8 @@
 #include <ATen/ATen.h>
 
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pt_file.h"
 #include "checkpoint/tensor_types.h"
-#include "checkpoint/zip_reader.h"
+#include "checkpoint/pt/zip_reader.h"
 #include "core/error.h"
 
 namespace zrt::ckpt {

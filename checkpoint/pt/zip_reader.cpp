@@ -1,4 +1,4 @@
-#include "checkpoint/zip_reader.h"
+#include "checkpoint/pt/zip_reader.h"
 
 #include <algorithm>
 #include <cstring>

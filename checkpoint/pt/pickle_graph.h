@@ -12,7 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "checkpoint/unpickler.h"
+#include "checkpoint/pt/unpickler.h"
 
 namespace zrt::ckpt::detail {
 

@@ -1,4 +1,4 @@
-#include "checkpoint/pickle_graph.h"
+#include "checkpoint/pt/pickle_graph.h"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
 // SVG line charts (see svg_plot.h). Layout: a fixed 800×480 canvas, the plot area inset by
 // margins for the title, tick labels and axis labels; one <polyline> per run of finite points.
-#include "core/svg_plot.h"
+#include "report/svg_plot.h"
 
 #include <algorithm>
 #include <cmath>

@@ -9,7 +9,7 @@
 
 #include "checkpoint/io.h"
 #include "checkpoint/storage.h"
-#include "checkpoint/unpickler.h"
+#include "checkpoint/pt/unpickler.h"
 #include "checkpoint/value.h"
 
 namespace zrt::ckpt {

@@ -1,4 +1,4 @@
-#include "core/event_file.h"
+#include "report/event_file.h"
 
 #include <array>
 #include <cerrno>

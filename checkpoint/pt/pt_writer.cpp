@@ -4,8 +4,8 @@
 #include <unordered_map>
 
 #include "checkpoint/hash.h"
-#include "checkpoint/pickler.h"
-#include "checkpoint/pt_file.h"
+#include "checkpoint/pt/pickler.h"
+#include "checkpoint/pt/pt_file.h"
 #include "core/error.h"
 #include <caffe2/serialize/inline_container.h>
 #include <torch/version.h>

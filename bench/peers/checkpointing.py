@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Activation checkpointing: peak RSS per rank and time per step with and without it, ZeroRT
+next to HF Trainer + DeepSpeed doing the same (issue 34).
+
+    bench/peers/checkpointing.py [--bin build/bin] [--context 1024] [--layers 4] [--steps 4]
+                                 [--reps 7] [--jsonl FILE]
+
+The model: a LLaMA configuration made by transformers (hidden 128, 8 heads, intermediate 344,
+vocab 512, --layers decoder layers), at sequence length --context where the activations (the
+eager attention's batch x heads x T x T scores and probabilities per layer) are many times the
+parameters. Both sides: 2 ranks, ZeRO-3 fp32, micro-batch 1, AdamW lr 1e-3, one intra-op thread
+per rank, eager attention, every decoder layer checkpointed when on (zrt-train
+--gradient_checkpointing; the Trainer's gradient_checkpointing with use_reentrant False). ZeroRT
+runs zrt-train under zrt-launch, DeepSpeed runs transformers' Trainer on gloo ranks
+(DS_ACCELERATOR=cpu). Time per step: the run's train_runtime / steps (the first step included,
+the same on both sides). Peak RSS: the largest rank's (getrusage; the HF side's includes the
+Python interpreter and torch, about 700 MiB more than a C++ rank). The four variants run in
+rotated order, --reps rounds; reported: median, min and max.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "peers"))
+from common import Jsonl, machine_meta, rotations  # noqa: E402
+from peer_launch import run_ranks  # noqa: E402
+
+DS = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+      "train_batch_size": "auto", "gradient_clipping": 0.0,
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.0}},
+      "zero_optimization": {"stage": 3}, "steps_per_print": 1000000}
+PEAK = ("import os, resource, subprocess, sys\n"
+        "rc = subprocess.call(sys.argv[1:])\n"
+        "kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "print(f\"peak_rss rank {os.environ['OMPI_COMM_WORLD_RANK']} {kb} KiB\", file=sys.stderr)\n"
+        "sys.exit(rc)\n")
+
+
+def run_zerort(args, work, ckpt):
+    out = tempfile.mkdtemp(dir=work)
+    cmd = [os.path.join(args.bin, "zrt-launch"), "--np", "2", "--timeout", "900", "--",
+           sys.executable, "-c", PEAK, os.path.join(args.bin, "zrt-train"), "--model", "llama",
+           "--config_name", os.path.join(work, "config", "config.json"), "--deepspeed",
+           os.path.join(work, "ds.json"), "--output_dir", out, "--max_steps", str(args.steps),
+           "--per_device_train_batch_size", "1", "--context", str(args.context),
+           "--learning_rate", "1e-3", "--save_strategy", "no", "--logging_steps", "1"]
+    if ckpt:
+        cmd.append("--gradient_checkpointing")
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=1000)
+    if run.returncode != 0:
+        raise SystemExit(f"zrt-train failed: {run.stdout[-2000:]}{run.stderr[-2000:]}")
+    peaks = [int(l.split()[3]) / 1024 for l in run.stderr.splitlines() if l.startswith("peak_rss")]
+    with open(os.path.join(out, "train_results.json")) as f:
+        runtime = json.load(f)["train_runtime"]
+    return runtime / args.steps, max(peaks)
+
+
+def run_hf(args, work, ckpt):
+    out = tempfile.mkdtemp(dir=work)
+    failed = run_ranks([os.path.join(HERE, "checkpointing_hf_worker.py"),
+                        os.path.join(work, "config"), os.path.join(work, "ds.json"), out,
+                        str(args.context), str(args.steps), "1" if ckpt else "0"], 2, 1200,
+                       "checkpointing_hf")
+    if failed:
+        raise SystemExit(f"HF Trainer + DeepSpeed failed: {failed}")
+    ranks = [json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(2)]
+    return max(r["train_runtime"] for r in ranks) / args.steps, max(r["peak_rss_mib"] for r in ranks)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--jsonl")
+    args = ap.parse_args()
+    from transformers import LlamaConfig
+    out = Jsonl(args.jsonl)
+    out({"meta": machine_meta(context=args.context, layers=args.layers, steps=args.steps)})
+    work = tempfile.mkdtemp(prefix="zrt_bench_ckpt_")
+    LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=344,
+                num_hidden_layers=args.layers, num_attention_heads=8, num_key_value_heads=8,
+                max_position_embeddings=args.context, tie_word_embeddings=False,
+                bos_token_id=None, eos_token_id=None, pad_token_id=None).save_pretrained(
+                    os.path.join(work, "config"))
+    with open(os.path.join(work, "ds.json"), "w") as f:
+        json.dump(DS, f)
+    variants = [("zerort", False), ("zerort", True), ("hf_deepspeed", False), ("hf_deepspeed", True)]
+    rows = {v: [] for v in variants}
+    for rep, pos, v in rotations(variants, args.reps):
+        step_s, peak = (run_zerort if v[0] == "zerort" else run_hf)(args, work, v[1])
+        rows[v].append((step_s, peak))
+        out({"framework": v[0], "checkpointing": v[1], "rep": rep, "step_s": step_s,
+             "peak_rss_mib": peak})
+        print(f"rep {rep} {v[0]:13s} ckpt={int(v[1])}: {step_s:.3f} s/step, peak {peak:.0f} MiB",
+              flush=True)
+    print(f"\ncontext {args.context}, {args.layers} layers, 2 ranks, ZeRO-3 fp32, {args.reps} reps "
+          "(median [min, max])")
+    print(f"{'framework':13s} {'ckpt':4s} {'s/step':>24s} {'peak RSS MiB':>24s}")
+    med = {}
+    for v in variants:
+        t = [r[0] for r in rows[v]]
+        m = [r[1] for r in rows[v]]
+        med[v] = (statistics.median(t), statistics.median(m))
+        print(f"{v[0]:13s} {'on' if v[1] else 'off':4s} {med[v][0]:8.3f} [{min(t):.3f}, "
+              f"{max(t):.3f}]  {med[v][1]:8.0f} [{min(m):.0f}, {max(m):.0f}]")
+    for fw in ("zerort", "hf_deepspeed"):
+        off, on = med[(fw, False)], med[(fw, True)]
+        print(f"{fw}: checkpointing costs {on[0] / off[0]:.2f}x the step, peak RSS "
+              f"{on[1] / off[1]:.2f}x")
+        out({"summary": fw, "step_ratio": on[0] / off[0], "rss_ratio": on[1] / off[1]})
+
+
+if __name__ == "__main__":
+    main()

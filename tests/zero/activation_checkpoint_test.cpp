@@ -1,0 +1,141 @@
+// zrt::checkpoint on its own (no engine): gradients of inputs and parameters bitwise equal to the
+// plain run, dropout included (the RNG state is restored for the recompute and put back after);
+// inputs that do not require grad, several outputs, an output used twice, a ShardUnit made a
+// checkpointed region with one call, and no graph kept inside a region.
+#include "zero/activation_checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "tests/support/tensor_compare.h"
+#include "tests/support/tiny_model.h"
+#include "zero/shard_unit.h"
+
+namespace zrt {
+namespace {
+
+using test::bit_equal;
+
+struct DropBlockImpl : test::DropBlockImpl {
+  DropBlockImpl() : test::DropBlockImpl(6, 0.3) {}
+};
+
+struct Grads {
+  std::vector<at::Tensor> params;
+  at::Tensor input;
+  double after = 0;  // a draw from the generator after the backward
+};
+
+// One forward and backward of two blocks (checkpointed or not) from the same seed.
+template <typename Forward>
+Grads run(DropBlockImpl& a, DropBlockImpl& b, Forward forward, bool input_grad = true) {
+  for (auto& p : a.parameters()) p.mutable_grad() = at::Tensor();
+  for (auto& p : b.parameters()) p.mutable_grad() = at::Tensor();
+  torch::manual_seed(7);
+  at::Tensor x = torch::linspace(-1, 1, 4 * 6).view({4, 6});
+  if (input_grad) x.requires_grad_(true);
+  at::Tensor y = forward(x);
+  (y * y).sum().backward();
+  Grads g;
+  for (auto* m : {&a, &b}) {
+    for (auto& p : m->parameters()) g.params.push_back(p.grad().clone());
+  }
+  if (input_grad) g.input = x.grad().clone();
+  g.after = torch::rand({1}).item<double>();
+  return g;
+}
+
+void expect_same(const Grads& plain, const Grads& ckpt) {
+  ASSERT_EQ(plain.params.size(), ckpt.params.size());
+  for (size_t i = 0; i < plain.params.size(); ++i) {
+    EXPECT_TRUE(bit_equal(plain.params[i], ckpt.params[i])) << "parameter " << i;
+  }
+  if (plain.input.defined()) EXPECT_TRUE(bit_equal(plain.input, ckpt.input));
+  EXPECT_EQ(plain.after, ckpt.after) << "the RNG sequence after the step is the plain run's";
+}
+
+TEST(Checkpoint, GradientsAreBitwiseEqualWithDropout) {
+  DropBlockImpl a, b;
+  const Grads plain = run(a, b, [&](const at::Tensor& x) { return b.forward(a.forward(x)); });
+  const Grads ckpt = run(a, b, [&](const at::Tensor& x) {
+    at::Tensor h = checkpoint([&](const at::Tensor& v) { return a.forward(v); }, x);
+    return checkpoint([&](const at::Tensor& v) { return b.forward(v); }, h);
+  });
+  expect_same(plain, ckpt);
+  EXPECT_FALSE(a.parameters()[0].grad().abs().sum().item<double>() == 0);
+}
+
+TEST(Checkpoint, InputsWithoutGradStillGiveParameterGradients) {
+  DropBlockImpl a, b;
+  auto plain_fwd = [&](const at::Tensor& x) { return b.forward(a.forward(x)); };
+  const Grads plain = run(a, b, plain_fwd, /*input_grad=*/false);
+  const Grads ckpt = run(
+      a, b,
+      [&](const at::Tensor& x) {
+        return checkpoint([&](const at::Tensor& v) { return b.forward(a.forward(v)); }, x);
+      },
+      /*input_grad=*/false);
+  expect_same(plain, ckpt);
+}
+
+TEST(Checkpoint, SeveralOutputsAndAnOutputUsedTwice) {
+  DropBlockImpl a, b;
+  auto two = [&](const at::Tensor& x) { return std::make_tuple(a.forward(x), b.forward(x)); };
+  const Grads plain = run(a, b, [&](const at::Tensor& x) {
+    auto [p, q] = two(x);
+    return p * q + p;  // p used twice
+  });
+  const Grads ckpt = run(a, b, [&](const at::Tensor& x) {
+    auto [p, q] = checkpoint(two, x);
+    return p * q + p;
+  });
+  expect_same(plain, ckpt);
+}
+
+TEST(Checkpoint, AShardUnitIsARegionWithOneCall) {
+  struct Stack : torch::nn::Module {
+    Stack() {
+      for (int i = 0; i < 3; ++i) {
+        blocks.push_back(
+            register_module("b" + std::to_string(i), std::make_shared<ShardUnit<DropBlockImpl>>()));
+      }
+    }
+    std::vector<std::shared_ptr<ShardUnit<DropBlockImpl>>> blocks;
+  };
+  Stack s;
+  auto forward = [&](const at::Tensor& x) {
+    at::Tensor h = x;
+    for (auto& blk : s.blocks) h = blk->forward(h);
+    return h;
+  };
+  DropBlockImpl& a = *s.blocks[0];
+  DropBlockImpl& b = *s.blocks[1];
+  const Grads plain = run(a, b, forward);
+  const at::Tensor plain_last = s.blocks[2]->fc1->weight.grad().clone();
+  for (auto& p : s.parameters()) p.mutable_grad() = at::Tensor();
+  EXPECT_EQ(enable_activation_checkpointing(s), 3);
+  reset_recompute_stats();
+  const Grads ckpt = run(a, b, forward);
+  EXPECT_TRUE(bit_equal(plain_last, s.blocks[2]->fc1->weight.grad()));
+  expect_same(plain, ckpt);
+  EXPECT_EQ(recompute_stats().recomputes, 3) << "each unit recomputed once";
+}
+
+TEST(Checkpoint, KeepsNoGraphInsideARegionAndNoneOutsideGradMode) {
+  DropBlockImpl a, b;
+  at::Tensor x = torch::ones({2, 6}, torch::requires_grad());
+  at::Tensor y = checkpoint([&](const at::Tensor& v) { return a.forward(v); }, x);
+  ASSERT_TRUE(y.requires_grad());
+  // The only node between y and x is the checkpoint's: no Linear/GELU nodes were recorded.
+  const auto next = y.grad_fn()->next_edges();
+  for (const auto& e : next) {
+    if (e.function) EXPECT_EQ(e.function->name().find("Addmm"), std::string::npos);
+  }
+  EXPECT_NE(y.grad_fn()->name().find("CheckpointFunction"), std::string::npos)
+      << y.grad_fn()->name();
+  at::NoGradGuard no_grad;
+  EXPECT_FALSE(checkpoint([&](const at::Tensor& v) { return a.forward(v); }, x).requires_grad());
+}
+
+}  // namespace
+}  // namespace zrt

@@ -1,0 +1,82 @@
+// UnitGatherer: ZeRO-3's gather path. It all-gathers a unit's parameters into their storage
+// (one coalesced collective per unit, Note [Coalesced unit collectives]), asynchronously for
+// prefetches, finishes gathers in issue order, and releases units again.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "comm/comm.h"
+#include "zero/buffer_pool.h"
+#include "zero/param_storage.h"
+#include "zero/stage3_layout.h"
+
+namespace zrt::zero {
+
+struct GatherStats {
+  int64_t gathered_bytes = 0;       // non-persistent parameter bytes gathered right now
+  int64_t peak_gathered_bytes = 0;  // since the last reset_peak()
+  int64_t all_gathers = 0;          // unit gathers issued (prefetches included)
+  int64_t prefetches = 0;
+};
+
+class UnitGatherer {
+ public:
+  enum class State : char { kReleased, kInFlight, kGathered };
+
+  // `layout` must be partitioned already and outlive the gatherer. `pooled_outputs`: all-gather
+  // outputs kept for reuse (1 without prefetch, 2 with; Note [Reusing gather buffers]).
+  UnitGatherer(Stage3Layout& layout, std::shared_ptr<comm::Comm> comm, size_t pooled_outputs);
+  ~UnitGatherer();  // waits for gathers in flight
+  UnitGatherer(const UnitGatherer&) = delete;
+  UnitGatherer& operator=(const UnitGatherer&) = delete;
+
+  State state(int unit) const { return state_[unit]; }
+  // Collective: starts gathering a released unit (a prefetch when `prefetch`).
+  void start(int unit, bool prefetch);
+  // Collective: makes `unit` gathered, starting its gather if needed and finishing gathers in
+  // issue order up to it.
+  void wait(int unit);
+  // Finishes the unit's gather when one is in flight (a prefetch nobody used).
+  void wait_if_in_flight(int unit) {
+    if (state_[unit] == State::kInFlight) wait(unit);
+  }
+  // Releases a gathered unit's non-persistent parameters (nothing otherwise).
+  void release(int unit);
+  // Collective: gathers the persistent trainable parameters from the (updated) partitions.
+  void refresh_persistent();
+  // Elements of the units whose gathers are in flight, and of the units gathered now.
+  int64_t in_flight_numel() const;
+  int64_t live_numel() const;
+
+  ParamStorage& storage() { return storage_; }
+  const ParamStorage& storage() const { return storage_; }
+  // Frees the idle all-gather outputs (after a backward) or those and the idle slabs too.
+  void trim_outputs() { outputs_.trim(); }
+  void trim() {
+    outputs_.trim();
+    storage_.trim();
+  }
+  const GatherStats& stats() const { return stats_; }
+  void reset_peak() { stats_.peak_gathered_bytes = stats_.gathered_bytes; }
+  // Bytes of the pooled all-gather outputs held now, in use or idle.
+  int64_t output_bytes() const { return outputs_.bytes(); }
+
+ private:
+  struct InFlight;
+  void finish(InFlight& g);
+  void copy_alone(const InFlight& g);  // one rank: partitions straight into parameters
+
+  Stage3Layout& layout_;
+  std::shared_ptr<comm::Comm> comm_;
+  std::vector<State> state_;  // per unit
+  std::deque<std::unique_ptr<InFlight>> in_flight_;
+  BufferPool outputs_;  // Note [Reusing gather buffers]
+  ParamStorage storage_;
+  GatherStats stats_;
+};
+
+}  // namespace zrt::zero
