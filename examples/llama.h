@@ -11,11 +11,10 @@
 //   model.norm.weight
 //   lm_head.weight                                     (absent with tie_word_embeddings)
 //
-// Each decoder layer is a ZeRO-3 sharding unit (zrt::ShardUnit), and so are the embedding and
-// lm_head. With tie_word_embeddings the output projection reads model.embed_tokens.weight, as
-// transformers' tied lm_head does, and no lm_head.weight exists (transformers' save_pretrained
-// leaves it out of the files too): the projection is a second use of the embedding unit
-// (ShardUnitBase::run), so the tied weight stays partitioned like every other unit's.
+// Each decoder layer is a ZeRO-3 sharding unit (zrt::ShardUnit) and an activation-checkpointing
+// region when enabled; the embedding and lm_head are units too. With tie_word_embeddings the
+// projection reads model.embed_tokens.weight (no lm_head.weight, as transformers saves it): a
+// second use of the embedding unit (ShardUnitBase::run), so the tied weight stays partitioned.
 //
 // Note [LLaMA maths, as transformers computes it]
 // - RMSNorm: h = x in fp32; h = h * rsqrt(mean(h²) + eps); out = weight * h.to(x.dtype).
@@ -29,9 +28,8 @@
 // - MLP: down_proj(silu(gate_proj(x)) · up_proj(x)).
 // - Pre-norm residual blocks; the final RMSNorm, then lm_head; logits in the model's dtype.
 //
-// Contract for generation: forward(tokens, cache) with a KvCache appends this call's keys and
-// values (after rotary) per layer and continues positions from cache.length; prompts of a batch
-// share one length (pad on the caller's side is not modelled).
+// Generation: forward(tokens, cache) appends this call's keys and values (after rotary) per layer
+// and continues positions from cache.length; a batch's prompts share one length (no padding).
 #pragma once
 
 #include <cmath>
@@ -323,7 +321,7 @@ struct LlamaModelImpl : torch::nn::Module {
     embed_unit = register_module("embed_tokens",
                                  std::make_shared<zrt::ShardUnit<torch::nn::EmbeddingImpl>>(
                                      torch::nn::EmbeddingOptions(c.vocab_size, c.hidden_size)));
-    embed_unit->set_checkpointable(false);  // checkpointing covers the decoder layers, as HF's
+    embed_unit->set_checkpointable(false);  // as HF, checkpoint the layers only
     if (deferred) zrt::defer_parameters(*embed_unit);
     layers = register_module("layers", torch::nn::ModuleList());
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -373,7 +371,7 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
       lm_head = register_module(
           "lm_head", std::make_shared<zrt::ShardUnit<torch::nn::LinearImpl>>(
                          torch::nn::LinearOptions(c.hidden_size, c.vocab_size).bias(false)));
-      lm_head->set_checkpointable(false);
+      lm_head->set_checkpointable(false);  // as the embedding
       if (deferred) zrt::defer_parameters(*lm_head);
     }
     if (deferred) return;

@@ -80,6 +80,25 @@ void restore_rng(const RngState& s) {
   }
 }
 
+// The region's inputs as the recompute takes them: detached leaves on their own devices again,
+// requiring grad where the originals did.
+std::vector<at::Tensor> saved_inputs(torch::autograd::AutogradContext* ctx) {
+  const c10::List<at::Tensor> saved = ctx->saved_data["inputs"].toTensorList();
+  const c10::List<bool> needs_grad = ctx->saved_data["needs_grad"].toBoolList();
+  const c10::List<at::Tensor> devices = ctx->saved_data["input_devices"].toTensorList();
+  std::vector<at::Tensor> inputs;
+  for (size_t i = 0; i < saved.size(); ++i) {
+    at::Tensor t = saved.get(i);
+    const at::Tensor where = devices.get(i);
+    if (t.defined()) {
+      if (where.defined() && t.device() != where.device()) t = t.to(where.device());
+      t = t.detach().requires_grad_(needs_grad.get(i));
+    }
+    inputs.push_back(t);
+  }
+  return inputs;
+}
+
 struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 const at::Tensor& phantom,
@@ -137,19 +156,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto holder = c10::static_intrusive_pointer_cast<FnHolder>(ctx->saved_data["fn"].toCapsule());
-    const c10::List<at::Tensor> saved = ctx->saved_data["inputs"].toTensorList();
-    const c10::List<bool> needs_grad = ctx->saved_data["needs_grad"].toBoolList();
-    const c10::List<at::Tensor> devices = ctx->saved_data["input_devices"].toTensorList();
-    std::vector<at::Tensor> inputs;
-    for (size_t i = 0; i < saved.size(); ++i) {
-      at::Tensor t = saved.get(i);
-      const at::Tensor where = devices.get(i);
-      if (t.defined()) {
-        if (where.defined() && t.device() != where.device()) t = t.to(where.device());
-        t = t.detach().requires_grad_(needs_grad.get(i));
-      }
-      inputs.push_back(t);
-    }
+    const std::vector<at::Tensor> inputs = saved_inputs(ctx);
     RngState forward_rng;
     forward_rng.cpu = ctx->saved_data["rng_cpu"].toTensor();
     if (ctx->saved_data.count("rng_cuda") != 0) {
