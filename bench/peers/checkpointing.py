@@ -33,7 +33,7 @@ from common import Jsonl, machine_meta, rotations  # noqa: E402
 from peer_launch import run_ranks  # noqa: E402
 
 DS = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
-      "train_batch_size": "auto", "gradient_clipping": 0.0,
+      "train_batch_size": "auto", "gradient_clipping": "auto",
       "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.0}},
       "zero_optimization": {"stage": 3}, "steps_per_print": 1000000}
 PEAK = ("import os, resource, subprocess, sys\n"
