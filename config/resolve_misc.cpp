@@ -116,6 +116,10 @@ void resolve_activation_checkpointing(const Json& root, Diagnostics& diag,
                     ": no effect without a model-parallel group (as in DeepSpeed without an mpu)"));
     }
   }
+  if (out.synchronize_checkpoint_boundary) {
+    diag.note("activation_checkpointing.synchronize_checkpoint_boundary: no effect (ZeroRT does "
+              "not synchronize a device at region boundaries)");
+  }
   if (out.number_checkpoints) {
     diag.note("activation_checkpointing.number_checkpoints: sizes DeepSpeed's contiguous "
               "activation buffers (contiguous_memory_optimization); no effect here");

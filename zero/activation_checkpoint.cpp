@@ -48,21 +48,26 @@ struct RngState {
   at::Tensor cuda;
 };
 
-RngState capture_rng(const std::vector<at::Tensor>& inputs) {
+// The device of the first CUDA input, which the recompute's RNG state is taken from.
+std::optional<at::Device> cuda_device_of(const std::vector<at::Tensor>& inputs) {
+  for (const at::Tensor& t : inputs) {
+    if (t.defined() && t.is_cuda()) return t.device();
+  }
+  return std::nullopt;
+}
+
+RngState capture_rng(std::optional<at::Device> cuda_device) {
   RngState s;
   {
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     s.cpu = gen.get_state();
   }
-  for (const at::Tensor& t : inputs) {
-    if (t.defined() && t.is_cuda()) {
-      s.cuda_device = t.device();
-      at::Generator gen = at::globalContext().defaultGenerator(t.device());
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      s.cuda = gen.get_state();
-      break;
-    }
+  if (cuda_device) {
+    s.cuda_device = cuda_device;
+    at::Generator gen = at::globalContext().defaultGenerator(*cuda_device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    s.cuda = gen.get_state();
   }
   return s;
 }
@@ -105,7 +110,6 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
                                                 c10::intrusive_ptr<FnHolder> holder,
                                                 at::TensorList input_list, at::TensorList params) {
     const std::vector<at::Tensor> inputs = input_list.vec();
-    ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
     c10::List<at::Tensor> param_list;
     for (const at::Tensor& p : params) param_list.push_back(p);
     ctx->saved_data["params"] = param_list;
@@ -120,7 +124,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
       if (options.cpu_checkpointing && kept.defined() && kept.is_cuda()) kept = kept.to(at::kCPU);
       saved.push_back(kept);
     }
-    RngState rng = capture_rng(inputs);
+    RngState rng = capture_rng(cuda_device_of(inputs));
     std::vector<at::Tensor> outputs;
     {
       at::NoGradGuard no_grad;
@@ -164,10 +168,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
       forward_rng.cuda_device = at::Device(
           at::kCUDA, static_cast<c10::DeviceIndex>(ctx->saved_data["rng_cuda_device"].toInt()));
     }
-    const RngState now = capture_rng(
-        forward_rng.cuda_device ? std::vector<at::Tensor>{at::empty(
-                                      {0}, at::TensorOptions().device(*forward_rng.cuda_device))}
-                                : std::vector<at::Tensor>{});
+    const RngState now = capture_rng(forward_rng.cuda_device);
     const bool profile = activation_checkpointing().profile;
     const auto t0 = std::chrono::steady_clock::now();
     restore_rng(forward_rng);
