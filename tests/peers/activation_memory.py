@@ -17,6 +17,7 @@ Needs root and a writable cgroup v1 memory controller; exits 77 (skipped) withou
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -45,11 +46,8 @@ def train(args, tmp, name, checkpointing, groups=None):
     if checkpointing:
         argv.append("--gradient_checkpointing")
     rc, out = launch(args, capped(groups, argv) if groups else argv, timeout=900, ranks=RANKS)
-    peaks = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 5 and parts[0] == "peak_rss" and parts[1] == "rank":
-            peaks[int(parts[2])] = int(parts[3]) / 1024
+    # Anywhere in the output: two ranks' lines may reach mpirun's output interleaved.
+    peaks = {int(r): int(kb) / 1024 for r, kb in re.findall(r"peak_rss rank (\d+) (\d+) KiB", out)}
     losses = None
     state = os.path.join(out_dir, "trainer_state.json")
     if rc == 0 and os.path.exists(state):
