@@ -80,6 +80,19 @@ if(NOT ZRT_WITH_NCCL STREQUAL "OFF" AND ZRT_CUDA_ENABLED)
            "\\1.\\2.\\3" ZRT_NCCL_VERSION "${_nccl_ver}")
   endif()
 endif()
+# ZRT_LINK_TORCH_CUDA: keep libtorch_cuda in every program even though nothing calls it directly
+# (a linker that drops unneeded libraries, Ubuntu's default --as-needed, leaves it out, and
+# LibTorch then sees no GPU). libtorch_cuda needs the NCCL its wheel ships, so ZRT_NCCL_LIBRARY
+# must be that one (scripts/gpu_check.py passes it); its folder goes first on the search paths.
+option(ZRT_LINK_TORCH_CUDA "Link libtorch_cuda into every program (GPU runs of the wheel's LibTorch)" OFF)
+if(ZRT_LINK_TORCH_CUDA AND ZRT_TORCH_CUDA_ENABLED)
+  set(_opts "LINKER:--no-as-needed")
+  if(ZRT_NCCL_LIBRARY)
+    get_filename_component(_nccl_dir "${ZRT_NCCL_LIBRARY}" DIRECTORY)
+    list(PREPEND _opts "LINKER:-rpath-link,${_nccl_dir}" "LINKER:-rpath,${_nccl_dir}")
+  endif()
+  set_property(TARGET torch APPEND PROPERTY INTERFACE_LINK_OPTIONS ${_opts})
+endif()
 if(ZRT_WITH_NCCL STREQUAL "ON" AND NOT ZRT_NCCL_ENABLED)
   message(FATAL_ERROR "ZRT_WITH_NCCL=ON but NCCL (with CUDA and MPI for bootstrap) was not found")
 endif()
@@ -111,8 +124,22 @@ if(NOT ZRT_WITH_SENTENCEPIECE STREQUAL "OFF")
 endif()
 
 # --- Test dependencies ------------------------------------------------------------------------
+# ZRT_GTEST_SOURCE: GoogleTest built from a source folder (what scripts/gpu_check.sh carries to a
+# machine that has no googletest package); otherwise the installed package.
+set(ZRT_GTEST_SOURCE "" CACHE PATH "GoogleTest sources to build instead of finding the package")
 if(ZRT_BUILD_TESTS)
-  find_package(GTest REQUIRED)
+  if(ZRT_GTEST_SOURCE)
+    set(BUILD_GMOCK OFF CACHE BOOL "" FORCE)
+    set(INSTALL_GTEST OFF CACHE BOOL "" FORCE)
+    add_subdirectory(${ZRT_GTEST_SOURCE} ${CMAKE_BINARY_DIR}/_deps/googletest EXCLUDE_FROM_ALL)
+    foreach(_gt gtest gtest_main)
+      if(NOT TARGET GTest::${_gt})
+        add_library(GTest::${_gt} ALIAS ${_gt})
+      endif()
+    endforeach()
+  else()
+    find_package(GTest REQUIRED)
+  endif()
 endif()
 
 # --- ccache -----------------------------------------------------------------------------------

@@ -173,7 +173,7 @@ const std::vector<std::string>& training_bool_flags() {
       "do_train",        "do_eval",          "do_predict",           "save_on_each_node",
       "fp16",            "bf16",             "fp16_full_eval",       "bf16_full_eval",
       "adafactor",       "dataloader_drop_last", "auto_find_batch_size", "logging_first_step",
-      "gradient_checkpointing",
+      "gradient_checkpointing", "use_cpu",
       "load_best_model_at_end", "greater_is_better"};
   return kFlags;
 }
@@ -230,7 +230,6 @@ const std::vector<IgnoredTrainingArgument>& ignored_training_arguments() {
       {"ignore_data_skip", true},
       {"restore_callback_states_from_checkpoint", true},
       {"full_determinism", true},
-      {"use_cpu", true},
       {"accelerator_config", false},
       {"parallelism_config", false},
       {"dataloader_pin_memory", true},
@@ -398,6 +397,7 @@ void add_training_arguments(cxxopts::Options& options) {
       "dataloader_drop_last", "Drop the last incomplete batch", flag("false"))(
       "auto_find_batch_size", "Search for a batch size that fits", flag("false"))(
       "gradient_checkpointing", "Recompute each layer's activations in backward", flag("false"))(
+      "use_cpu", "Train on the CPU even where a CUDA device is visible", flag("false"))(
       "gradient_checkpointing_kwargs", "JSON, e.g. {\"use_reentrant\": false}",
       value<std::string>()->default_value("{}"))(
       "resume_from_checkpoint", "Checkpoint folder to resume from", value<std::string>())(
@@ -473,6 +473,7 @@ TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
   a.dataloader_drop_last = boolean("dataloader_drop_last");
   a.auto_find_batch_size = boolean("auto_find_batch_size");
   a.gradient_checkpointing = boolean("gradient_checkpointing");
+  a.use_cpu = boolean("use_cpu");
   a.gradient_checkpointing_kwargs = checked_checkpointing_kwargs(result);
   if (result.count("resume_from_checkpoint")) {
     a.resume_from_checkpoint = text("resume_from_checkpoint");

@@ -56,6 +56,8 @@ struct TrainingArguments {
   std::string optim = "adamw_torch";
   bool adafactor = false;  // deprecated HF switch for optim = adafactor
   bool dataloader_drop_last = false;
+  // HF's rule: train on the GPU when one is visible (and the build can use it), unless use_cpu.
+  bool use_cpu = false;
   // Every layer of the example models checkpointed (zrt::enable_activation_checkpointing), as HF's
   // model.gradient_checkpointing_enable(); kwargs as transformers takes them: "use_reentrant"
   // (either value: ZeroRT's checkpoint has non-reentrant semantics, Note [Activation

@@ -31,6 +31,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "comm/init.h"
+#include "comm/nccl_comm.h"
 #include "config/load.h"
 #include "config/training_args.h"
 #include "core/error.h"
@@ -222,6 +223,28 @@ ExampleModel build_model(const cxxopts::ParseResult& result, const Json& ds_conf
   return m;
 }
 
+// HF's device rule: a CUDA device when LibTorch sees one, unless --use_cpu; ZeroRT also needs
+// its NCCL backend there (the ranks' collectives run on the GPU).
+at::DeviceType training_device(const config::TrainingArguments& args) {
+  if (args.use_cpu || !torch::cuda::is_available()) return at::kCPU;
+  if (!comm::nccl_available()) {
+    ZRT_LOG_WARN("a CUDA device is visible but this build has no NCCL backend: training on the CPU");
+    return at::kCPU;
+  }
+  return at::kCUDA;
+}
+
+// The model onto this rank's GPU (the NCCL backend picked it: local rank modulo the devices).
+void move_to_device(ExampleModel& m, const comm::Comm& comm, const Json& ds_config) {
+  const bool stage3 = ds_config.contains("zero_optimization") &&
+                      ds_config["zero_optimization"].value("stage", 0) == 3;
+  ZRT_CHECK_AS(UsageError, !(m.llama && stage3),
+               "--model llama at ZeRO-3 is built partitioned on the CPU and cannot move to the "
+               "GPU yet: use --use_cpu, or ZeRO stage 0-2 on the GPU");
+  const auto devices = static_cast<int>(torch::cuda::device_count());
+  m.model->to(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(comm.local_rank() % devices)));
+}
+
 // Rank 0's summary of a train() call and of its communication (the comm thread's timers).
 void print_training(const TrainOutput& out, const comm::CommTimes& before,
                     const comm::CommTimes& after) {
@@ -330,9 +353,11 @@ int run(int argc, char** argv) {
                "--deepspeed CONFIG is required (see examples/configs/)");
   // Loaded once: the communicator's "zrt" options from it here, the rest by the Trainer.
   const Json ds_config = config::load_config_source(*targs.deepspeed);
-  auto comm = comm::init_from_env(comm_options_for_config(ds_config));
+  const at::DeviceType device = training_device(targs);
+  auto comm = comm::init_from_env(comm_options_for_config(ds_config), device);
   torch::manual_seed(static_cast<uint64_t>(targs.seed));
   ExampleModel m = build_model(result, ds_config);
+  if (device == at::kCUDA) move_to_device(m, *comm, ds_config);
   TrainerOptions topts;
   topts.comm = comm;
   topts.deepspeed_config = ds_config;

@@ -121,7 +121,11 @@ std::pair<at::Tensor, at::Tensor> Trainer::collate(const Dataset& data,
     xs.push_back(x);
     ys.push_back(y);
   }
-  return {at::stack(xs), at::stack(ys)};
+  // Batches go where the model is, as HF's Trainer moves its inputs to args.device.
+  const std::vector<at::Tensor> params = model_->parameters();
+  if (params.empty() || params.front().is_cpu()) return {at::stack(xs), at::stack(ys)};
+  const at::Device device = params.front().device();
+  return {at::stack(xs).to(device), at::stack(ys).to(device)};
 }
 
 std::vector<std::string> Trainer::checkpoints() const {

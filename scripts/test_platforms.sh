@@ -7,6 +7,9 @@
 #     fuzz_config, fuzz_pt_reader, fuzz_safetensors; the last two build the checkpoint module with
 #     LibTorch under ASan, about 10 minutes cold); 0 seconds leaves it out. The long campaign is
 #     run by hand (docs/RELIABILITY.md).
+#  3. The GPU check's rehearsal (docs/GPU_CHECK.md): scripts/gpu_check.sh --dry-run builds
+#     build-gpu/ exactly as on a lent GPU machine, from .gpu/ alone, and runs the CPU half of every
+#     check. ZRT_TEST_GPU_DRY_RUN=0 leaves it out.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_SYSTEM="${ZRT_BUILD_DIR_SYSTEM:-$ROOT/build-system}"
@@ -31,6 +34,10 @@ if [[ "$FUZZ_SECONDS" != 0 ]]; then
   # shellcheck disable=SC2086  # a list of target names
   ZRT_FUZZ_BUILD_DIR="$ROOT/build-fuzz" "$ROOT/scripts/fuzz.sh" "$FUZZ_SECONDS" \
     ${ZRT_TEST_FUZZ_TARGETS:-} || status=$?
+fi
+if [[ "${ZRT_TEST_GPU_DRY_RUN:-1}" == 1 ]]; then
+  phase "the GPU check's rehearsal (scripts/gpu_check.sh --dry-run) in $ROOT/build-gpu"
+  "$ROOT/scripts/gpu_check.sh" --dry-run --jobs "$(nproc)" || status=$?
 fi
 phase "done, exit status $status"
 exit $status

@@ -115,6 +115,14 @@ TEST(TrainingArguments, HfFlagSpelling) {
   EXPECT_FALSE(a.bf16_full_eval);
 }
 
+// --use_cpu is read (HF's device rule in zrt-train), not on the warned no-effect list.
+TEST(TrainingArguments, UseCpuIsRead) {
+  EXPECT_FALSE(parse({}).use_cpu);
+  EXPECT_TRUE(parse({"--use_cpu"}).use_cpu);
+  EXPECT_FALSE(parse({"--use_cpu", "false"}).use_cpu);
+  for (const auto& ignored : ignored_training_arguments()) EXPECT_NE(ignored.name, "use_cpu");
+}
+
 TEST(TrainingArguments, JoinBoolFlagValues) {
   EXPECT_EQ(join_bool_flag_values({"--fp16", "false", "--bf16", "--seed", "1", "--do_train", "x"}),
             (std::vector<std::string>{"--fp16=false", "--bf16", "--seed", "1", "--do_train", "x"}));
