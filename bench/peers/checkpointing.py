@@ -5,8 +5,9 @@ next to HF Trainer + DeepSpeed doing the same (issue 34).
     bench/peers/checkpointing.py [--bin build/bin] [--context 1024] [--layers 4] [--steps 4]
                                  [--reps 7] [--jsonl FILE]
 
-The model: a LLaMA configuration made by transformers (hidden 128, 8 heads, intermediate 344,
-vocab 512, --layers decoder layers), at sequence length --context where the activations (the
+The model: a LLaMA configuration made by transformers (--hidden, default 128, with hidden/16
+heads of 16 and intermediate 43/16 of the hidden rounded up to 8: 344 at 128; vocab 512; --layers
+decoder layers), at sequence length --context where the activations (the
 eager attention's batch x heads x T x T scores and probabilities per layer) are many times the
 parameters. Both sides: 2 ranks, ZeRO-3 fp32, micro-batch 1, AdamW lr 1e-3, one intra-op thread
 per rank, eager attention, every decoder layer checkpointed when on (zrt-train
@@ -93,6 +94,7 @@ def main():
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=128, help="hidden size (heads: hidden / 16)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--only", choices=["zerort", "hf_deepspeed"])
@@ -100,10 +102,13 @@ def main():
     args = ap.parse_args()
     from transformers import LlamaConfig
     out = Jsonl(args.jsonl)
-    out({"meta": machine_meta(context=args.context, layers=args.layers, steps=args.steps)})
+    out({"meta": machine_meta(context=args.context, layers=args.layers, hidden=args.hidden,
+                              steps=args.steps)})
     work = tempfile.mkdtemp(prefix="zrt_bench_ckpt_")
-    LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=344,
-                num_hidden_layers=args.layers, num_attention_heads=8, num_key_value_heads=8,
+    LlamaConfig(vocab_size=512, hidden_size=args.hidden,
+                intermediate_size=(args.hidden * 43 // 16 + 7) // 8 * 8,
+                num_hidden_layers=args.layers, num_attention_heads=args.hidden // 16,
+                num_key_value_heads=args.hidden // 16,
                 max_position_embeddings=args.context, tie_word_embeddings=False,
                 bos_token_id=None, eos_token_id=None, pad_token_id=None).save_pretrained(
                     os.path.join(work, "config"))
@@ -122,7 +127,7 @@ def main():
              "peak_rss_mib": peak, "step_times_ms": times})
         print(f"rep {rep} {v[0]:13s} ckpt={int(v[1])}: {step_s:.3f} s/step, peak {peak:.0f} MiB",
               flush=True)
-    print(f"\ncontext {args.context}, {args.layers} layers, 2 ranks, ZeRO-3 fp32, {args.reps} reps "
+    print(f"\nhidden {args.hidden}, context {args.context}, {args.layers} layers, 2 ranks, ZeRO-3 fp32, {args.reps} reps "
           "(median [min, max])")
     print(f"{'framework':13s} {'ckpt':4s} {'s/step':>24s} {'peak RSS MiB':>24s}")
     med = {}
