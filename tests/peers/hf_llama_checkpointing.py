@@ -27,12 +27,12 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import ckpt_common as cc  # noqa: E402
 from peer_launch import run_ranks  # noqa: E402
 
 STEPS, MICRO, GA, CONTEXT, LR, SEED, WORLD = 6, 2, 2, 16, 1e-3, 42, 2
@@ -117,21 +117,15 @@ def trainer_worker(tmp):
 
 def zrt_train(args, tmp, name, checkpointing):
     out = os.path.join(tmp, name)
-    cmd = [os.path.join(args.bin, "zrt-launch"), "--np", str(WORLD), "--timeout", "300", "--",
-           os.path.join(args.bin, "zrt-train"), "--model", "llama", "--model_name_or_path",
-           os.path.join(tmp, "llama"), "--train_file", os.path.join(tmp, "corpus.bin"),
-           "--deepspeed", os.path.join(tmp, "ds.json"), "--output_dir", out,
-           "--max_steps", str(STEPS), "--per_device_train_batch_size", str(MICRO),
-           "--gradient_accumulation_steps", str(GA), "--learning_rate", str(LR),
-           "--warmup_steps", "2", "--weight_decay", "0", "--max_grad_norm", "1.0",
-           "--context", str(CONTEXT), "--seed", str(SEED), "--logging_steps", "1",
-           "--save_strategy", "no", "--report_to", "none"]
-    cmd += ["--gradient_checkpointing"] if checkpointing else []
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env)
-    if run.returncode != 0:
-        print(run.stdout[-3000:] + run.stderr[-3000:])
-        raise SystemExit(f"zrt-train failed ({run.returncode}): {' '.join(cmd)}")
+    argv = ["--model", "llama", "--model_name_or_path", os.path.join(tmp, "llama"),
+            "--train_file", os.path.join(tmp, "corpus.bin"),
+            "--deepspeed", os.path.join(tmp, "ds.json"), "--output_dir", out,
+            "--max_steps", str(STEPS), "--per_device_train_batch_size", str(MICRO),
+            "--gradient_accumulation_steps", str(GA), "--learning_rate", str(LR),
+            "--warmup_steps", "2", "--weight_decay", "0", "--max_grad_norm", "1.0",
+            "--context", str(CONTEXT), "--seed", str(SEED), "--logging_steps", "1",
+            "--save_strategy", "no", "--report_to", "none"]
+    cc.run_zrt(args.bin, WORLD, argv + (["--gradient_checkpointing"] if checkpointing else []))
     with open(os.path.join(out, "trainer_state.json")) as f:
         return out, json.load(f)["log_history"]
 
