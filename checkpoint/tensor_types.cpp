@@ -10,14 +10,20 @@ struct TypeRow {
   const char* storage;
   const char* safetensors;
   int64_t itemsize;
+  const char* python;  // the torch attribute a dtype pickles as: torch.<python>
 };
 
 constexpr TypeRow kTypes[] = {
-    {at::kDouble, "DoubleStorage", "F64", 8}, {at::kFloat, "FloatStorage", "F32", 4},
-    {at::kHalf, "HalfStorage", "F16", 2},     {at::kBFloat16, "BFloat16Storage", "BF16", 2},
-    {at::kLong, "LongStorage", "I64", 8},     {at::kInt, "IntStorage", "I32", 4},
-    {at::kShort, "ShortStorage", "I16", 2},   {at::kChar, "CharStorage", "I8", 1},
-    {at::kByte, "ByteStorage", "U8", 1},      {at::kBool, "BoolStorage", "BOOL", 1},
+    {at::kDouble, "DoubleStorage", "F64", 8, "float64"},
+    {at::kFloat, "FloatStorage", "F32", 4, "float32"},
+    {at::kHalf, "HalfStorage", "F16", 2, "float16"},
+    {at::kBFloat16, "BFloat16Storage", "BF16", 2, "bfloat16"},
+    {at::kLong, "LongStorage", "I64", 8, "int64"},
+    {at::kInt, "IntStorage", "I32", 4, "int32"},
+    {at::kShort, "ShortStorage", "I16", 2, "int16"},
+    {at::kChar, "CharStorage", "I8", 1, "int8"},
+    {at::kByte, "ByteStorage", "U8", 1, "uint8"},
+    {at::kBool, "BoolStorage", "BOOL", 1, "bool"},
 };
 
 const TypeRow* row_of(at::ScalarType dtype) {
@@ -41,6 +47,14 @@ bool is_checkpoint_dtype(at::ScalarType dtype) { return row_of(dtype) != nullptr
 const char* storage_class_name(at::ScalarType dtype) { return checked_row(dtype).storage; }
 const char* safetensors_dtype_name(at::ScalarType dtype) { return checked_row(dtype).safetensors; }
 int64_t dtype_itemsize(at::ScalarType dtype) { return checked_row(dtype).itemsize; }
+const char* python_dtype_name(at::ScalarType dtype) { return checked_row(dtype).python; }
+
+std::optional<at::ScalarType> dtype_of_python_name(const std::string& name) {
+  for (const auto& r : kTypes) {
+    if (name == r.python) return r.dtype;
+  }
+  return std::nullopt;
+}
 
 std::optional<at::ScalarType> dtype_of_storage_class(const std::string& name) {
   for (const auto& r : kTypes) {

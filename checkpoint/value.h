@@ -121,9 +121,12 @@ class Value {
   static Value dict();          // a plain dict
   static Value ordered_dict();  // collections.OrderedDict
   static Value torch_size(std::vector<int64_t> dims);
-  // Placeholder for a Python object that was not built (tolerant reading only; never written).
-  // `type` is "module.qualname"; `args` what the class or function was called with; `state` what
-  // BUILD set; `list_items` / `dict_items` what APPEND / SETITEM added to it.
+  // A Python object that is not one of the kinds above. The reader keeps what it did not build as
+  // such a placeholder (tolerant mode; strict mode only DeepSpeed's loss scalers and torch dtypes,
+  // pt/unpickle_globals.cpp). `type` is "module.qualname"; `args` what the class or function was
+  // called with; `state` what BUILD set; `list_items` / `dict_items` what APPEND / SETITEM added.
+  // Writable are a bare global (`object(type)`, e.g. "torch.float16") and a plain instance (args
+  // `()`, a state or None: what pickle makes of an object with a __dict__).
   static Value object(std::string type, Value args, Value state, Value list_items,
                       Value dict_items);
   static Value object(std::string type);

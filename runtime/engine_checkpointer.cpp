@@ -7,6 +7,7 @@
 
 #include "checkpoint/commit.h"
 #include "checkpoint/consolidate.h"
+#include "checkpoint/ds_objects.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/pt/pt_file.h"
@@ -99,7 +100,7 @@ Value EngineCheckpointer::model_states_value(bool with_module) {
     Value flats = Value::list();
     for (const auto& t : states.targets()) flats.push_back(t.master);
     opt.set("fp32_groups_flat", std::move(flats));
-    opt.set("loss_scaler", ckpt::from_json(engine_.loss_scaler().state_dict()));
+    opt.set("loss_scaler", ckpt::ds_loss_scaler_value(engine_.loss_scaler().state_dict()));
     opt.set("dynamic_loss_scale",
             config.effective_loss_scale().dynamic && engine_.model_dtype() == at::kHalf);
     opt.set("clip_grad", config.gradient_clipping);
@@ -163,7 +164,7 @@ Value EngineCheckpointer::optim_states_value() {
   const int stage = config.zero.stage;
   Value osd = Value::dict();
   osd.set("zero_stage", stage);
-  osd.set("loss_scaler", ckpt::from_json(engine_.loss_scaler().state_dict()));
+  osd.set("loss_scaler", ckpt::ds_loss_scaler_value(engine_.loss_scaler().state_dict()));
   osd.set("dynamic_loss_scale",
           config.effective_loss_scale().dynamic && engine_.model_dtype() == at::kHalf);
   osd.set("overflow", false);

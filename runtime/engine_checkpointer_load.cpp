@@ -11,6 +11,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "checkpoint/consolidate.h"
+#include "checkpoint/ds_objects.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/pt/pt_file.h"
@@ -188,10 +189,9 @@ void EngineCheckpointer::load_partitioned_state(const std::string& dir, const st
     }
     loss_scaler = load_resharded(dir, optim_files, saved_stage, saved_world, model_states, ro);
   }
-  // ZeroRT saves the scaler's attributes as a dict; DeepSpeed pickles its LossScaler object,
-  // whose attributes are the state its BUILD set.
-  if (loss_scaler.is_object()) loss_scaler = loss_scaler.as_object().state;
-  if (!loss_scaler.is_none()) engine_.loss_scaler().load_state_dict(ckpt::to_json(loss_scaler));
+  if (!loss_scaler.is_none()) {
+    engine_.loss_scaler().load_state_dict(ckpt::ds_loss_scaler_state(loss_scaler, dir));
+  }
   params_from_masters(engine_.model_states());
   restore_whole_tensors(dir, model_states);
 }

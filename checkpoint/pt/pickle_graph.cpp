@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include "checkpoint/tensor_types.h"
 #include "core/error.h"
 
 namespace zrt::ckpt::detail {
@@ -199,7 +200,11 @@ Value Graph::expand(Node* n, int depth) {
       if (options.mode == ReadMode::kStrict) fail("a bare storage object is not supported");
       return Value::object("torch.storage");
     case NodeKind::kGlobal:
-      if (options.mode == ReadMode::kStrict) fail(str("a bare reference to ", n->s));
+      // Strict mode allows torch dtypes as values (a DynamicLossScaler's dtype).
+      if (options.mode == ReadMode::kStrict &&
+          !(n->s.rfind("torch.", 0) == 0 && dtype_of_python_name(n->s.substr(6)))) {
+        fail(str("a bare reference to ", n->s));
+      }
       return Value::object(n->s);
     default:
       break;

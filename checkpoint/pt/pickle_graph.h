@@ -119,6 +119,9 @@ class Parser {
   Node* make_long(uint64_t n);
   Node* make_global(std::string module, const std::string& name);
   Node* make_object(const std::string& type, Node* args);
+  // NEWOBJ: cls(*args) as an object placeholder; strict mode only for the plain data classes of
+  // the allowlist, with no arguments.
+  Node* new_object(Node* cls, Node* args);
   void append_to(Node* target, const std::vector<Node*>& items);
   void set_into(Node* target, const std::vector<Node*>& items);
   void build(Node* target, Node* state);

@@ -26,6 +26,12 @@ namespace {
 //   OrderedDict())`
 //     where pid = ('storage', torch.<T>Storage, key, 'cpu', numel) is written with BINPERSID.
 //     Tensors sharing a storage share its key, so the storage is written once.
+//   * an object Value is a Python object of a named class: with no args, state or items it is a
+//     reference to the global itself (GLOBAL, e.g. `torch float16`); with args `()` it is an
+//     instance made the way protocol 2 pickles a plain object (copyreg.__newobj__: GLOBAL cls,
+//     EMPTY_TUPLE, NEWOBJ, memoized) and, when it has a state, `state` then BUILD. That is how
+//     DeepSpeed's loss scalers are written (checkpoint/ds_objects.h). Other objects (what the
+//     tolerant reader keeps of calls it did not make) are refused.
 // Python 1.13's weights_only reader lacks BINFLOAT: files holding a float load with
 // weights_only=True only on torch >= 2 (see FORMAT.md).
 
@@ -52,6 +58,8 @@ constexpr char kSetItem = 's';
 constexpr char kSetItems = 'u';
 constexpr char kGlobal = 'c';
 constexpr char kReduce = 'R';
+constexpr char kNewObj = '\x81';
+constexpr char kBuild = 'b';
 constexpr char kBinPersId = 'Q';
 constexpr char kBinGet = 'h';
 constexpr char kLongBinGet = 'j';
@@ -101,8 +109,8 @@ class Pickler {
     }
   }
 
-  void global(const char* module, const char* name) {
-    std::string key = std::string(module) + "\n" + name + "\n";
+  void global(const std::string& module, const std::string& name) {
+    std::string key = module + "\n" + name + "\n";
     auto it = globals_.find(key);
     if (it != globals_.end()) return get(it->second);
     out_.push_back(kGlobal);
@@ -246,10 +254,30 @@ class Pickler {
         tensor(v.as_tensor(), path);
         return;
       case ValueKind::kObject:
-        throw CheckpointError(str("cannot write ", path.empty() ? "<root>" : path,
-                                  ": it is a placeholder for a Python object of type ",
-                                  v.as_object().type, " (read in tolerant mode)"));
+        object(v.as_object(), path);
+        return;
     }
+  }
+
+  void object(const ObjectData& o, const std::string& path) {
+    const size_t dot = o.type.rfind('.');
+    const bool items = !o.list_items.is_none() || !o.dict_items.is_none();
+    const bool reference = o.args.is_none() && o.state.is_none() && !items;
+    const bool instance = o.args.is_tuple() && o.args.items().empty() && !items;
+    if (dot == std::string::npos || dot == 0 || dot + 1 == o.type.size() ||
+        !(reference || instance)) {
+      throw CheckpointError(str("cannot write ", path.empty() ? "<root>" : path,
+                                ": it is a placeholder for a Python object of type ", o.type,
+                                " (read in tolerant mode)"));
+    }
+    global(o.type.substr(0, dot), o.type.substr(dot + 1));
+    if (reference) return;
+    out_.push_back(kEmptyTuple);
+    out_.push_back(kNewObj);
+    memoize();
+    if (o.state.is_none()) return;
+    save(o.state, path);
+    out_.push_back(kBuild);
   }
 
   void tensor(const at::Tensor& t, const std::string& path) {

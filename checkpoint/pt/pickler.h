@@ -30,7 +30,8 @@ struct PickleResult {
 
 // Throws CheckpointError naming the key path of anything that cannot be written: undefined,
 // non-CPU, sparse or quantized tensors, dtypes outside tensor_types.h, two tensors viewing one
-// storage with different dtypes, and object placeholders (which only the tolerant reader makes).
+// storage with different dtypes, and objects other than a global reference or a plain instance
+// (Note [What torch.save emits] in pickler.cpp).
 PickleResult pickle_value(const Value& value);
 
 }  // namespace zrt::ckpt

@@ -25,9 +25,25 @@ namespace {
 //   collections.OrderedDict()             -> an ordered dict (BUILD state, e.g. _metadata, dropped)
 //   torch.Size((d0, ...))                 -> torch.Size
 //   torch.<T>Storage for the dtypes of tensor_types.h, only inside a persistent id
+//   deepspeed.runtime.fp16.loss_scaler.LossScaler / DynamicLossScaler, only as NEWOBJ with no
+//                                         arguments and a dict BUILD state (how DeepSpeed, and
+//                                         ZeroRT, pickle the loss scaler) -> an object Value of
+//                                         its attributes; nothing of DeepSpeed is run
+//   torch.float16, torch.bfloat16, ... (the dtypes of tensor_types.h), as values (a
+//                                         DynamicLossScaler's dtype) -> an object Value naming it
 // torch.device is deliberately not allowed: state dicts do not need it and Python's weights_only
 // 1.13 refuses it too; in tolerant mode it becomes an object placeholder like any unknown global.
+bool is_torch_dtype_global(const std::string& name) {
+  return name.rfind("torch.", 0) == 0 && dtype_of_python_name(name.substr(6)).has_value();
+}
+
+bool is_plain_data_class(const std::string& name) {
+  return name == "deepspeed.runtime.fp16.loss_scaler.LossScaler" ||
+         name == "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler";
+}
+
 bool is_allowed_global(const std::string& name) {
+  if (is_plain_data_class(name) || is_torch_dtype_global(name)) return true;
   static const char* kAllowed[] = {
       "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter",
       "torch._utils._rebuild_parameter_with_state", "torch._tensor._rebuild_from_type_v2",
@@ -59,8 +75,19 @@ Node* Parser::make_global(std::string module, const std::string& name) {
   return node;
 }
 
+Node* Parser::new_object(Node* cls, Node* args) {
+  if (cls->kind != NodeKind::kGlobal) fail(str("cannot instantiate a ", node_kind_name(cls->kind)));
+  if (g_.options.mode == ReadMode::kStrict) {
+    if (!is_plain_data_class(cls->s)) fail(str("cannot instantiate a ", cls->s));
+    if (args->kind != NodeKind::kTuple || !args->items.empty()) {
+      fail(str(cls->s, " made with arguments"));
+    }
+  }
+  return make_object(cls->s, args);
+}
+
 Node* Parser::make_object(const std::string& type, Node* args) {
-  // Only reachable in tolerant mode: strict mode refused the global already.
+  // Strict mode reaches here only for a plain data class (new_object); it refused other globals.
   Node* node = g_.make(NodeKind::kObject, *this);
   node->s = type;
   node->a = args;
@@ -69,6 +96,10 @@ Node* Parser::make_object(const std::string& type, Node* args) {
 
 void Parser::build(Node* target, Node* state) {
   if (target->kind == NodeKind::kObject) {
+    if (g_.options.mode == ReadMode::kStrict && (state->kind != NodeKind::kDict || state->flag)) {
+      fail(str("the state of a ", target->s, " is a ", node_kind_name(state->kind),
+               ", not a dict of its attributes"));
+    }
     target->b = state;
   } else if (target->kind == NodeKind::kDict && target->flag) {
     // OrderedDict attributes such as a state dict's _metadata: dropped.

@@ -422,14 +422,13 @@ void Parser::run() {
       }
       case kNewObj:
       case kNewObjEx: {
-        if (op == kNewObjEx) pop();  // kwargs
+        if (op == kNewObjEx) {
+          if (g_.options.mode == ReadMode::kStrict) fail("NEWOBJ_EX is not supported");
+          pop();  // kwargs
+        }
         Node* args = pop();
         Node* cls = pop();
-        if (g_.options.mode == ReadMode::kStrict || cls->kind != NodeKind::kGlobal) {
-          fail(str("cannot instantiate a ",
-                   cls->kind == NodeKind::kGlobal ? cls->s : node_kind_name(cls->kind)));
-        }
-        push(make_object(cls->s, args));
+        push(new_object(cls, args));
         break;
       }
       case kBinPersId:
@@ -461,7 +460,7 @@ void Parser::append_to(Node* target, const std::vector<Node*>& items) {
   count_edges(items.size());
   if (target->kind == NodeKind::kList) {
     target->items.insert(target->items.end(), items.begin(), items.end());
-  } else if (target->kind == NodeKind::kObject) {
+  } else if (target->kind == NodeKind::kObject && g_.options.mode == ReadMode::kTolerant) {
     if (target->c == nullptr) target->c = g_.make(NodeKind::kList, *this);
     target->c->items.insert(target->c->items.end(), items.begin(), items.end());
   } else {
@@ -474,7 +473,7 @@ void Parser::set_into(Node* target, const std::vector<Node*>& items) {
   count_edges(items.size());
   if (target->kind == NodeKind::kDict) {
     target->items.insert(target->items.end(), items.begin(), items.end());
-  } else if (target->kind == NodeKind::kObject) {
+  } else if (target->kind == NodeKind::kObject && g_.options.mode == ReadMode::kTolerant) {
     if (target->e == nullptr) target->e = g_.make(NodeKind::kDict, *this);
     target->e->items.insert(target->e->items.end(), items.begin(), items.end());
   } else {

@@ -277,6 +277,29 @@ TEST(BadFiles, UnknownGlobalsAreNamedAndNeverCalled) {
   expect_error(archive(pkl("cos\nsys tem\n")), "outside [A-Za-z0-9_.]");
 }
 
+// Strict mode knows DeepSpeed's two loss scalers only as plain data: NEWOBJ with no arguments,
+// a dict of attributes as BUILD state, nothing added to them; torch dtypes only as values.
+TEST(BadFiles, LossScalersAreDataOnly) {
+  const std::string cls = "cdeepspeed.runtime.fp16.loss_scaler\nLossScaler\n";
+  const std::string attrs = "}X" + u32le(9) + "cur_scale" + "K\x02" + "s";
+  Value v = read_pt_bytes(archive(pkl(cls + ")\x81" + attrs + "b")), "bad.pt");
+  EXPECT_EQ(v.as_object().type, "deepspeed.runtime.fp16.loss_scaler.LossScaler");
+  EXPECT_EQ(v.as_object().state.at("cur_scale").as_int(), 2);
+  EXPECT_EQ(read_pt_bytes(archive(pkl("ctorch\nfloat16\n")), "bad.pt").as_object().type,
+            "torch.float16");
+  expect_error(archive(pkl(cls + "K\x01\x85\x81")), "LossScaler made with arguments");
+  expect_error(archive(pkl(cls + ")R")), "cannot call deepspeed.runtime.fp16.loss_scaler");
+  expect_error(archive(pkl(cls + ")\x81N" + "b")), "is a None, not a dict of its attributes");
+  expect_error(archive(pkl(cls + ")\x81" + "K\x01K\x02s")), "SETITEM on a object");
+  expect_error(archive(pkl(cls + ")\x81" + "K\x01" + "a")), "APPEND to a object");
+  expect_error(archive(pkl(cls)), "a bare reference to deepspeed.runtime.fp16.loss_scaler");
+  expect_error(archive(pkl("ctorch\nFloatStorage\n")), "a bare reference to torch.FloatStorage");
+  expect_error(archive(pkl("cdeepspeed.runtime.zero.config\nZeroStageEnum\n)\x81")),
+               "'deepspeed.runtime.zero.config.ZeroStageEnum'");
+  expect_error(archive(pkl("ctorch\nfloat16\n)\x81")), "cannot instantiate a torch.float16");
+  expect_error(archive(pkl(cls + ")}\x92")), "NEWOBJ_EX is not supported");
+}
+
 TEST(BadFiles, ExtraRecordsOfNewerTorchAndByteOrder) {
   const std::string ten_floats(40, '\0');
   // torch >= 2.1 adds these records; they are fine.

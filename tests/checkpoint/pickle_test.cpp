@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "checkpoint/ds_objects.h"
 #include "checkpoint/hash.h"
 #include "checkpoint/io.h"
 #include "checkpoint/pt/pickler.h"
@@ -193,9 +194,13 @@ TEST(Pickle, ViewsOfOneBufferShareOneStorage) {
 TEST(Pickle, WriterRefusesWhatPythonCouldNotRebuild) {
   Value root = Value::dict();
   root.set("a", Value::dict());
-  root.at("a").set("obj", Value::object("deepspeed.LossScaler"));
+  // A call the tolerant reader did not make (argparse.Namespace(1)): refused. A bare global and a
+  // plain instance are written (LossScalersRoundTrip).
+  root.at("a").set("obj", Value::object("argparse.Namespace", Value::tuple({1})));
   EXPECT_NE(error_of([&] { pt_bytes(root); }).find("cannot write a.obj: it is a placeholder"),
             std::string::npos);
+  root.at("a").set("obj", Value::object("NoModule"));
+  EXPECT_NE(error_of([&] { pt_bytes(root); }).find("cannot write a.obj"), std::string::npos);
   at::Tensor f = torch::zeros({4});
   Value twice = Value::list({f, f.view(torch::kInt)});
   EXPECT_NE(error_of([&] {
@@ -206,6 +211,28 @@ TEST(Pickle, WriterRefusesWhatPythonCouldNotRebuild) {
   EXPECT_NE(error_of([&] { pt_bytes(sparse); }).find("only dense"), std::string::npos);
   Value complex = Value::list({torch::zeros({2}, torch::kComplexFloat)});
   EXPECT_NE(error_of([&] { pt_bytes(complex); }).find("not supported"), std::string::npos);
+}
+
+// DeepSpeed's loss scalers (checkpoint/ds_objects.h) through the writer and the strict reader; the
+// bytes against Python's are Interop.LossScalersPickleAsDeepSpeedDoes.
+TEST(Pickle, LossScalersRoundTrip) {
+  const Json dynamic = {{"cur_scale", 1024.0},   {"dynamic", true},       {"cur_iter", 9},
+                        {"last_overflow_iter", 4}, {"scale_factor", 2.0}, {"scale_window", 3},
+                        {"min_scale", 0.5},        {"delayed_shift", 2},  {"cur_hysteresis", 2},
+                        {"consecutive_hysteresis", true},
+                        {"raise_error_at_min_scale", false}};
+  const Json stat = {{"cur_scale", 8.0}, {"dynamic", false}};
+  Value v = Value::dict();
+  v.set("d", ds_loss_scaler_value(dynamic));
+  v.set("s", ds_loss_scaler_value(stat));
+  const Value back = round_trip(v);
+  EXPECT_TRUE(back.equals(v));
+  EXPECT_EQ(back.at("d").as_object().state.at("dtype").as_object().type, "torch.float16");
+  EXPECT_EQ(ds_loss_scaler_state(back.at("d"), "mem.pt"), dynamic);
+  EXPECT_EQ(ds_loss_scaler_state(back.at("s"), "mem.pt"), stat);
+  EXPECT_NE(error_of([&] { ds_loss_scaler_value({{"dynamic", true}, {"cur_scale", 1.0}}); })
+                .find("loss scaler state has no 'cur_iter'"),
+            std::string::npos);
 }
 
 TEST(Pickle, OnlyKeysSkipsOtherStorages) {

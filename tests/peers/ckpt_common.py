@@ -104,7 +104,9 @@ def close_diff(a, b, rtol, atol, what):
     worst = (0.0, None)
     for k in sorted(a):
         x, y = a[k].double(), b[k].double()
-        excess = ((x - y).abs() - (atol + rtol * y.abs())).max().item()
+        # NaN anywhere, or a non-finite difference, is the worst excess (never a pass).
+        excess = ((x - y).abs() - (atol + rtol * y.abs())).nan_to_num(nan=float("inf"))
+        excess = torch.where(x == y, torch.zeros_like(excess), excess).max().item()
         if excess > worst[0]:
             worst = (excess, f"{k}: max |diff| {(x - y).abs().max().item():.3g}")
     return None if worst[1] is None else f"{what}: {worst[1]} beyond atol {atol} rtol {rtol}"

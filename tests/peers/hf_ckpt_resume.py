@@ -32,9 +32,8 @@ def hf_run(args):
     os.environ.update(DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
                       LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     import torch
-    from transformers import Trainer, TrainerCallback, TrainingArguments
+    from transformers import Trainer, TrainingArguments
     from twins import Mlp, regression_data
-    from ckpt_resume import restore_loss_scaler_object
 
     class HfMlp(Mlp):
         def forward(self, x, labels=None):
@@ -56,18 +55,13 @@ def hf_run(args):
             return torch.utils.data.DistributedSampler(self.train_dataset, num_replicas=1, rank=0,
                                                        shuffle=True, seed=cc.SEED)
 
-    class FixScaler(TrainerCallback):  # after DeepSpeed's load, before the first backward
-        def on_train_begin(self, *a, **kw):
-            restore_loss_scaler_object(trainer.model_wrapped)
-
     torch.manual_seed(cc.SEED)
     targs = TrainingArguments(
         output_dir=args.out, deepspeed=cc.ds_config(2, 1), use_cpu=True,
         per_device_train_batch_size=cc.MICRO, max_steps=cc.TOTAL_STEPS, learning_rate=cc.LR,
         weight_decay=0.01, warmup_steps=2, save_steps=cc.SAVE_AT, logging_steps=1,
         seed=cc.SEED, report_to="none", save_only_model=False)
-    trainer = SamplerTrainer(model=HfMlp(cc.WIDTH, cc.LAYERS), args=targs, train_dataset=Data(),
-                             callbacks=[FixScaler()])
+    trainer = SamplerTrainer(model=HfMlp(cc.WIDTH, cc.LAYERS), args=targs, train_dataset=Data())
     trainer.train(resume_from_checkpoint=args.resume)
 
 

@@ -344,11 +344,20 @@ def monitor_files(monitor):
     return {"monitor_lr": rows("lr"), "monitor_loss_scale": rows("loss_scale")}
 
 
+def tolerance_ratio(got, want, bound):
+    """|got - want| / bound element-wise: 0 where the two are equal (also where the bound is 0),
+    inf where either is NaN or the difference is not finite, so that a NaN never passes."""
+    import torch
+    diff = (got - want).abs()
+    ratio = torch.where(diff == 0, torch.zeros_like(diff), diff / bound)
+    return ratio.nan_to_num(nan=float("inf"))
+
+
 def worst(got, want, rtol, atol=0.0):
     """(passes, worst |diff| / (atol + rtol |want|), where) over paired sequences or tensors."""
     import torch
     got, want = torch.as_tensor(got, dtype=torch.float64), torch.as_tensor(want, dtype=torch.float64)
-    ratio = ((got - want).abs() / (atol + rtol * want.abs())).nan_to_num(0.0)
+    ratio = tolerance_ratio(got, want, atol + rtol * want.abs())
     i = int(ratio.argmax())
     return bool(ratio.max() <= 1), float(ratio.max()), i
 
@@ -395,7 +404,7 @@ def compare(case, ds, ref, zrt, zrt_w, ref_w):
         bound = w_atol + w_rtol * b.abs()
         if noise_driven(case, name) is not None:
             bound[noise_driven(case, name)] = 2 * sum(LRS)
-        ratio = (a - b).abs() / bound
+        ratio = tolerance_ratio(a, b, bound)
         if ratio.max() > 1:
             j = int(ratio.argmax())
             fails.append(f"weight {name}[{j}]: zrt {a.flatten()[j]:.9g} vs ds "
@@ -409,7 +418,7 @@ def weights_ratio(a, b, case):
     _, _, rtol, atol = tolerances(case)
     worst_ratio = 0.0
     for n in b:
-        ratio = (a[n].double() - b[n].double()).abs() / (atol + rtol * b[n].double().abs())
+        ratio = tolerance_ratio(a[n].double(), b[n].double(), atol + rtol * b[n].double().abs())
         if noise_driven(case, n) is not None:
             ratio[noise_driven(case, n)] = 0.0  # reported by compare() against its own bound
         worst_ratio = max(worst_ratio, float(ratio.max()))

@@ -3,10 +3,13 @@ written here independently, and compares the result with an expected state dict.
 
   /usr/bin/python3 zero_to_fp32_check.py SAVE_DIR EXPECTED.pt
 
-Every .pt file of the tag must load without executing anything: torch.load(weights_only=True)
-on torch >= 2; on Debian's 1.13, whose weights_only reader lacks the BINFLOAT opcode, through an
-allowlist-only unpickler (tensors, storages, OrderedDict, torch.Size). Prints "OK <n>" and exits
-0 when all expected tensors are reproduced exactly.
+Every .pt file of the tag must load without executing anything. Model-states files: with
+torch.load(weights_only=True) on torch >= 2; on Debian's 1.13, whose weights_only reader lacks the
+BINFLOAT opcode, through an allowlist-only unpickler (tensors, storages, OrderedDict, torch.Size).
+Optimizer-states files hold DeepSpeed's LossScaler / DynamicLossScaler objects, as DeepSpeed's
+own do: the allowlist unpickler reads them into a plain stand-in that only keeps the attributes
+(and torch dtypes), so no DeepSpeed code runs. Prints "OK <n>" and exits 0 when all expected
+tensors are reproduced exactly.
 """
 import glob
 import os
@@ -18,10 +21,20 @@ import types
 import torch
 
 ALLOWED = {("collections", "OrderedDict"), ("torch._utils", "_rebuild_tensor_v2"), ("torch", "Size")}
+LOSS_SCALERS = {("deepspeed.runtime.fp16.loss_scaler", "LossScaler"),
+                ("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler")}
+
+
+class AttributesOnly:
+    """What an optimizer file's loss scaler becomes: its attributes, nothing of its class."""
 
 
 class _Restricted(pickle.Unpickler):
     def find_class(self, module, name):
+        if (module, name) in LOSS_SCALERS:
+            return AttributesOnly
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
         if (module, name) not in ALLOWED and not (module == "torch" and name.endswith("Storage")):
             raise pickle.UnpicklingError(f"{module}.{name} is not on the allowlist")
         return super().find_class(module, name)
@@ -37,9 +50,9 @@ def natural_key(text):
 
 
 def load(path):
-    if int(torch.__version__.split(".")[0]) >= 2:
+    if int(torch.__version__.split(".")[0]) >= 2 and not path.endswith("_optim_states.pt"):
         return torch.load(path, map_location="cpu", weights_only=True)
-    return torch.load(path, map_location="cpu", pickle_module=_restricted)
+    return torch.load(path, map_location="cpu", pickle_module=_restricted, weights_only=False)
 
 
 def consolidate(tag_dir):
@@ -47,6 +60,10 @@ def consolidate(tag_dir):
         load(path)  # every file must be readable without executing anything
     optim_files = sorted(glob.glob(os.path.join(tag_dir, "*_optim_states.pt")), key=natural_key)
     states = [load(f)["optimizer_state_dict"] for f in optim_files]
+    for f, s in zip(optim_files, states):
+        scaler = s["loss_scaler"]
+        if not isinstance(scaler, AttributesOnly) or scaler.cur_scale <= 0:
+            raise ValueError(f"{f}: the loss scaler is {scaler!r}, not DeepSpeed's LossScaler")
     stage = int(states[0]["zero_stage"])
     counts = states[0]["partition_count"]
     world = max(counts) if stage <= 2 else int(counts)

@@ -338,7 +338,8 @@ TEST(ZrtCkpt, DeepSpeedWrittenCheckpoint) {
 // each of the last 160 offsets of an optimizer file (the zip64 end records, the end record, the
 // central directory, the small records) and at offsets spread over the rest. Differential: the
 // same damaged files are loaded by torch in one Python process; whenever torch fails, verify
-// --allow_no_manifest must exit 3.
+// --allow_no_manifest must exit 3. (weights_only=False: an optimizer file holds DeepSpeed's loss
+// scaler object, and DeepSpeed loads these files that way.)
 TEST(ZrtCkpt, VerifyWithoutManifestFindsWhatTorchLoadFinds) {
   ZRT_REQUIRE_PYTHON("torch");
   TempDir dir;
@@ -366,7 +367,7 @@ TEST(ZrtCkpt, VerifyWithoutManifestFindsWhatTorchLoadFinds) {
       " -c \"import sys, torch, warnings; warnings.filterwarnings('ignore')\n"
       "for i in range(int(sys.argv[2])):\n"
       "    try:\n"
-      "        torch.load(f'{sys.argv[1]}/{i}.pt', weights_only=True); print(i, 'ok')\n"
+      "        torch.load(f'{sys.argv[1]}/{i}.pt', weights_only=False); print(i, 'ok')\n"
       "    except Exception:\n"
       "        print(i, 'bad')\" " +
       shell_quote(dir / "damaged") + " " + std::to_string(offsets.size()));

@@ -1,0 +1,36 @@
+// The Python objects DeepSpeed pickles into its checkpoints that ZeroRT writes as DeepSpeed does,
+// so that DeepSpeed's engine.load_checkpoint takes ZeroRT's files as they are: the loss scaler of
+// the optimizer state (`deepspeed.runtime.fp16.loss_scaler.LossScaler` for a static scale,
+// `DynamicLossScaler` for fp16's dynamic one), an instance whose attributes are DeepSpeed's.
+// Reading them never runs DeepSpeed: the strict unpickler knows these two classes as plain data
+// (pt/unpickle_globals.cpp).
+#pragma once
+
+#include <string>
+
+#include <c10/core/ScalarType.h>
+
+#include "checkpoint/value.h"
+#include "core/json.h"
+
+namespace zrt::ckpt {
+
+constexpr const char* kDsLossScalerClass = "deepspeed.runtime.fp16.loss_scaler.LossScaler";
+constexpr const char* kDsDynamicLossScalerClass =
+    "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler";
+
+// ZeroRT's loss-scaler state (optim::LossScaler::state_dict: "cur_scale", "dynamic", and for a
+// dynamic scaler "cur_iter", "last_overflow_iter", "scale_factor", "scale_window", "min_scale",
+// "delayed_shift", "cur_hysteresis", "consecutive_hysteresis", "raise_error_at_min_scale") as the
+// object DeepSpeed pickles: its attributes in DeepSpeed's order, a dynamic one's `dtype` the
+// `fp16_dtype` its ZeRO optimizer passes (torch.float16). Throws CheckpointError when a key is
+// missing.
+Value ds_loss_scaler_value(const Json& state, at::ScalarType fp16_dtype = at::kHalf);
+
+// The inverse, for what a checkpoint holds under "loss_scaler": DeepSpeed's LossScaler or
+// DynamicLossScaler object, or the dict of attributes older ZeroRT checkpoints wrote. The object's
+// `dtype` (a torch dtype) is dropped; anything else is a CheckpointError naming `where` and what
+// was found.
+Json ds_loss_scaler_state(const Value& saved, const std::string& where);
+
+}  // namespace zrt::ckpt
