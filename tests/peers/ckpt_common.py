@@ -14,31 +14,36 @@ import subprocess
 WIDTH, LAYERS, MICRO, TOTAL_STEPS, SAVE_AT, SEED, LR = 8, 1, 4, 6, 3, 42, 1e-2
 
 
-def ds_config(stage, world, bf16=False):
-    """A DeepSpeed config without "auto" values; zrt_train_args gives the matching arguments."""
+def ds_config(stage, world, bf16=False, ga=1, offload=False):
+    """A DeepSpeed config without "auto" values; zrt_train_args gives the matching arguments.
+    ga: gradient accumulation steps; offload: the optimizer offloaded to the CPU (stages 1-3)."""
+    zero = {"stage": stage}
+    if offload:
+        zero["offload_optimizer"] = {"device": "cpu"}
     return {
         "train_micro_batch_size_per_gpu": MICRO,
-        "gradient_accumulation_steps": 1,
-        "train_batch_size": MICRO * world,
+        "gradient_accumulation_steps": ga,
+        "train_batch_size": MICRO * world * ga,
         "gradient_clipping": 1.0,
         "optimizer": {"type": "AdamW", "params": {"lr": LR, "betas": [0.9, 0.999], "eps": 1e-8,
                                                   "weight_decay": 0.01}},
         "scheduler": {"type": "WarmupDecayLR",
                       "params": {"warmup_min_lr": 0, "warmup_max_lr": LR, "warmup_num_steps": 2,
                                  "total_num_steps": TOTAL_STEPS, "warmup_type": "linear"}},
-        "zero_optimization": {"stage": stage},
+        "zero_optimization": zero,
         "bf16": {"enabled": bf16},
         "steps_per_print": 1000,
     }
 
 
-def zrt_train_args(config_path, out, bf16=False):
+def zrt_train_args(config_path, out, bf16=False, ga=1):
     """zrt-train's arguments for ds_config's training (HF's mismatch rules accept them)."""
     args = ["--model", "mlp", "--width", str(WIDTH), "--layers", str(LAYERS),
             "--deepspeed", config_path, "--output_dir", out, "--max_steps", str(TOTAL_STEPS),
             "--save_steps", str(SAVE_AT), "--logging_steps", "1", "--learning_rate", str(LR),
             "--weight_decay", "0.01", "--warmup_steps", "2", "--seed", str(SEED),
-            "--per_device_train_batch_size", str(MICRO), "--report_to", "none"]
+            "--per_device_train_batch_size", str(MICRO), "--report_to", "none",
+            "--gradient_accumulation_steps", str(ga)]
     return args + (["--bf16"] if bf16 else [])
 
 
@@ -119,7 +124,7 @@ def close_list(got, want, rtol, atol):
 
 # --- the DeepSpeed side: runs inside a torch.distributed rank (peer_launch.run_ranks) ---
 
-def ds_engine(stage, bf16):
+def ds_engine(stage, bf16, ga=1, offload=False):
     """deepspeed.initialize of the MLP twin with ds_config (gloo, CPU accelerator)."""
     import torch
     import deepspeed
@@ -129,14 +134,15 @@ def ds_engine(stage, bf16):
     torch.manual_seed(SEED)
     model = Mlp(WIDTH, LAYERS)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                           config=ds_config(stage, world, bf16))
+                                           config=ds_config(stage, world, bf16, ga, offload))
     return engine
 
 
 def ds_train(engine, steps):
-    """`steps` optimizer steps from engine.global_steps on, each on the micro-batch zrt-train's
+    """`steps` optimizer steps from engine.global_steps on, each on the micro-batches zrt-train's
     Trainer takes (one epoch holds far more than TOTAL_STEPS batches); returns the mean loss
-    over the ranks and the learning rate after each step, as zrt-train logs them."""
+    over the ranks and the step's micro-batches, and the learning rate after each step, as
+    zrt-train logs them."""
     import torch
     from twins import regression_data
     x, y = regression_data(4096, 1)
@@ -147,14 +153,17 @@ def ds_train(engine, steps):
     order = list(sampler)
     dtype = next(engine.module.parameters()).dtype
     losses, lrs = [], []
+    ga = engine.gradient_accumulation_steps()
     for _ in range(steps):
-        b = engine.global_steps
-        idx = torch.tensor(order[b * MICRO:(b + 1) * MICRO])
-        loss = torch.nn.functional.mse_loss(engine(x[idx].to(dtype)), y[idx])
-        engine.backward(loss)
-        engine.step()
-        mean = loss.detach().double().clone()
-        torch.distributed.all_reduce(mean)
-        losses.append(mean.item() / world)
+        total = torch.zeros((), dtype=torch.float64)
+        for k in range(ga):
+            b = engine.global_steps * ga + k
+            idx = torch.tensor(order[b * MICRO:(b + 1) * MICRO])
+            loss = torch.nn.functional.mse_loss(engine(x[idx].to(dtype)), y[idx])
+            engine.backward(loss)
+            engine.step()
+            total += loss.detach().double()
+        torch.distributed.all_reduce(total)
+        losses.append(total.item() / (world * ga))
         lrs.append(engine.get_lr()[0])
     return losses, lrs

@@ -40,7 +40,7 @@ TOL = {False: (1e-5, 1e-4, 1e-6), True: (1e-3, 1e-4, 1e-6)}  # bf16 -> (loss, we
 def rank_main(args):
     """DeepSpeed loads ZeroRT's checkpoint-3 and trains steps 4-6 (one rank of it)."""
     import torch
-    engine = cc.ds_engine(args.stage, args.bf16)
+    engine = cc.ds_engine(args.stage, args.bf16, args.ga, args.offload)
     path, _ = engine.load_checkpoint(args.ckpt)
     if path is None or engine.global_steps != cc.SAVE_AT:
         raise SystemExit(f"DeepSpeed did not load {args.ckpt} (path {path}, "
@@ -75,28 +75,41 @@ def compare(what, bf16, got, want, got_w, want_w):
     return fails
 
 
+def zrt2ds_cases(args):
+    """(stage, bf16, gradient accumulation, optimizer offloaded): each --stages stage plain in
+    each dtype of --dtype, and in fp32 also GA 2, CPU offload, and both at ZeRO-3."""
+    cases = []
+    for bf16 in {"fp32": (False,), "bf16": (True,), None: (False, True)}[args.dtype]:
+        cases += [(stage, bf16, 1, False) for stage in args.stages]
+        if not bf16 and args.variants:
+            cases += [(2, False, 2, False), (2, False, 1, True), (3, False, 2, True)]
+    return cases
+
+
 def zrt2ds(args, tmp):
     fails = []
-    for bf16 in {"fp32": (False,), "bf16": (True,), None: (False, True)}[args.dtype]:
-        for stage in (1, 2, 3):
-            name = f"stage {stage} {'bf16' if bf16 else 'fp32'}"
-            config = os.path.join(tmp, f"c{stage}{bf16}.json")
-            with open(config, "w") as f:
-                json.dump(cc.ds_config(stage, 2, bf16), f)
-            out = os.path.join(tmp, f"z{stage}{bf16}")
-            cc.run_zrt(args.bin, 2, cc.zrt_train_args(config, out, bf16))
-            ds_out = os.path.join(tmp, f"d{stage}{bf16}")
-            argv = [os.path.abspath(__file__), "--rank-main", "--stage", str(stage), "--ckpt",
-                    os.path.join(out, f"checkpoint-{cc.SAVE_AT}"), "--out", ds_out]
-            if run_ranks(argv + (["--bf16"] if bf16 else []), 2, args.timeout, "ckpt_resume"):
-                fails.append(f"ZeroRT -> DeepSpeed {name}: DeepSpeed failed (its output above)")
-                continue
-            with open(os.path.join(ds_out, "continued.json")) as f:
-                ds = json.load(f)
-            zrt = cc.logged(os.path.join(out, "trainer_state.json"), cc.SAVE_AT + 1)
-            fails += compare(f"ZeroRT -> DeepSpeed {name}, 2 ranks", bf16,
-                             (ds["losses"], ds["learning_rates"]), zrt, cc.ds_to_fp32(ds_out),
-                             cc.ds_to_fp32(os.path.join(out, f"checkpoint-{cc.TOTAL_STEPS}")))
+    for stage, bf16, ga, offload in zrt2ds_cases(args):
+        name = (f"stage {stage} {'bf16' if bf16 else 'fp32'}" + (f" GA {ga}" if ga > 1 else "")
+                + (" offload" if offload else ""))
+        key = f"{stage}{bf16}{ga}{offload}"
+        config = os.path.join(tmp, f"c{key}.json")
+        with open(config, "w") as f:
+            json.dump(cc.ds_config(stage, 2, bf16, ga, offload), f)
+        out = os.path.join(tmp, f"z{key}")
+        cc.run_zrt(args.bin, 2, cc.zrt_train_args(config, out, bf16, ga))
+        ds_out = os.path.join(tmp, f"d{key}")
+        argv = [os.path.abspath(__file__), "--rank-main", "--stage", str(stage), "--ga", str(ga),
+                "--ckpt", os.path.join(out, f"checkpoint-{cc.SAVE_AT}"), "--out", ds_out]
+        argv += (["--bf16"] if bf16 else []) + (["--offload"] if offload else [])
+        if run_ranks(argv, 2, args.timeout, "ckpt_resume"):
+            fails.append(f"ZeroRT -> DeepSpeed {name}: DeepSpeed failed (its output above)")
+            continue
+        with open(os.path.join(ds_out, "continued.json")) as f:
+            ds = json.load(f)
+        zrt = cc.logged(os.path.join(out, "trainer_state.json"), cc.SAVE_AT + 1)
+        fails += compare(f"ZeroRT -> DeepSpeed {name}, 2 ranks", bf16,
+                         (ds["losses"], ds["learning_rates"]), zrt, cc.ds_to_fp32(ds_out),
+                         cc.ds_to_fp32(os.path.join(out, f"checkpoint-{cc.TOTAL_STEPS}")))
     return fails
 
 
@@ -169,6 +182,12 @@ def main():
     parser.add_argument("--part", choices=("zrt2ds", "ds2zrt"), help="one direction only")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), help="zrt2ds in this dtype only")
     parser.add_argument("--timeout", type=float, default=240)
+    parser.add_argument("--stages", type=int, nargs="+", default=[1, 2, 3],
+                        help="zrt2ds: the ZeRO stages (default 1 2 3)")
+    parser.add_argument("--no-variants", dest="variants", action="store_false",
+                        help="zrt2ds: without the GA and CPU-offload cases")
+    parser.add_argument("--ga", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--offload", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stage", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)

@@ -13,6 +13,8 @@
 #include "config/training_args.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "optim/optimizer.h"
+#include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "tests/support/mpi_world.h"
 #include "tests/support/tiny_model.h"
@@ -109,6 +111,10 @@ TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
   args.save_total_limit = 2;
   args.eval_strategy = "steps";
   args.eval_steps = 5;
+  // A schedule that does not depend on max_steps, so that the resumed job below (max_steps 12)
+  // can be held to one that ran 12 steps straight; its warmup state crosses the resume.
+  args.lr_scheduler_type = "constant_with_warmup";
+  args.warmup_steps = 3;
   const TrainerOptions opts = quiet_options();
   const LossFn loss_fn = tiny_mse;
   auto model = std::make_shared<test::TinyMlpImpl>(false);
@@ -152,13 +158,41 @@ TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
       EXPECT_TRUE(torch::allclose(preds[i], model->forward(data.get(i).first.unsqueeze(0))[0]));
     }
   }
-  // A new job resumes from the last checkpoint and continues to 12 steps.
+  // A new job resumes from the last checkpoint and continues to 12 steps; it must end where one
+  // job that ran 12 steps without stopping ends: weights and Adam moments bit for bit.
   args.max_steps = 12;
   args.resume_from_checkpoint = "last";
   auto model2 = std::make_shared<test::TinyMlpImpl>(false);
   Trainer again(model2, args, std::make_shared<TinyData>(64), std::make_shared<TinyData>(20),
                 loss_fn, opts);
   EXPECT_EQ(again.train().global_step, 12);
+  config::TrainingArguments straight_args = args;
+  straight_args.resume_from_checkpoint.reset();
+  straight_args.output_dir = dir + "/straight";
+  auto model3 = std::make_shared<test::TinyMlpImpl>(false);
+  Trainer straight(model3, straight_args, std::make_shared<TinyData>(64),
+                   std::make_shared<TinyData>(20), loss_fn, opts);
+  EXPECT_EQ(straight.train().global_step, 12);
+  {
+    const auto resumed_params = model2->named_parameters();
+    const auto straight_params = model3->named_parameters();
+    ASSERT_EQ(resumed_params.size(), straight_params.size());
+    for (size_t i = 0; i < resumed_params.size(); ++i) {
+      EXPECT_TRUE(resumed_params[i].value().equal(straight_params[i].value()))
+          << resumed_params[i].key() << " differs after the resume";
+    }
+    const optim::OptimizerState a = again.engine().optimizer()->state_dict();
+    const optim::OptimizerState b = straight.engine().optimizer()->state_dict();
+    ASSERT_EQ(a.state.size(), b.state.size());
+    ASSERT_FALSE(a.state.empty());
+    for (const auto& [index, sa] : a.state) {
+      const optim::ParamState& sb = b.state.at(index);
+      EXPECT_EQ(sa.step, sb.step) << "param " << index;
+      EXPECT_TRUE(sa.exp_avg.equal(sb.exp_avg)) << "exp_avg of param " << index;
+      EXPECT_TRUE(sa.exp_avg_sq.equal(sb.exp_avg_sq)) << "exp_avg_sq of param " << index;
+    }
+    EXPECT_EQ(a.state.begin()->second.step, 12);
+  }
   test::world().barrier();
   // trainer_state.json as transformers writes it, its history continued across the resume.
   if (test::world().rank() == 0) {
