@@ -35,6 +35,7 @@ bool is_none_or_missing(const ValueView& dict, const char* key) {
 struct ModelState {
   NamedTensors buffers;
   std::vector<NamedShapes> param_shapes;  // per group (stage 3: per sub-group)
+  bool inferred_shapes = false;            // no param_shapes in the file (DeepSpeed's stage 0)
   NamedShapes frozen_shapes;
   std::optional<ValueView> frozen_fragments;
   std::vector<std::pair<std::string, std::string>> shared;  // alias -> owner
@@ -53,8 +54,21 @@ ModelState parse_model_state(const Value& value, const std::string& context) {
       m.buffers.emplace_back(k.as_str(), module[k].as_tensor().to(at::kFloat));
     }
   }
-  const ValueView shapes = root["param_shapes"];
-  for (size_t g = 0; g < shapes.length(); ++g) m.param_shapes.push_back(shapes_of(shapes.at(g)));
+  if (!is_none_or_missing(root, "param_shapes")) {
+    const ValueView shapes = root["param_shapes"];
+    for (size_t g = 0; g < shapes.length(); ++g) m.param_shapes.push_back(shapes_of(shapes.at(g)));
+  } else {
+    // DeepSpeed without ZeRO writes none: one group of the module's other tensors in file order
+    // (its optimizer's single group; stage 0 checks that the flat masters hold exactly these).
+    NamedShapes group;
+    for (const auto& [k, v] : module.as_dict()) {
+      if (k.is_str() && !buffer_names.count(k.as_str()) && v.is_tensor()) {
+        group.emplace_back(k.as_str(), v.as_tensor().sizes().vec());
+      }
+    }
+    m.param_shapes.push_back(std::move(group));
+    m.inferred_shapes = true;
+  }
   if (!is_none_or_missing(root, "frozen_param_shapes")) {
     m.frozen_shapes = shapes_of(root["frozen_param_shapes"]);
   }
@@ -235,6 +249,11 @@ NamedTensors consolidate_stage0_fp32(const Value& model_states, const std::strin
                  flats.length(), " fp32 groups but ", m.param_shapes.size(),
                  " groups in param_shapes");
     for (size_t g = 0; g < m.param_shapes.size(); ++g) {
+      ZRT_CHECK_AS(CheckpointError,
+                   !m.inferred_shapes || flat_of(flats.at(g)).numel() == group_numel(m.param_shapes[g]),
+                   context, ": no param_shapes, and the fp32 flat group holds ",
+                   flat_of(flats.at(g)).numel(), " elements, not the module's ",
+                   group_numel(m.param_shapes[g]), " (frozen parameters or several groups)");
       for (auto& [name, t] : merge_partitions(PartitionLayout::kFlat, {flat_of(flats.at(g))},
                                               m.param_shapes[g], context, static_cast<int>(g))) {
         masters[name] = std::move(t);

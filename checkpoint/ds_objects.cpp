@@ -56,4 +56,32 @@ Json ds_loss_scaler_state(const Value& saved, const std::string& where) {
   return to_json(attrs);
 }
 
+Json ds_fp16_optimizer_scaler_state(const Value& fields, Json current, const std::string& where) {
+  ZRT_CHECK_AS(CheckpointError, fields.is_dict(), where, ": the FP16_Optimizer fields are a ",
+               fields.kind_name());
+  auto field = [&](const char* key) -> const Value& {
+    ZRT_CHECK_AS(CheckpointError, fields.contains(key), where, ": FP16_Optimizer field '", key,
+                 "' is missing");
+    const Value& v = fields.at(key);
+    ZRT_CHECK_AS(CheckpointError, v.is_int() || v.is_double() || v.is_bool(), where,
+                 ": FP16_Optimizer field '", key, "' is a ", v.kind_name());
+    return v;
+  };
+  auto number = [&](const char* key) {
+    const Value& v = field(key);
+    return v.is_double() ? v.as_double() : static_cast<double>(v.as_int());
+  };
+  const bool dynamic = field("dynamic_loss_scale").as_bool();
+  current["dynamic"] = dynamic;
+  current["cur_scale"] = number("cur_scale");
+  if (dynamic) {
+    current["cur_iter"] = static_cast<int64_t>(number("cur_iter"));
+    current["last_overflow_iter"] = static_cast<int64_t>(number("last_overflow_iter"));
+    current["scale_factor"] = number("scale_factor");
+    current["scale_window"] = static_cast<int64_t>(number("scale_window"));
+    if (current.contains("delayed_shift")) current["cur_hysteresis"] = current["delayed_shift"];
+  }
+  return current;
+}
+
 }  // namespace zrt::ckpt

@@ -33,4 +33,11 @@ Value ds_loss_scaler_value(const Json& state, at::ScalarType fp16_dtype = at::kH
 // was found.
 Json ds_loss_scaler_state(const Value& saved, const std::string& where);
 
+// DeepSpeed's FP16_Optimizer (fp16 without ZeRO) saves no scaler object but its loss-scale fields
+// "dynamic_loss_scale", "cur_scale", "cur_iter" and, when dynamic, "last_overflow_iter",
+// "scale_factor", "scale_window". The scaler state they give: `current` (the engine's scaler,
+// from its config) with those fields set and the hysteresis refilled. CheckpointError naming
+// `where` when one is missing or of the wrong kind.
+Json ds_fp16_optimizer_scaler_state(const Value& fields, Json current, const std::string& where);
+
 }  // namespace zrt::ckpt

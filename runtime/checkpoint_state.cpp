@@ -1,5 +1,8 @@
 #include "runtime/checkpoint_state.h"
 
+#include <functional>
+
+#include "checkpoint/ds_objects.h"
 #include "core/error.h"
 
 namespace zrt::runtime {
@@ -9,20 +12,31 @@ using ckpt::ValueView;
 
 // ---- optimizer state dict ------------------------------------------------------------------
 
+namespace {
+
+// One torch state entry, {"step", "exp_avg", "exp_avg_sq"} or {"step", "momentum_buffer"}, each
+// tensor passed through `cut` (as it is, or one parameter's piece of a flat group).
+Value state_entry(const optim::ParamState& ps, bool sgd,
+                  const std::function<at::Tensor(const at::Tensor&)>& cut) {
+  Value entry = Value::dict();
+  entry.set("step", ps.step);
+  if (sgd) {
+    entry.set("momentum_buffer",
+              ps.momentum_buffer.defined() ? Value(cut(ps.momentum_buffer)) : Value());
+  } else {
+    entry.set("exp_avg", cut(ps.exp_avg));
+    entry.set("exp_avg_sq", cut(ps.exp_avg_sq));
+  }
+  return entry;
+}
+
+}  // namespace
+
 Value optimizer_state_to_value(const optim::OptimizerState& s) {
   const bool sgd = s.optimizer == "SGD";
   Value state = Value::dict();
   for (const auto& [index, ps] : s.state) {
-    Value entry = Value::dict();
-    entry.set("step", ps.step);
-    if (sgd) {
-      entry.set("momentum_buffer",
-                ps.momentum_buffer.defined() ? Value(ps.momentum_buffer) : Value());
-    } else {
-      entry.set("exp_avg", ps.exp_avg);
-      entry.set("exp_avg_sq", ps.exp_avg_sq);
-    }
-    state.set(index, std::move(entry));
+    state.set(index, state_entry(ps, sgd, [](const at::Tensor& t) { return t; }));
   }
   Value groups = Value::list();
   for (const optim::ParamGroupState& g : s.param_groups) {
@@ -104,6 +118,181 @@ optim::OptimizerState optimizer_state_from_value(const ValueView& v) {
   return s;
 }
 
+// ---- stage 0 (Note [Stage 0 layouts]) ---------------------------------------------------------
+
+namespace {
+
+// The first `n` elements of a flat tensor, in a storage of their own (what the file holds).
+at::Tensor first_elements(const at::Tensor& t, int64_t n) {
+  return t.reshape({-1}).narrow(0, 0, n).clone();
+}
+
+// The fp32 layout: one torch state entry per parameter, cut from the group's flat state.
+Value stage0_per_param(const optim::OptimizerState& state, const ParamShapes& shapes) {
+  Value out = optimizer_state_to_value(state);  // its groups' hyper-parameters are kept
+  Value per_param = Value::dict();
+  int64_t k = 0;
+  for (size_t g = 0; g < shapes.size(); ++g) {
+    Value params = Value::list();
+    const auto it = state.state.find(static_cast<int64_t>(g));
+    int64_t offset = 0;
+    for (const auto& [name, shape] : shapes[g]) {
+      const int64_t n = ckpt::shape_numel(shape);
+      if (it != state.state.end()) {
+        per_param.set(k, state_entry(it->second, state.optimizer == "SGD", [&](const at::Tensor& t) {
+                        return t.reshape({-1}).narrow(0, offset, n).reshape(shape).clone();
+                      }));
+      }
+      params.push_back(k++);
+      offset += n;
+    }
+    out.at("param_groups").items().at(g).set("params", std::move(params));
+  }
+  out.set("state", std::move(per_param));
+  return out;
+}
+
+}  // namespace
+
+Value stage0_optimizer_value(const optim::OptimizerState& state,
+                             const std::vector<at::Tensor>& masters, const ParamShapes& shapes,
+                             at::ScalarType model_dtype, const Json& loss_scaler,
+                             double clip_grad) {
+  ZRT_INTERNAL_ASSERT(masters.size() == shapes.size(), "stage 0: ", masters.size(),
+                      " master groups for ", shapes.size(), " parameter groups");
+  if (model_dtype == at::kFloat) return stage0_per_param(state, shapes);
+  Value opt = Value::dict();
+  if (model_dtype == at::kHalf) {
+    const bool dynamic = loss_scaler.at("dynamic").get<bool>();
+    opt.set("dynamic_loss_scale", dynamic);
+    opt.set("cur_scale", loss_scaler.at("cur_scale").get<double>());
+    opt.set("cur_iter", loss_scaler.value("cur_iter", int64_t{0}));
+    if (dynamic) {
+      opt.set("last_overflow_iter", loss_scaler.at("last_overflow_iter").get<int64_t>());
+      opt.set("scale_factor", loss_scaler.at("scale_factor").get<double>());
+      opt.set("scale_window", loss_scaler.at("scale_window").get<int64_t>());
+    }
+  }
+  optim::OptimizerState trimmed = state;
+  Value flats = Value::list();
+  for (size_t g = 0; g < shapes.size(); ++g) {
+    const int64_t n = ckpt::group_numel(shapes[g]);
+    flats.push_back(first_elements(masters[g], n));
+    auto it = trimmed.state.find(static_cast<int64_t>(g));
+    if (it == trimmed.state.end()) continue;
+    for (at::Tensor* t : {&it->second.exp_avg, &it->second.exp_avg_sq,
+                          &it->second.momentum_buffer}) {
+      if (t->defined()) *t = first_elements(*t, n);
+    }
+  }
+  opt.set("optimizer_state_dict", optimizer_state_to_value(trimmed));
+  opt.set("fp32_groups_flat", std::move(flats));
+  opt.set("clip_grad", clip_grad);
+  if (model_dtype == at::kHalf) opt.set("loss_scaler", ckpt::ds_loss_scaler_value(loss_scaler));
+  return opt;
+}
+
+namespace {
+
+// Stage 0 in the fp32 layout: the masters are the module's weights, the moments per parameter.
+void reassemble_stage0_per_param(FullState& full, const ParamShapes& shapes,
+                                 const ValueView& model_states) {
+  const ValueView opt = model_states["optimizer"];
+  const ValueView module = model_states["module"];
+  const optim::OptimizerState base = optimizer_state_from_value(opt);
+  full.optimizer = base.optimizer;
+  ZRT_CHECK_AS(CheckpointError, base.param_groups.size() == shapes.size(), opt.where(), ": ",
+               base.param_groups.size(), " optimizer groups but ", shapes.size(),
+               " param_shapes groups");
+  for (size_t g = 0; g < shapes.size(); ++g) {
+    const optim::ParamGroupState& group = base.param_groups[g];
+    ZRT_CHECK_AS(CheckpointError, group.params.size() == shapes[g].size(), opt.where(),
+                 ": optimizer group ", g, " has ", group.params.size(), " parameters, param_shapes ",
+                 shapes[g].size());
+    full.group_hyper.push_back(group);
+    int64_t step = 0;  // the last parameter's with state (DeepSpeed's FusedAdam counts there)
+    for (size_t i = 0; i < shapes[g].size(); ++i) {
+      const auto& [name, shape] = shapes[g][i];
+      FullParamState& p = full.params[name];
+      const at::Tensor& w = module[name].as_tensor();
+      ZRT_CHECK_AS(CheckpointError, w.numel() == ckpt::shape_numel(shape), module.where(), ": '",
+                   name, "' has ", w.numel(), " elements, param_shapes says ",
+                   ckpt::shape_numel(shape));
+      p.fp32 = w.to(at::kFloat).reshape(shape).clone();
+      const auto it = base.state.find(group.params[i]);
+      if (it == base.state.end()) continue;
+      step = it->second.step;
+      auto whole = [&](const at::Tensor& t, const char* what) {
+        ZRT_CHECK_AS(CheckpointError, t.defined() && t.numel() == w.numel(), opt.where(),
+                     ": the ", what, " of '", name, "' (state ", group.params[i],
+                     ") does not have the parameter's ", w.numel(), " elements");
+        return t.to(at::kFloat).reshape(shape).clone();
+      };
+      if (full.optimizer == "SGD") {
+        if (it->second.momentum_buffer.defined()) {
+          p.momentum = whole(it->second.momentum_buffer, "momentum_buffer");
+        }
+      } else {
+        p.exp_avg = whole(it->second.exp_avg, "exp_avg");
+        p.exp_avg_sq = whole(it->second.exp_avg_sq, "exp_avg_sq");
+      }
+    }
+    full.group_steps.push_back(step);
+  }
+}
+
+// FP16_Optimizer's loss-scale fields (fp16 at stage 0) as a dict, or None.
+Value fp16_optimizer_scale_fields(const ValueView& opt) {
+  if (!opt.contains("cur_scale")) return Value();
+  Value fields = Value::dict();
+  for (const char* key : {"dynamic_loss_scale", "cur_scale", "cur_iter", "last_overflow_iter",
+                          "scale_factor", "scale_window"}) {
+    if (opt.contains(key)) fields.set(key, opt[key].value());
+  }
+  return fields;
+}
+
+// The base optimizer states (one per rank, or one for stage 0) and the fp32 flats per group of
+// the flat layouts (stage 0's fp32_groups_flat, stages 1-3), and what the files hold for the
+// loss scaler.
+struct FlatSources {
+  std::vector<optim::OptimizerState> bases;
+  std::vector<std::vector<at::Tensor>> fp32;  // [rank][group]
+  Value loss_scaler;
+};
+
+FlatSources read_flat_sources(int zero_stage, int world_size, const std::vector<Value>& optim_files,
+                              const Value& stage0_model_states, const std::string& context) {
+  FlatSources src;
+  if (zero_stage == 0) {
+    const ValueView opt = ValueView(stage0_model_states, context)["optimizer"];
+    src.bases.push_back(optimizer_state_from_value(opt["optimizer_state_dict"]));
+    std::vector<at::Tensor> flats;
+    for (const Value& t : opt["fp32_groups_flat"].items()) flats.push_back(t.as_tensor());
+    src.fp32.push_back(std::move(flats));
+    src.loss_scaler =
+        opt.contains("loss_scaler") ? opt["loss_scaler"].value() : fp16_optimizer_scale_fields(opt);
+    return src;
+  }
+  ZRT_CHECK_AS(CheckpointError, static_cast<int>(optim_files.size()) == world_size, context,
+               ": expected ", world_size, " optimizer-state files, got ", optim_files.size());
+  for (int r = 0; r < world_size; ++r) {
+    const ValueView root = ValueView(optim_files[r], context)["optimizer_state_dict"];
+    src.bases.push_back(optimizer_state_from_value(zero_stage == 3 ? root["optimizer_state_dict"]
+                                                                   : root["base_optimizer_state"]));
+    std::vector<at::Tensor> flats;
+    for (const Value& t :
+         root[zero_stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups"].items()) {
+      flats.push_back(t.as_tensor());
+    }
+    src.fp32.push_back(std::move(flats));
+    if (r == 0) src.loss_scaler = root.contains("loss_scaler") ? root["loss_scaler"].value() : Value();
+  }
+  return src;
+}
+
+}  // namespace
+
 // ---- whole-parameter reassembly --------------------------------------------------------------
 
 ParamShapes read_param_shapes(const ValueView& model_states) {
@@ -122,7 +311,7 @@ ParamShapes read_param_shapes(const ValueView& model_states) {
 
 FullState reassemble_full_state(int zero_stage, int world_size, const ParamShapes& shapes,
                                 const std::vector<Value>& optim_files,
-                                const Value& stage0_optimizer, const std::string& context) {
+                                const Value& stage0_model_states, const std::string& context) {
   FullState full;
   for (const auto& group : shapes) {
     std::vector<std::string> names;
@@ -132,33 +321,16 @@ FullState reassemble_full_state(int zero_stage, int world_size, const ParamShape
     }
     full.group_names.push_back(std::move(names));
   }
-  // The base optimizer states (one per rank, or one for stage 0) and the fp32 flats per group.
-  std::vector<optim::OptimizerState> bases;
-  std::vector<std::vector<at::Tensor>> fp32;  // [rank][group]
-  if (zero_stage == 0) {
-    const ValueView opt(stage0_optimizer, context, "optimizer");
-    bases.push_back(optimizer_state_from_value(opt["optimizer_state_dict"]));
-    std::vector<at::Tensor> flats;
-    for (const Value& t : opt["fp32_groups_flat"].items()) flats.push_back(t.as_tensor());
-    fp32.push_back(std::move(flats));
-    full.loss_scaler = opt.contains("loss_scaler") ? opt["loss_scaler"].value() : Value();
-  } else {
-    ZRT_CHECK_AS(CheckpointError, static_cast<int>(optim_files.size()) == world_size, context,
-                 ": expected ", world_size, " optimizer-state files, got ", optim_files.size());
-    for (int r = 0; r < world_size; ++r) {
-      const ValueView root = ValueView(optim_files[r], context)["optimizer_state_dict"];
-      bases.push_back(optimizer_state_from_value(zero_stage == 3 ? root["optimizer_state_dict"]
-                                                                 : root["base_optimizer_state"]));
-      std::vector<at::Tensor> flats;
-      for (const Value& t :
-           root[zero_stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups"].items()) {
-        flats.push_back(t.as_tensor());
-      }
-      fp32.push_back(std::move(flats));
-      if (r == 0)
-        full.loss_scaler = root.contains("loss_scaler") ? root["loss_scaler"].value() : Value();
-    }
+  if (zero_stage == 0 &&
+      !ValueView(stage0_model_states, context)["optimizer"].contains("fp32_groups_flat")) {
+    reassemble_stage0_per_param(full, shapes, ValueView(stage0_model_states, context));
+    return full;
   }
+  FlatSources src = read_flat_sources(zero_stage, world_size, optim_files, stage0_model_states,
+                                      context);
+  const std::vector<optim::OptimizerState>& bases = src.bases;
+  const std::vector<std::vector<at::Tensor>>& fp32 = src.fp32;
+  full.loss_scaler = src.loss_scaler;
   const optim::OptimizerState& base0 = bases.front();
   full.optimizer = base0.optimizer;
   ZRT_CHECK_AS(CheckpointError, base0.param_groups.size() == shapes.size(), context, ": ",

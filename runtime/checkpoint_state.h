@@ -15,6 +15,7 @@
 #include "checkpoint/reshard.h"
 #include "checkpoint/value.h"
 #include "checkpoint/value_view.h"
+#include "core/json.h"
 #include "optim/optimizer.h"
 
 namespace zrt::runtime {
@@ -39,7 +40,9 @@ struct FullState {
   std::vector<optim::ParamGroupState> group_hyper;    // saved hyper-parameters per group
   std::vector<int64_t> group_steps;                   // saved step count per group
   std::string optimizer;                              // "FusedAdam" / "SGD"
-  ckpt::Value loss_scaler;                            // the saved loss-scaler dict (or None)
+  // What the checkpoint holds for the loss scaler (or None): DeepSpeed's LossScaler object, an
+  // older ZeroRT dict, or the dict of FP16_Optimizer's loss-scale fields at stage 0 (fp16).
+  ckpt::Value loss_scaler;
 };
 
 // Per saved group, the parameter names and shapes in flattening order (model states
@@ -47,8 +50,33 @@ struct FullState {
 using ParamShapes = std::vector<ckpt::NamedShapes>;
 ParamShapes read_param_shapes(const ckpt::ValueView& model_states);
 
+// Note [Stage 0 layouts]
+// Without ZeRO, DeepSpeed keeps the optimizer inside the model states ("optimizer") in the layout
+// of the optimizer it wraps, which depends on the model dtype:
+//   fp32       the torch optimizer's own state_dict (FusedAdam over the module's parameters):
+//              {"state": {k: {"step", "exp_avg", "exp_avg_sq"}}, "param_groups": [...]}, one
+//              entry per parameter, k numbering them group by group; no fp32 copy (the module's
+//              weights are the masters);
+//   bf16/fp16  FP16_Optimizer's: "optimizer_state_dict" (FusedAdam over one flat fp32 group per
+//              group, k = the group), "fp32_groups_flat" (those flats), "clip_grad"; fp16 adds
+//              its loss-scale fields "dynamic_loss_scale", "cur_scale", "cur_iter" and, when
+//              dynamic, "last_overflow_iter", "scale_factor", "scale_window".
+// The flats hold exactly the group's parameters (no padding). ZeroRT writes these layouts (for
+// fp16 also its full "loss_scaler", which DeepSpeed ignores) and reads them, and the plain
+// fp32_groups_flat layout with padded flats that older ZeroRT checkpoints hold at every dtype.
+
+// The model states' "optimizer" entry at stage 0 (Note [Stage 0 layouts]) for `model_dtype`:
+// `state` the optimizer's (one flat entry per group), `masters` the padded fp32 flat groups,
+// `shapes` the groups' parameters in flattening order, `loss_scaler` the scaler's state
+// (optim::LossScaler::state_dict()).
+ckpt::Value stage0_optimizer_value(const optim::OptimizerState& state,
+                                   const std::vector<at::Tensor>& masters, const ParamShapes& shapes,
+                                   at::ScalarType model_dtype, const Json& loss_scaler,
+                                   double clip_grad);
+
 // Reassembles a FullState from a checkpoint written at `world_size` with `zero_stage`:
-//   stage 0    `stage0_optimizer`: model states["optimizer"] (fp32_groups_flat + base state);
+//   stage 0    `stage0_model_states`: the model states, whose "optimizer" is one of Note [Stage 0
+//              layouts] (and whose "module" holds the fp32 layout's masters);
 //   stages 1/2 `optim_files[r]`: single_partition_of_fp32_groups (unpadded) and the padded
 //              moments of rank r, concatenated in rank order;
 //   stage 3    `optim_files[r]`: fp32_flat_groups and moments, each parameter's pn-sized pieces
@@ -56,6 +84,7 @@ ParamShapes read_param_shapes(const ckpt::ValueView& model_states);
 // Throws CheckpointError naming `context` when sizes do not add up.
 FullState reassemble_full_state(int zero_stage, int world_size, const ParamShapes& shapes,
                                 const std::vector<ckpt::Value>& optim_files,
-                                const ckpt::Value& stage0_optimizer, const std::string& context);
+                                const ckpt::Value& stage0_model_states,
+                                const std::string& context);
 
 }  // namespace zrt::runtime

@@ -92,24 +92,22 @@ Value EngineCheckpointer::model_states_value(bool with_module) {
   for (const auto& b : engine_.module().named_buffers()) buffer_names.push_back(b.key());
   d.set("buffer_names", std::move(buffer_names));
   const int stage = config.zero.stage;
+  const std::vector<GroupPartition> groups = states.group_partitions();
   if (stage == 0 && optimizer != nullptr) {
-    // DeepSpeed's non-ZeRO layout: the optimizer inside the model states, with its fp32 flat
-    // groups (as its FP16_Optimizer saves fp32_groups_flat).
-    Value opt = Value::dict();
-    opt.set("optimizer_state_dict", optimizer_state_to_value(optimizer->state_dict()));
-    Value flats = Value::list();
-    for (const auto& t : states.targets()) flats.push_back(t.master);
-    opt.set("fp32_groups_flat", std::move(flats));
-    opt.set("loss_scaler", ckpt::ds_loss_scaler_value(engine_.loss_scaler().state_dict()));
-    opt.set("dynamic_loss_scale",
-            config.effective_loss_scale().dynamic && engine_.model_dtype() == at::kHalf);
-    opt.set("clip_grad", config.gradient_clipping);
-    d.set("optimizer", std::move(opt));
+    // DeepSpeed's non-ZeRO layouts: the optimizer inside the model states, as the optimizer it
+    // wraps for the model dtype saves itself (Note [Stage 0 layouts]).
+    std::vector<at::Tensor> masters;
+    for (const auto& t : states.targets()) masters.push_back(t.master);
+    ParamShapes shapes;
+    for (const GroupPartition& group : groups) shapes.push_back(group.params);
+    d.set("optimizer",
+          stage0_optimizer_value(optimizer->state_dict(), masters, shapes, engine_.model_dtype(),
+                                 engine_.loss_scaler().state_dict(), config.gradient_clipping));
   } else {
     d.set("optimizer", Value());
   }
   Value shapes = Value::list();
-  for (const GroupPartition& group : states.group_partitions()) {
+  for (const GroupPartition& group : groups) {
     Value g = Value::ordered_dict();
     for (const auto& [name, shape] : group.params) g.set(name, Value::torch_size(shape));
     shapes.push_back(std::move(g));

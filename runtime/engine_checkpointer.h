@@ -57,10 +57,10 @@ class EngineCheckpointer {
   // masters and the buffers and frozen parameters from the module (collective).
   void load_partitioned_state(const std::string& dir, const std::string& tag, int saved_stage,
                               int saved_world, const ckpt::Value& model_states);
-  // The same stage and world size: each rank reads its own partitions. Returns the loss scaler.
+  // The same stage (1-3) and world size: each rank reads its own partitions. Returns the loss
+  // scaler.
   ckpt::Value load_same_layout(const std::string& dir, const std::string& optim_file,
-                               int saved_stage, const ckpt::Value& model_states,
-                               const ckpt::ReadOptions& read_options);
+                               int saved_stage, const ckpt::ReadOptions& read_options);
   // Another stage or world size: whole parameters from every rank's files, then this rank's
   // partitions of them. Returns the loss scaler.
   ckpt::Value load_resharded(const std::string& dir, const std::vector<std::string>& optim_files,

@@ -176,12 +176,14 @@ void EngineCheckpointer::load_partitioned_state(const std::string& dir, const st
   ckpt::ReadOptions ro;
   if (manifest.derived) ro.mode = ckpt::ReadMode::kTolerant;
   const bool bf16 = engine_.model_dtype() == at::kBFloat16;
-  const bool same = saved_stage == engine_.zero_stage() && saved_world == comm.size();
+  // Stage 0 always goes through the whole-parameter path: its layouts differ by model dtype
+  // (Note [Stage 0 layouts]), and every rank holds everything anyway.
+  const bool same =
+      saved_stage != 0 && saved_stage == engine_.zero_stage() && saved_world == comm.size();
   Value loss_scaler;
   if (same) {
-    const std::string optim_file =
-        saved_stage == 0 ? std::string() : find_optim_file(manifest, comm.rank(), bf16);
-    loss_scaler = load_same_layout(dir, optim_file, saved_stage, model_states, ro);
+    loss_scaler = load_same_layout(dir, find_optim_file(manifest, comm.rank(), bf16), saved_stage,
+                                   ro);
   } else {
     std::vector<std::string> optim_files;
     for (int r = 0; saved_stage > 0 && r < saved_world; ++r) {
@@ -189,7 +191,11 @@ void EngineCheckpointer::load_partitioned_state(const std::string& dir, const st
     }
     loss_scaler = load_resharded(dir, optim_files, saved_stage, saved_world, model_states, ro);
   }
-  if (!loss_scaler.is_none()) {
+  if (loss_scaler.is_dict() && loss_scaler.contains("dynamic_loss_scale") &&
+      !loss_scaler.contains("dynamic")) {
+    engine_.loss_scaler().load_state_dict(ckpt::ds_fp16_optimizer_scaler_state(
+        loss_scaler, engine_.loss_scaler().state_dict(), dir));
+  } else if (!loss_scaler.is_none()) {
     engine_.loss_scaler().load_state_dict(ckpt::ds_loss_scaler_state(loss_scaler, dir));
   }
   params_from_masters(engine_.model_states());
@@ -197,19 +203,9 @@ void EngineCheckpointer::load_partitioned_state(const std::string& dir, const st
 }
 
 Value EngineCheckpointer::load_same_layout(const std::string& dir, const std::string& optim_file,
-                                           int saved_stage, const Value& model_states,
-                                           const ckpt::ReadOptions& read_options) {
+                                           int saved_stage, const ckpt::ReadOptions& read_options) {
   auto& targets = engine_.model_states().targets();
   optim::Optimizer& optimizer = *engine_.optimizer();
-  if (saved_stage == 0) {
-    const ValueView opt = ValueView(model_states, dir)["optimizer"];
-    const auto& flats = opt["fp32_groups_flat"].items();
-    ZRT_CHECK_AS(CheckpointError, flats.size() == targets.size(), dir, ": ", flats.size(),
-                 " fp32 groups saved, the engine has ", targets.size());
-    for (size_t g = 0; g < targets.size(); ++g) targets[g].master.copy_(flats[g].as_tensor());
-    optimizer.load_state_dict(optimizer_state_from_value(opt["optimizer_state_dict"]));
-    return opt["loss_scaler"].value();
-  }
   const Value file = ckpt::load_pt(ckpt::join_path(dir, optim_file), read_options);
   const ValueView osd = ValueView(file, optim_file)["optimizer_state_dict"];
   const bool s3 = saved_stage == 3;
@@ -234,14 +230,23 @@ Value EngineCheckpointer::load_resharded(const std::string& dir,
                                          int saved_stage, int saved_world,
                                          const Value& model_states,
                                          const ckpt::ReadOptions& read_options) {
-  const ParamShapes shapes = read_param_shapes(ValueView(model_states, dir));
+  // DeepSpeed without ZeRO writes no param_shapes: its optimizer's groups are the engine's.
+  ParamShapes shapes;
+  const ValueView ms(model_states, dir);
+  if (ms.contains("param_shapes") && !ms["param_shapes"].value().is_none()) {
+    shapes = read_param_shapes(ms);
+  } else {
+    ZRT_CHECK_AS(CheckpointError, saved_stage == 0, dir, ": the model states have no param_shapes");
+    for (const GroupPartition& g : engine_.model_states().group_partitions()) {
+      shapes.push_back(g.params);
+    }
+  }
   std::vector<Value> files;
   for (const std::string& name : optim_files) {
     files.push_back(ckpt::load_pt(ckpt::join_path(dir, name), read_options));
   }
-  const Value stage0 =
-      saved_stage == 0 ? ValueView(model_states, dir)["optimizer"].value() : Value();
-  FullState full = reassemble_full_state(saved_stage, saved_world, shapes, files, stage0, dir);
+  FullState full = reassemble_full_state(saved_stage, saved_world, shapes, files,
+                                         saved_stage == 0 ? model_states : Value(), dir);
   const std::vector<GroupPartition> mine = engine_.model_states().group_partitions();
   ZRT_CHECK_AS(CheckpointError, mine.size() == shapes.size(), dir, ": the checkpoint has ",
                shapes.size(), " parameter groups, the engine ", mine.size());
@@ -330,7 +335,10 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::load(const std::string& load
   const int saved_stage = manifest.zero_stage;
   const int saved_world = manifest.world_size;
   const int rank = comm.rank();
-  const bool same = saved_stage == engine_.zero_stage() && saved_world == comm.size();
+  // Stage 0 always goes through the whole-parameter path: its layouts differ by model dtype
+  // (Note [Stage 0 layouts]), and every rank holds everything anyway.
+  const bool same =
+      saved_stage != 0 && saved_stage == engine_.zero_stage() && saved_world == comm.size();
   // Without an optimizer (inference) there is nothing but the module to load into: weights only,
   // as DeepSpeed's load_module_only; the optimizer and scheduler files are never read.
   const bool module_only = options.load_module_only || engine_.optimizer() == nullptr;

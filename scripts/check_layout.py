@@ -115,14 +115,10 @@ LONG_FUNCTION_ALLOWLIST = {
         (88, "one assignment per HF argument"),
     ("report/svg_plot.cpp", "write_svg_line_chart"):
         (105, "axes, ticks, series and legend in one pass"),
-    ("runtime/checkpoint_state.cpp", "reassemble_full_state"):
-        (89, "full optimizer state from per-rank shard files"),
     ("tests/checkpoint/bad_file_test.cpp", "TEST(BadFiles, ZipContainersThatLie)"):
         (115, "a list of damaged-zip cases"),
     ("tests/config/bad_input_test.cpp", "TEST(BadInput, EachIsAClearConfigError)"):
         (87, "a table of bad-config cases"),
-    ("tests/runtime/trainer_test.cpp", "TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes)"):
-        (89, "one end-to-end Trainer scenario"),
     ("tests/runtime/trainer_test.cpp", "TEST(Trainer, Zero3InferenceFromCheckpointEqualsPlainForward)"):
         (96, "one end-to-end train, save, infer scenario"),
     ("tools/ckpt_inspect.cpp", "inspect_checkpoint"):

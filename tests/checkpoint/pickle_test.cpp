@@ -233,6 +233,30 @@ TEST(Pickle, LossScalersRoundTrip) {
   EXPECT_NE(error_of([&] { ds_loss_scaler_value({{"dynamic", true}, {"cur_scale", 1.0}}); })
                 .find("loss scaler state has no 'cur_iter'"),
             std::string::npos);
+  // FP16_Optimizer's fields (fp16 without ZeRO): set on the current state, hysteresis refilled.
+  Value fields = Value::dict();
+  fields.set("dynamic_loss_scale", true);
+  fields.set("cur_scale", 512.0);
+  fields.set("cur_iter", 11);
+  fields.set("last_overflow_iter", 6);
+  fields.set("scale_factor", 2.0);
+  fields.set("scale_window", 5);
+  Json current = dynamic;
+  current["cur_hysteresis"] = 1;
+  const Json merged = ds_fp16_optimizer_scaler_state(fields, current, "ckpt");
+  Json want = dynamic;
+  want["cur_scale"] = 512.0;
+  want["cur_iter"] = 11;
+  want["last_overflow_iter"] = 6;
+  want["scale_window"] = 5;
+  want["cur_hysteresis"] = 2;
+  EXPECT_EQ(merged, want);
+  fields = Value::dict();
+  fields.set("dynamic_loss_scale", true);
+  fields.set("cur_scale", 512.0);
+  EXPECT_NE(error_of([&] { ds_fp16_optimizer_scaler_state(fields, dynamic, "ckpt/global_step3"); })
+                .find("ckpt/global_step3: FP16_Optimizer field 'cur_iter' is missing"),
+            std::string::npos);
 }
 
 TEST(Pickle, OnlyKeysSkipsOtherStorages) {

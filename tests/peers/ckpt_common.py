@@ -167,3 +167,19 @@ def ds_train(engine, steps):
         losses.append(total.item() / (world * ga))
         lrs.append(engine.get_lr()[0])
     return losses, lrs
+
+
+def stage0_fp32(engine):
+    """Without ZeRO, DeepSpeed's fp32 weights: the module's own (fp32), or its FP16_Optimizer's
+    fp32 flat groups cut along the groups' parameters (bf16/fp16)."""
+    names = {id(p): n for n, p in engine.module.named_parameters()}
+    opt = engine.optimizer
+    if not hasattr(opt, "fp32_groups_flat"):
+        return {n: p.detach().float().clone() for n, p in engine.module.named_parameters()}
+    out = {}
+    for params, flat in zip(opt.fp16_groups, opt.fp32_groups_flat):
+        offset = 0
+        for p in params:
+            out[names[id(p)]] = flat[offset:offset + p.numel()].view(p.shape).clone()
+            offset += p.numel()
+    return out

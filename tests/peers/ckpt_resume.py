@@ -1,13 +1,14 @@
 """Resuming across ZeroRT and DeepSpeed checkpoints (issue 14 section 3; label `peer`).
 
- - zrt2ds: zrt-train trains the MLP of ckpt_common 6 steps on 2 ranks (ZeRO 1, 2, 3; fp32 and
-   bf16), saving checkpoint-3 and checkpoint-6. The real DeepSpeed loads checkpoint-3 with its
-   own engine.load_checkpoint (module, optimizer and scheduler state) and trains steps 4-6 on the
-   same batches. Its losses and learning rates must equal zrt-train's log of steps 4-6, and
-   DeepSpeed's weights after step 6 (its zero_to_fp32 of its own checkpoint) zrt-train's
-   checkpoint-6 (the same consolidation of it).
+ - zrt2ds: zrt-train trains the MLP of ckpt_common 6 steps on 2 ranks (ZeRO 0, 1, 2, 3; fp32 and
+   bf16; in fp32 also GA 2 and CPU offload), saving checkpoint-3 and checkpoint-6. The real
+   DeepSpeed loads checkpoint-3 with its own engine.load_checkpoint (module, optimizer and
+   scheduler state) and trains steps 4-6 on the same batches. Its losses and learning rates must
+   equal zrt-train's log of steps 4-6, and DeepSpeed's weights after step 6 (its zero_to_fp32 of
+   its own checkpoint; at stage 0, which zero_to_fp32 does not read, its engine's fp32 weights)
+   zrt-train's checkpoint-6 (the same consolidation of it; at stage 0 zrt-ckpt to-fp32).
  - ds2zrt: the mirror image on the checkpoints DeepSpeed wrote (tests/data/deepspeed, made by
-   make_ds_fixtures.py: stages 1-3 on 1-4 ranks in fp32, stages 1-3 on 2 ranks in bf16):
+   make_ds_fixtures.py: stages 1-3 on 1-4 ranks in fp32, stages 0-3 on 2 ranks in fp32 and bf16):
    zrt-train --resume_from_checkpoint CASE/checkpoint-3 at the case's world size against what
    DeepSpeed itself did after its step 3 (expected.json, final.safetensors). A negative control
    resumes ds_s2_w2_bf16 with its fp32 masters rounded to bf16 (a broken restore) and must fail
@@ -47,7 +48,11 @@ def rank_main(args):
                          f"global_steps {engine.global_steps})")
     losses, lrs = cc.ds_train(engine, cc.TOTAL_STEPS - cc.SAVE_AT)
     engine.save_checkpoint(args.out)
+    weights = cc.stage0_fp32(engine) if args.stage == 0 else None
     if torch.distributed.get_rank() == 0:
+        if weights is not None:
+            from safetensors.torch import save_file
+            save_file(weights, os.path.join(args.out, "stage0_fp32.safetensors"))
         with open(os.path.join(args.out, "continued.json"), "w") as f:
             json.dump({"losses": losses, "learning_rates": lrs}, f)
 
@@ -107,9 +112,15 @@ def zrt2ds(args, tmp):
         with open(os.path.join(ds_out, "continued.json")) as f:
             ds = json.load(f)
         zrt = cc.logged(os.path.join(out, "trainer_state.json"), cc.SAVE_AT + 1)
+        final = os.path.join(out, f"checkpoint-{cc.TOTAL_STEPS}")
+        if stage == 0:
+            from safetensors.torch import load_file
+            ds_w = load_file(os.path.join(ds_out, "stage0_fp32.safetensors"))
+            zrt_w = cc.zrt_to_fp32(args.bin, final, final + ".safetensors")
+        else:
+            ds_w, zrt_w = cc.ds_to_fp32(ds_out), cc.ds_to_fp32(final)
         fails += compare(f"ZeroRT -> DeepSpeed {name}, 2 ranks", bf16,
-                         (ds["losses"], ds["learning_rates"]), zrt, cc.ds_to_fp32(ds_out),
-                         cc.ds_to_fp32(os.path.join(out, f"checkpoint-{cc.TOTAL_STEPS}")))
+                         (ds["losses"], ds["learning_rates"]), zrt, ds_w, zrt_w)
     return fails
 
 
@@ -138,8 +149,8 @@ def ds2zrt(args, tmp):
     from safetensors.torch import load_file
     fails = []
     names = sorted(n for n in os.listdir(FIXTURES) if n.startswith("ds_"))
-    if len(names) != 15:
-        return [f"expected 15 fixtures in {FIXTURES}, found {names}"]
+    if len(names) != 17:
+        return [f"expected 17 fixtures in {FIXTURES}, found {names}"]
     for name in names + ["broken"]:
         case = os.path.join(FIXTURES, BROKEN if name == "broken" else name)
         with open(os.path.join(case, "expected.json")) as f:
@@ -182,8 +193,8 @@ def main():
     parser.add_argument("--part", choices=("zrt2ds", "ds2zrt"), help="one direction only")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), help="zrt2ds in this dtype only")
     parser.add_argument("--timeout", type=float, default=240)
-    parser.add_argument("--stages", type=int, nargs="+", default=[1, 2, 3],
-                        help="zrt2ds: the ZeRO stages (default 1 2 3)")
+    parser.add_argument("--stages", type=int, nargs="+", default=[0, 1, 2, 3],
+                        help="zrt2ds: the ZeRO stages (default 0 1 2 3)")
     parser.add_argument("--no-variants", dest="variants", action="store_false",
                         help="zrt2ds: without the GA and CPU-offload cases")
     parser.add_argument("--ga", type=int, default=1, help=argparse.SUPPRESS)

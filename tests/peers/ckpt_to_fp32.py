@@ -4,10 +4,12 @@
    DeepSpeed's own consolidation of each checkpoint (deepspeed.utils.zero_to_fp32, from the
    installed package) must equal `zrt-ckpt to-fp32` of it: the same keys, dtypes, shapes and
    bytes.
- - DeepSpeed-written: the same comparison on the 15 checkpoints DeepSpeed wrote (stages 1-3 on
-   1-4 ranks in fp32, on 2 ranks in bf16; tests/data/deepspeed, made by
+ - DeepSpeed-written: the same comparison on the 15 ZeRO checkpoints DeepSpeed wrote (stages
+   1-3 on 1-4 ranks in fp32, on 2 ranks in bf16; tests/data/deepspeed, made by
    tests/peers/make_ds_fixtures.py), and against the consolidation the fixture script stored
-   (what the C++ test ZrtCkpt.DeepSpeedWrittenCheckpoint compares against).
+   (what the C++ test ZrtCkpt.DeepSpeedWrittenCheckpoint compares against). zero_to_fp32 does
+   not read DeepSpeed's two stage-0 checkpoints; there `zrt-ckpt to-fp32` must equal the fp32
+   weights DeepSpeed's engine held when it saved (the fixture's fp32.safetensors).
 
     python tests/peers/ckpt_to_fp32.py --bin build/bin
 """
@@ -49,10 +51,18 @@ def ds_written(args, tmp):
     from safetensors.torch import load_file
     fails = []
     names = sorted(n for n in os.listdir(FIXTURES) if n.startswith("ds_"))
-    if len(names) != 15:
-        return [f"expected 15 fixtures in {FIXTURES}, found {names}"]
+    if len(names) != 17:
+        return [f"expected 17 fixtures in {FIXTURES}, found {names}"]
     for name in names:
         ckpt = os.path.join(FIXTURES, name, f"checkpoint-{cc.SAVE_AT}")
+        if name.startswith("ds_s0_"):
+            why = cc.bitwise_diff(
+                cc.zrt_to_fp32(args.bin, ckpt, os.path.join(tmp, name + ".safetensors")),
+                load_file(os.path.join(FIXTURES, name, "fp32.safetensors")), f"DeepSpeed {name}")
+            fails += [why] if why else []
+            verdict = "== the fp32 weights of DeepSpeed's engine, bit for bit" if not why else why
+            print(f"ckpt_to_fp32: DeepSpeed-written {name} (no ZeRO): zrt-ckpt to-fp32 {verdict}")
+            continue
         ds = cc.ds_to_fp32(ckpt)
         whys = [w for w in (
             cc.bitwise_diff(cc.zrt_to_fp32(args.bin, ckpt, os.path.join(tmp, name + ".safetensors")), ds,

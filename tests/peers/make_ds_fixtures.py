@@ -7,12 +7,16 @@ checkpoint-3/, plus trainer_state.json written by transformers' own TrainerState
 trains on to step 6, as a run that was never interrupted; what a resume must reproduce is kept:
 
     <case>/checkpoint-3/          latest, global_step3/*.pt, trainer_state.json
-    <case>/fp32.safetensors       deepspeed.utils.zero_to_fp32 of checkpoint-3
+    <case>/fp32.safetensors       deepspeed.utils.zero_to_fp32 of checkpoint-3 (stage 0, which
+                                  zero_to_fp32 does not read: the engine's own fp32 weights,
+                                  FP16_Optimizer's fp32_groups_flat in bf16)
     <case>/final.safetensors      the same of DeepSpeed's checkpoint at step 6 (not kept)
     <case>/expected.json          losses (mean over ranks) and learning rates of steps 4-6
 
 The recovery script DeepSpeed copies into every save_dir (zero_to_torch.py in 0.19.8) is deleted:
-it is the installed package's file. Cases: ds_s{1,2,3}_w{1,2,3,4} (fp32), ds_s{1,2,3}_w2_bf16.
+it is the installed package's file. Cases: ds_s{1,2,3}_w{1,2,3,4} (fp32), ds_s{1,2,3}_w2_bf16,
+ds_s0_w2 and ds_s0_w2_bf16 (no ZeRO: the optimizer in the model states, Note [Stage 0 layouts] in
+runtime/checkpoint_state.h).
 
     .venv/bin/python tests/peers/make_ds_fixtures.py [--out tests/data/deepspeed] [--only NAME]
 """
@@ -30,7 +34,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def cases():
     out = [(f"ds_s{s}_w{w}", s, w, False) for s in (1, 2, 3) for w in (1, 2, 3, 4)]
-    return out + [(f"ds_s{s}_w2_bf16", s, 2, True) for s in (1, 2, 3)]
+    out += [(f"ds_s{s}_w2_bf16", s, 2, True) for s in (1, 2, 3)]
+    return out + [("ds_s0_w2", 0, 2, False), ("ds_s0_w2_bf16", 0, 2, True)]
+
 
 
 def trainer_state(losses, lrs, world):
@@ -54,6 +60,7 @@ def rank_main(args):
     first = cc.ds_train(engine, cc.SAVE_AT)
     ckpt = os.path.join(args.case_dir, f"checkpoint-{cc.SAVE_AT}")
     engine.save_checkpoint(ckpt)
+    at_save = cc.stage0_fp32(engine) if args.stage == 0 else None
     if rank == 0:
         trainer_state(*first, torch.distributed.get_world_size()).save_to_json(
             os.path.join(ckpt, "trainer_state.json"))
@@ -61,9 +68,10 @@ def rank_main(args):
     final = os.path.join(args.case_dir, "_final")
     engine.save_checkpoint(final)
     torch.distributed.barrier()
+    at_end = cc.stage0_fp32(engine) if args.stage == 0 else None
     if rank == 0:
-        save_file(cc.ds_to_fp32(ckpt), os.path.join(args.case_dir, "fp32.safetensors"))
-        save_file(cc.ds_to_fp32(final), os.path.join(args.case_dir, "final.safetensors"))
+        save_file(at_save or cc.ds_to_fp32(ckpt), os.path.join(args.case_dir, "fp32.safetensors"))
+        save_file(at_end or cc.ds_to_fp32(final), os.path.join(args.case_dir, "final.safetensors"))
         shutil.rmtree(final)
         for script in [n for n in os.listdir(ckpt) if n.endswith(".py")]:
             os.remove(os.path.join(ckpt, script))  # the package's recovery script

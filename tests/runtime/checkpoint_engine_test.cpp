@@ -63,6 +63,17 @@ Json config(int stage, bool bf16, int world) {
   return cfg;
 }
 
+// The model dtypes of the exact-resume test: stage 0's checkpoint layout depends on it.
+enum class Precision { kFp32, kBf16, kFp16 };
+
+Json config(int stage, Precision precision, int world) {
+  Json cfg = config(stage, precision == Precision::kBf16, world);
+  if (precision == Precision::kFp16) {
+    cfg["fp16"] = {{"enabled", true}, {"initial_scale_power", 10}, {"loss_scale_window", 2}};
+  }
+  return cfg;
+}
+
 // One optimizer step over the kSlots micro-batches of `step`; this rank's share of them.
 void train_step(Engine& engine, test::TinyStackImpl& model, int step, int rank, int world) {
   const int gas = kSlots / world;
@@ -95,15 +106,19 @@ TEST(EngineCheckpoint, ExactResumeIsBitIdentical) {
   const int n = w.size();
   const int k = 3;
   for (int stage : {0, 1, 2, 3}) {
-    for (bool bf16 : {false, true}) {
+    for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+      if (precision == Precision::kFp16 && (stage % 2 == 1 || !cpu_half_matmul_supported())) {
+        continue;  // fp16 at stages 0 and 2 (its scaler state crosses the resume; stage 0's layout)
+      }
+      const bool bf16 = precision == Precision::kBf16;
       const std::string dir = test::shared_temp_dir(w, "ckpt_resume");
       // Uninterrupted: 2k steps.
       auto model_a = std::make_shared<test::TinyStackImpl>(true);
-      auto a = make(model_a, config(stage, bf16, n), world_ptr());
+      auto a = make(model_a, config(stage, precision, n), world_ptr());
       for (int s = 0; s < 2 * k; ++s) train_step(*a, *model_a, s, w.rank(), n);
       // Interrupted: k steps, save, a fresh engine loads and trains k more.
       auto model_b = std::make_shared<test::TinyStackImpl>(true);
-      auto b = make(model_b, config(stage, bf16, n), world_ptr());
+      auto b = make(model_b, config(stage, precision, n), world_ptr());
       for (int s = 0; s < k; ++s) train_step(*b, *model_b, s, w.rank(), n);
       Value client = Value::dict();
       client.set("data_position", int64_t{k});
@@ -121,14 +136,18 @@ TEST(EngineCheckpoint, ExactResumeIsBitIdentical) {
       const at::Tensor rng_at_save = at::rand({4});
       b.reset();
       auto model_c = std::make_shared<test::TinyStackImpl>(true);
-      auto c = make(model_c, config(stage, bf16, n), world_ptr());
+      auto c = make(model_c, config(stage, precision, n), world_ptr());
       auto loaded = c->load_checkpoint(dir);
       ASSERT_TRUE(loaded.has_value());
       EXPECT_EQ(loaded->client_state.at("data_position").as_int(), k);
       EXPECT_TRUE(at::equal(at::rand({4}), rng_at_save)) << "RNG state restored";
       EXPECT_EQ(c->global_steps(), k);
       for (int s = k; s < 2 * k; ++s) train_step(*c, *model_c, s, w.rank(), n);
-      const std::string what = str("stage ", stage, bf16 ? " bf16" : " fp32", " at ", n, " ranks");
+      const std::string what = str("stage ", stage,
+                                   bf16                               ? " bf16"
+                                   : precision == Precision::kFp16 ? " fp16"
+                                                                   : " fp32",
+                                   " at ", n, " ranks");
       EXPECT_EQ(c->global_steps(), a->global_steps()) << what;
       EXPECT_EQ(c->global_samples(), a->global_samples()) << what;
       EXPECT_EQ(c->get_lr(), a->get_lr()) << what;

@@ -101,6 +101,56 @@ TEST(DistributedSampler, MatchesTorchSemantics) {
   EXPECT_NE(next.indices(), first);
 }
 
+// Weights and Adam moments of two Trainers, bit for bit (a resumed job against a straight one).
+void expect_same_training_state(torch::nn::Module& model_a, Trainer& a, torch::nn::Module& model_b,
+                                Trainer& b, int64_t steps) {
+  const auto pa = model_a.named_parameters();
+  const auto pb = model_b.named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(pa[i].value().equal(pb[i].value())) << pa[i].key() << " differs after the resume";
+  }
+  const optim::OptimizerState sa = a.engine().optimizer()->state_dict();
+  const optim::OptimizerState sb = b.engine().optimizer()->state_dict();
+  ASSERT_EQ(sa.state.size(), sb.state.size());
+  ASSERT_FALSE(sa.state.empty());
+  for (const auto& [index, psa] : sa.state) {
+    const optim::ParamState& psb = sb.state.at(index);
+    EXPECT_EQ(psa.step, psb.step) << "param " << index;
+    EXPECT_TRUE(psa.exp_avg.equal(psb.exp_avg)) << "exp_avg of param " << index;
+    EXPECT_TRUE(psa.exp_avg_sq.equal(psb.exp_avg_sq)) << "exp_avg_sq of param " << index;
+  }
+  EXPECT_EQ(sa.state.begin()->second.step, steps);
+}
+
+// The checkpoint-12 trainer_state.json of LogsEvaluatesRotatesMonitorsAndResumes: transformers'
+// keys, and the log history of the first job (steps 5 and 10) continued after the resume.
+void expect_state_json_continued(const std::string& path) {
+  std::ifstream in(path);
+  const Json state = Json::parse(in);
+  EXPECT_EQ(state["global_step"], 12);
+  EXPECT_TRUE(state["epoch"].is_number_float());
+  for (const char* key : {"best_metric", "best_model_checkpoint", "logging_steps", "eval_steps",
+                          "save_steps", "train_batch_size", "total_flos", "num_train_epochs",
+                          "max_steps", "stateful_callbacks", "best_global_step"}) {
+    EXPECT_TRUE(state.contains(key)) << key;
+  }
+  EXPECT_EQ(state["logging_steps"], 5);
+  EXPECT_EQ(state["save_steps"], 2);
+  EXPECT_EQ(state["train_batch_size"], 2);
+  EXPECT_GT(state["total_flos"].get<double>(), 0);
+  std::vector<int64_t> loss_steps;
+  for (const Json& e : state["log_history"]) {
+    if (e.contains("loss")) {
+      loss_steps.push_back(e["step"]);
+      EXPECT_TRUE(e.contains("grad_norm")) << e.dump();
+      EXPECT_TRUE(e.contains("learning_rate")) << e.dump();
+    }
+  }
+  // Steps 5 and 10 were logged by the first job, before the resume from checkpoint-10.
+  EXPECT_EQ(loss_steps, (std::vector<int64_t>{5, 10})) << state["log_history"].dump();
+}
+
 TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
   const std::string dir = test::shared_temp_dir(test::world(), "trainer_run");
   config::TrainingArguments args = tiny_args(dir);
@@ -173,52 +223,11 @@ TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
   Trainer straight(model3, straight_args, std::make_shared<TinyData>(64),
                    std::make_shared<TinyData>(20), loss_fn, opts);
   EXPECT_EQ(straight.train().global_step, 12);
-  {
-    const auto resumed_params = model2->named_parameters();
-    const auto straight_params = model3->named_parameters();
-    ASSERT_EQ(resumed_params.size(), straight_params.size());
-    for (size_t i = 0; i < resumed_params.size(); ++i) {
-      EXPECT_TRUE(resumed_params[i].value().equal(straight_params[i].value()))
-          << resumed_params[i].key() << " differs after the resume";
-    }
-    const optim::OptimizerState a = again.engine().optimizer()->state_dict();
-    const optim::OptimizerState b = straight.engine().optimizer()->state_dict();
-    ASSERT_EQ(a.state.size(), b.state.size());
-    ASSERT_FALSE(a.state.empty());
-    for (const auto& [index, sa] : a.state) {
-      const optim::ParamState& sb = b.state.at(index);
-      EXPECT_EQ(sa.step, sb.step) << "param " << index;
-      EXPECT_TRUE(sa.exp_avg.equal(sb.exp_avg)) << "exp_avg of param " << index;
-      EXPECT_TRUE(sa.exp_avg_sq.equal(sb.exp_avg_sq)) << "exp_avg_sq of param " << index;
-    }
-    EXPECT_EQ(a.state.begin()->second.step, 12);
-  }
+  expect_same_training_state(*model2, again, *model3, straight, 12);
   test::world().barrier();
   // trainer_state.json as transformers writes it, its history continued across the resume.
   if (test::world().rank() == 0) {
-    std::ifstream in(args.output_dir + "/checkpoint-12/trainer_state.json");
-    const Json state = Json::parse(in);
-    EXPECT_EQ(state["global_step"], 12);
-    EXPECT_TRUE(state["epoch"].is_number_float());
-    for (const char* key : {"best_metric", "best_model_checkpoint", "logging_steps", "eval_steps",
-                            "save_steps", "train_batch_size", "total_flos", "num_train_epochs",
-                            "max_steps", "stateful_callbacks", "best_global_step"}) {
-      EXPECT_TRUE(state.contains(key)) << key;
-    }
-    EXPECT_EQ(state["logging_steps"], 5);
-    EXPECT_EQ(state["save_steps"], 2);
-    EXPECT_EQ(state["train_batch_size"], 2);
-    EXPECT_GT(state["total_flos"].get<double>(), 0);
-    std::vector<int64_t> loss_steps;
-    for (const Json& e : state["log_history"]) {
-      if (e.contains("loss")) {
-        loss_steps.push_back(e["step"]);
-        EXPECT_TRUE(e.contains("grad_norm")) << e.dump();
-        EXPECT_TRUE(e.contains("learning_rate")) << e.dump();
-      }
-    }
-    // Steps 5 and 10 were logged by the first job, before the resume from checkpoint-10.
-    EXPECT_EQ(loss_steps, (std::vector<int64_t>{5, 10})) << state["log_history"].dump();
+    expect_state_json_continued(args.output_dir + "/checkpoint-12/trainer_state.json");
     fs::remove_all(dir);
   }
 }
