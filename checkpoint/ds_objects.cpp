@@ -35,7 +35,10 @@ Value ds_loss_scaler_value(const Json& state, at::ScalarType fp16_dtype) {
   return Value::object(kDsDynamicLossScalerClass, Value::tuple(), std::move(attrs), {}, {});
 }
 
-Json ds_loss_scaler_state(const Value& saved, const std::string& where) {
+Json ds_loss_scaler_state(const Value& saved, const std::string& where, const Json& current) {
+  if (saved.is_dict() && saved.contains("dynamic_loss_scale") && !saved.contains("dynamic")) {
+    return ds_fp16_optimizer_scaler_state(saved, current, where);
+  }
   if (saved.is_dict()) return to_json(saved);
   const bool known = saved.is_object() && (saved.as_object().type == kDsLossScalerClass ||
                                            saved.as_object().type == kDsDynamicLossScalerClass);

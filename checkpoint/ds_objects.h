@@ -27,11 +27,12 @@ constexpr const char* kDsDynamicLossScalerClass =
 // missing.
 Value ds_loss_scaler_value(const Json& state, at::ScalarType fp16_dtype = at::kHalf);
 
-// The inverse, for what a checkpoint holds under "loss_scaler": DeepSpeed's LossScaler or
-// DynamicLossScaler object, or the dict of attributes older ZeroRT checkpoints wrote. The object's
-// `dtype` (a torch dtype) is dropped; anything else is a CheckpointError naming `where` and what
-// was found.
-Json ds_loss_scaler_state(const Value& saved, const std::string& where);
+// The inverse, for what a checkpoint holds for the loss scaler: DeepSpeed's LossScaler or
+// DynamicLossScaler object, the dict of attributes older ZeroRT checkpoints wrote, or the dict of
+// FP16_Optimizer's loss-scale fields (below; the other attributes come from `current`). The
+// object's `dtype` (a torch dtype) is dropped; anything else is a CheckpointError naming `where`
+// and what was found.
+Json ds_loss_scaler_state(const Value& saved, const std::string& where, const Json& current = {});
 
 // DeepSpeed's FP16_Optimizer (fp16 without ZeRO) saves no scaler object but its loss-scale fields
 // "dynamic_loss_scale", "cur_scale", "cur_iter" and, when dynamic, "last_overflow_iter",

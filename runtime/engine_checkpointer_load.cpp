@@ -191,12 +191,9 @@ void EngineCheckpointer::load_partitioned_state(const std::string& dir, const st
     }
     loss_scaler = load_resharded(dir, optim_files, saved_stage, saved_world, model_states, ro);
   }
-  if (loss_scaler.is_dict() && loss_scaler.contains("dynamic_loss_scale") &&
-      !loss_scaler.contains("dynamic")) {
-    engine_.loss_scaler().load_state_dict(ckpt::ds_fp16_optimizer_scaler_state(
-        loss_scaler, engine_.loss_scaler().state_dict(), dir));
-  } else if (!loss_scaler.is_none()) {
-    engine_.loss_scaler().load_state_dict(ckpt::ds_loss_scaler_state(loss_scaler, dir));
+  if (!loss_scaler.is_none()) {
+    engine_.loss_scaler().load_state_dict(
+        ckpt::ds_loss_scaler_state(loss_scaler, dir, engine_.loss_scaler().state_dict()));
   }
   params_from_masters(engine_.model_states());
   restore_whole_tensors(dir, model_states);
