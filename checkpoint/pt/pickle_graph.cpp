@@ -4,7 +4,6 @@
 
 #include <ATen/ATen.h>
 
-#include "checkpoint/tensor_types.h"
 #include "core/error.h"
 
 namespace zrt::ckpt::detail {
@@ -201,8 +200,7 @@ Value Graph::expand(Node* n, int depth) {
       return Value::object("torch.storage");
     case NodeKind::kGlobal:
       // Strict mode allows torch dtypes as values (a DynamicLossScaler's dtype).
-      if (options.mode == ReadMode::kStrict &&
-          !(n->s.rfind("torch.", 0) == 0 && dtype_of_python_name(n->s.substr(6)))) {
+      if (options.mode == ReadMode::kStrict && !is_torch_dtype_global(n->s)) {
         fail(str("a bare reference to ", n->s));
       }
       return Value::object(n->s);

@@ -140,4 +140,8 @@ class Parser {
   std::unordered_map<uint64_t, Node*> memo_;
 };
 
+// "torch.float16", ...: a torch dtype of tensor_types.h as a global name (strict mode allows
+// these as values).
+bool is_torch_dtype_global(const std::string& name);
+
 }  // namespace zrt::ckpt::detail

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <optional>
 
+#include "checkpoint/ds_objects.h"
 #include "checkpoint/pt/pickle_graph.h"
 #include "checkpoint/tensor_types.h"
 #include "core/error.h"
@@ -33,13 +34,8 @@ namespace {
 //                                         DynamicLossScaler's dtype) -> an object Value naming it
 // torch.device is deliberately not allowed: state dicts do not need it and Python's weights_only
 // 1.13 refuses it too; in tolerant mode it becomes an object placeholder like any unknown global.
-bool is_torch_dtype_global(const std::string& name) {
-  return name.rfind("torch.", 0) == 0 && dtype_of_python_name(name.substr(6)).has_value();
-}
-
 bool is_plain_data_class(const std::string& name) {
-  return name == "deepspeed.runtime.fp16.loss_scaler.LossScaler" ||
-         name == "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler";
+  return name == kDsLossScalerClass || name == kDsDynamicLossScalerClass;
 }
 
 bool is_allowed_global(const std::string& name) {
@@ -55,6 +51,10 @@ bool is_allowed_global(const std::string& name) {
 }
 
 }  // namespace
+
+bool is_torch_dtype_global(const std::string& name) {
+  return name.rfind("torch.", 0) == 0 && dtype_of_python_name(name.substr(6)).has_value();
+}
 
 Node* Parser::make_global(std::string module, const std::string& name) {
   if (module == "__builtin__") module = "builtins";
