@@ -35,6 +35,28 @@ Value ds_loss_scaler_value(const Json& state, at::ScalarType fp16_dtype) {
   return Value::object(kDsDynamicLossScalerClass, Value::tuple(), std::move(attrs), {}, {});
 }
 
+Value ds_fragment_address_value(int64_t numel, int64_t start) {
+  Value attrs = Value::dict();
+  attrs.set("numel", numel);  // the dataclass's field order
+  attrs.set("start", start);
+  return Value::object(kDsFragmentAddressClass, Value::tuple(), std::move(attrs), {}, {});
+}
+
+std::pair<int64_t, int64_t> ds_fragment_address(const Value& saved, const std::string& where) {
+  const Value* attrs = nullptr;
+  if (saved.is_object() && saved.as_object().type == kDsFragmentAddressClass) {
+    attrs = &saved.as_object().state;
+  } else if (saved.is_dict()) {
+    attrs = &saved;
+  }
+  ZRT_CHECK_AS(CheckpointError,
+               attrs != nullptr && attrs->is_dict() && attrs->contains("numel") &&
+                   attrs->contains("start") && attrs->at("numel").is_int() &&
+                   attrs->at("start").is_int(),
+               where, ": expected a fragment_address (numel, start), got ", saved.repr(200));
+  return {attrs->at("numel").as_int(), attrs->at("start").as_int()};
+}
+
 Json ds_loss_scaler_state(const Value& saved, const std::string& where, const Json& current) {
   if (saved.is_dict() && saved.contains("dynamic_loss_scale") && !saved.contains("dynamic")) {
     return ds_fp16_optimizer_scaler_state(saved, current, where);

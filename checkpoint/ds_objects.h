@@ -2,11 +2,14 @@
 // so that DeepSpeed's engine.load_checkpoint takes ZeroRT's files as they are: the loss scaler of
 // the optimizer state (`deepspeed.runtime.fp16.loss_scaler.LossScaler` for a static scale,
 // `DynamicLossScaler` for fp16's dynamic one), an instance whose attributes are DeepSpeed's.
-// Reading them never runs DeepSpeed: the strict unpickler knows these two classes as plain data
+// The fragment addresses of ZeRO-1/2's param_slice_mappings are DeepSpeed's dataclass too.
+// Reading them never runs DeepSpeed: the strict unpickler knows these classes as plain data
 // (pt/unpickle_globals.cpp).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
 
 #include <c10/core/ScalarType.h>
 
@@ -18,6 +21,16 @@ namespace zrt::ckpt {
 constexpr const char* kDsLossScalerClass = "deepspeed.runtime.fp16.loss_scaler.LossScaler";
 constexpr const char* kDsDynamicLossScalerClass =
     "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler";
+// The dataclass locating a parameter's fragment in a ZeRO-1/2 rank's fp32 partition
+// (optimizer_state_dict.param_slice_mappings), which DeepSpeed's ds_to_universal reads as
+// `.start` / `.numel`.
+constexpr const char* kDsFragmentAddressClass = "deepspeed.utils.tensor_fragment.fragment_address";
+
+// fragment_address(numel, start) as DeepSpeed pickles it.
+Value ds_fragment_address_value(int64_t numel, int64_t start);
+// (numel, start) of a fragment address: DeepSpeed's object or the dict older ZeroRT files hold.
+// CheckpointError naming `where` for anything else.
+std::pair<int64_t, int64_t> ds_fragment_address(const Value& saved, const std::string& where);
 
 // ZeroRT's loss-scaler state (optim::LossScaler::state_dict: "cur_scale", "dynamic", and for a
 // dynamic scaler "cur_iter", "last_overflow_iter", "scale_factor", "scale_window", "min_scale",

@@ -95,9 +95,10 @@ std::string tag_path(const std::string& save_dir, const std::string& tag) {
   return join_path(save_dir, tag);
 }
 
-std::optional<std::string> read_latest(const std::string& save_dir, Storage* storage) {
+std::optional<std::string> read_latest(const std::string& save_dir, Storage* storage,
+                                       const char* file) {
   Storage& s = storage ? *storage : default_storage();
-  const std::string path = join_path(save_dir, kLatestFile);
+  const std::string path = join_path(save_dir, file);
   if (!s.exists(path)) return std::nullopt;
   std::string text = s.read_file(path, kMaxLatestBytes);
   if (!text.empty() && text.back() == '\n') text.pop_back();

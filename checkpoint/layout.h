@@ -41,7 +41,9 @@ void validate_file_name(const std::string& name);
 // The tag named by save_dir/latest: nullopt when the file does not exist; CheckpointError when it
 // is not a regular file, larger than 4 KiB, more than one line (one trailing newline is accepted)
 // or not a valid tag.
-std::optional<std::string> read_latest(const std::string& save_dir, Storage* storage = nullptr);
+// `file` names another file of that form (universal.h's latest_universal).
+std::optional<std::string> read_latest(const std::string& save_dir, Storage* storage = nullptr,
+                                       const char* file = kLatestFile);
 
 // HF Trainer resume (spec §3.7): the entries of `checkpoint_path` matching global_step*, sorted as
 // Python's sorted(glob(...)) sorts them (byte order of the full paths).

@@ -1,5 +1,8 @@
 #include "checkpoint/reshard.h"
 
+#include <map>
+#include <memory>
+
 #include <limits>
 
 #include "core/error.h"
@@ -136,6 +139,60 @@ void fill_partition(PartitionLayout layout, const NamedShapes& params, int rank,
     copy(name, n, ShardInfo{0, n}, ShardInfo{rank * pn, pn}, base);
     base += pn;
   }
+}
+
+RangeReader whole_from_partitions(PartitionLayout layout, const NamedShapes& params,
+                                  int world_size, PartReader part, const std::string& context) {
+  // Where each parameter lies: kFlat its offset in the group; kPerParam its offset in every
+  // rank's partition (the pieces before it are pn-sized each).
+  struct Where {
+    int64_t offset = 0;
+    int64_t numel = 0;
+  };
+  auto where = std::make_shared<std::map<std::string, Where>>();
+  int64_t offset = 0;
+  for (const auto& [name, shape] : params) {
+    const int64_t n = shape_numel(shape);
+    (*where)[name] = Where{offset, n};
+    offset += layout == PartitionLayout::kFlat ? n : param_partition_size(n, world_size);
+  }
+  const int64_t total = group_numel(params);
+  return [=](const std::string& name, int64_t numel, ShardInfo range) -> at::Tensor {
+    const auto it = where->find(name);
+    ZRT_CHECK_AS(CheckpointError, it != where->end(), context, ": no parameter '", name,
+                 "' in the group");
+    const Where w = it->second;
+    ZRT_CHECK_AS(CheckpointError,
+                 numel == w.numel && range.offset >= 0 && range.size >= 0 &&
+                     range.offset + range.size <= w.numel,
+                 context, ": parameter '", name, "' of ", w.numel, " elements: asked for ",
+                 range.size, " elements at ", range.offset, " of ", numel);
+    std::vector<at::Tensor> pieces;
+    for (int r = 0; r < world_size; ++r) {
+      // `held`: rank r's elements in the parameter's coordinates; `start`: where they begin in
+      // its partition.
+      ShardInfo held;
+      int64_t start = 0;
+      if (layout == PartitionLayout::kFlat) {
+        const ShardInfo p = make_flat_partition(total, world_size).partition(r);
+        held = ShardInfo{p.offset - w.offset, p.size};
+        start = 0;
+      } else {
+        held = param_shard(w.numel, r, world_size);
+        start = w.offset;
+      }
+      const ShardInfo overlap = intersect(range, held);
+      if (overlap.empty()) continue;
+      at::Tensor t = part(r, start + overlap.offset - held.offset, overlap.size);
+      ZRT_CHECK_AS(CheckpointError, t.defined() && t.numel() == overlap.size, context,
+                   ": parameter '", name, "': rank ", r, "'s partition gave ",
+                   t.defined() ? t.numel() : 0, " elements for ", overlap.size);
+      pieces.push_back(t.reshape({-1}));
+    }
+    if (pieces.size() == 1) return pieces.front();
+    if (pieces.empty()) return at::empty({0});
+    return at::cat(pieces);
+  };
 }
 
 at::Tensor partition_from_whole(PartitionLayout layout, const NamedShapes& params, int rank,

@@ -82,6 +82,18 @@ using RangeReader =
 void fill_partition(PartitionLayout layout, const NamedShapes& params, int rank, int world_size,
                     const RangeReader& read, at::Tensor& partition, const std::string& context);
 
+// Elements [offset, offset + count) of rank `rank`'s 1-D partition of the group, any dtype.
+using PartReader = std::function<at::Tensor(int rank, int64_t offset, int64_t count)>;
+
+// The inverse of fill_partition: a RangeReader of the group's whole parameters that asks `part`
+// only for the requested elements, rank by rank (each parameter's range may span several ranks),
+// so that no partition need ever be read whole (e.g. ranged reads of every rank's file). For
+// kFlat, lean and padded partitions have the same coordinates (the padding is at the end). The
+// reader throws CheckpointError naming `context` for a parameter not in `params`, a range outside
+// it, or a part of the wrong size.
+RangeReader whole_from_partitions(PartitionLayout layout, const NamedShapes& params,
+                                  int world_size, PartReader part, const std::string& context);
+
 // This rank's partition ← whole tensors (the inverse of merge_partitions): `whole(name)` returns
 // parameter `name`'s whole tensor (any shape with the right number of elements, any dtype).
 // Returns a new 1-D `dtype` tensor of rank_partition(...).partition_numel elements, its padding

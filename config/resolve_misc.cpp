@@ -37,10 +37,7 @@ void resolve_checkpoint(const Json& root, Diagnostics& diag, ckpt::CheckpointOpt
     }
   }
   if (auto v = r.get_bool("use_node_local_storage")) out.use_node_local_storage = *v;
-  if (auto v = r.get_bool("load_universal")) {
-    out.load_universal = *v;
-    if (*v) r.error("load_universal", "loading universal checkpoints is not supported by ZeroRT");
-  }
+  if (auto v = r.get_bool("load_universal")) out.load_universal = *v;
   if (const Json* pw = r.get_object("parallel_write")) {
     SectionReader w(*pw, "checkpoint.parallel_write", diag);
     w.check_unknown_keys(keys::kCheckpointParallelWrite, /*strict=*/true);

@@ -3,6 +3,7 @@
 #include <functional>
 
 #include "checkpoint/ds_objects.h"
+#include "checkpoint/zero_folder.h"
 #include "core/error.h"
 
 namespace zrt::runtime {
@@ -296,18 +297,9 @@ FlatSources read_flat_sources(int zero_stage, int world_size, const std::vector<
 // ---- whole-parameter reassembly --------------------------------------------------------------
 
 ParamShapes read_param_shapes(const ValueView& model_states) {
-  ParamShapes shapes;
-  const ValueView groups = model_states["param_shapes"];
-  for (size_t g = 0; g < groups.length(); ++g) {
-    std::vector<std::pair<std::string, std::vector<int64_t>>> group;
-    const ValueView dict = groups.at(g);
-    for (const auto& [key, value] : dict.as_dict()) {
-      group.emplace_back(key.as_str(), ValueView(value, "", dict.where()).as_shape());
-    }
-    shapes.push_back(std::move(group));
-  }
-  return shapes;
+  return ckpt::param_shapes_of(model_states);
 }
+
 
 FullState reassemble_full_state(int zero_stage, int world_size, const ParamShapes& shapes,
                                 const std::vector<Value>& optim_files,

@@ -204,10 +204,7 @@ Value EngineCheckpointer::optim_states_value() {
         const ShardInfo frag = intersect(mine, ShardInfo{offset, numel});
         offset += numel;
         if (frag.size == 0) continue;
-        Value address = Value::dict();
-        address.set("numel", frag.size);
-        address.set("start", frag.offset - mine.offset);
-        map.set(name, std::move(address));
+        map.set(name, ckpt::ds_fragment_address_value(frag.size, frag.offset - mine.offset));
       }
       mappings.push_back(std::move(map));
     }

@@ -20,6 +20,7 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/pt/unpickler.h"
+#include "checkpoint/universal.h"
 #include "checkpoint/value.h"
 #include "runtime/engine.h"
 
@@ -67,6 +68,19 @@ class EngineCheckpointer {
                              int saved_stage, int saved_world, const ckpt::Value& model_states,
                              const ckpt::ReadOptions& read_options);
   void restore_whole_tensors(const std::string& dir, const ckpt::Value& model_states);
+  // "checkpoint": {"load_universal": true}: the tag latest_universal names (Note [Universal
+  // checkpoints], checkpoint/universal.h), each rank reading only its partitions' ranges.
+  std::optional<LoadedCheckpoint> load_universal(const std::string& load_dir,
+                                                 const std::optional<std::string>& tag,
+                                                 const LoadCheckpointOptions& options);
+  void load_universal_weights(const ckpt::UniversalFolder& folder, const ckpt::Value& model_states,
+                              bool strict);
+  void load_universal_state(const ckpt::UniversalFolder& folder, const ckpt::Value& model_states);
+  // What every load ends with: counters, scheduler, the RNG (`rng_file` when not empty), the
+  // client state (the model states' other keys), a barrier.
+  std::optional<LoadedCheckpoint> finish_load(const std::string& dir, const ckpt::Value& model_states,
+                                              const LoadCheckpointOptions& options,
+                                              bool module_only, const std::string& rng_file);
   // This rank's partition of group `group`, `dtype`, from whole tensors by name.
   at::Tensor my_partition(int group, const std::function<at::Tensor(const std::string&)>& full,
                           at::ScalarType dtype) const;

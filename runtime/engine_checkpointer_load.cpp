@@ -18,6 +18,8 @@
 #include "checkpoint/reshard.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/storage.h"
+#include "checkpoint/universal.h"
+#include "checkpoint/zero_folder.h"
 #include "checkpoint/value_view.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -56,6 +58,36 @@ std::string find_optim_file(const ckpt::Manifest& manifest, int rank, bool bf16)
   ZRT_LOG_WARN("loading ", bf16 ? "fp16/fp32" : "bf16", " zero checkpoint ", other, " into a ",
                bf16 ? "bf16" : "non-bf16", " engine");
   return other;
+}
+
+// Whether the universal checkpoint has optimizer state (`moment`) for group `gp`: a file of any
+// of its parameters says so, and then every parameter must have it.
+bool universal_group_stepped(const ckpt::UniversalFolder& folder, const GroupPartition& gp,
+                             const char* moment) {
+  for (const auto& [name, shape] : gp.params) {
+    if (folder.has(name, moment)) return true;
+  }
+  return false;
+}
+
+// Every rank checks every file of every group before any is read, so that all fail alike (a rank
+// that alone missed a file of its partition would leave the others waiting in a collective).
+void check_universal_complete(const ckpt::UniversalFolder& folder,
+                              const std::vector<GroupPartition>& groups, bool sgd) {
+  const char* moment = sgd ? "momentum_buffer" : ckpt::kExpAvgState;
+  for (const GroupPartition& gp : groups) {
+    const bool stepped = universal_group_stepped(folder, gp, moment);
+    for (const auto& [name, shape] : gp.params) {
+      std::vector<const char*> states = {ckpt::kFp32State};
+      if (stepped && sgd) states.push_back("momentum_buffer");
+      if (stepped && !sgd) states.insert(states.end(), {ckpt::kExpAvgState, ckpt::kExpAvgSqState});
+      for (const char* which : states) {
+        ZRT_CHECK_AS(CheckpointError, folder.has(name, which),
+                     ckpt::universal_state_path(folder.folder(), name, which),
+                     ": missing (the universal checkpoint has no ", which, " for '", name, "')");
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -312,6 +344,7 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::load(const std::string& load
   ZRT_CHECK(
       !CheckpointAccess(engine_).backward_pending(),
       "load_checkpoint() between backward() and step(): load before training or after step()");
+  if (engine_.config().checkpoint.load_universal) return load_universal(load_dir, tag_arg, options);
   comm::Comm& comm = engine_.comm();
   ckpt::Storage& storage = CheckpointAccess(engine_).storage();
   std::optional<std::string> tag = tag_arg;
@@ -342,12 +375,135 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::load(const std::string& load
   const std::string model_file =
       saved_stage == 3 ? ckpt::zero3_model_states_name(same ? rank : 0) : ckpt::model_states_name();
   const Value ms = ckpt::load_pt(ckpt::join_path(dir, model_file), read_options);
-  const ValueView msv(ms, model_file);
   if (module_only || !options.load_optimizer_states) {
     load_module_weights(dir, *tag, ms, saved_stage, options.load_module_strict);
   } else {
     load_partitioned_state(dir, *tag, saved_stage, saved_world, ms);
   }
+  const std::string rng_name = ckpt::rng_state_name(rank);
+  const bool rng = saved_world == comm.size() && manifest.find(rng_name) != nullptr;
+  return finish_load(dir, ms, options, module_only, rng ? rng_name : std::string());
+}
+
+std::optional<LoadedCheckpoint> EngineCheckpointer::load_universal(
+    const std::string& load_dir, const std::optional<std::string>& tag_arg,
+    const LoadCheckpointOptions& options) {
+  std::optional<std::string> tag = tag_arg;
+  if (!tag) {
+    tag = ckpt::read_latest(load_dir, &CheckpointAccess(engine_).storage(),
+                            ckpt::kLatestUniversalFile);
+  }
+  if (!tag) {
+    ZRT_LOG_WARN("Unable to find latest_universal file at ", load_dir,
+                 ": load_universal needs a universal checkpoint (zrt-ckpt to-universal or "
+                 "DeepSpeed's ds_to_universal) or an explicit tag");
+    return std::nullopt;
+  }
+  const std::string dir = ckpt::tag_path(load_dir, *tag);
+  const ckpt::UniversalFolder folder(dir);
+  ckpt::ReadOptions ro;
+  ro.mode = ckpt::ReadMode::kTolerant;  // the model states may be DeepSpeed's
+  const Value ms = ckpt::load_pt(ckpt::join_path(dir, folder.model_states_file()), ro);
+  const bool module_only = options.load_module_only || engine_.optimizer() == nullptr;
+  if (module_only || !options.load_optimizer_states) {
+    load_universal_weights(folder, ms, options.load_module_strict);
+  } else {
+    load_universal_state(folder, ms);
+  }
+  return finish_load(dir, ms, options, module_only, std::string());
+}
+
+void EngineCheckpointer::load_universal_weights(const ckpt::UniversalFolder& folder,
+                                                const Value& ms, bool strict) {
+  // Buffers and frozen parameters from the model states (a stage-3 file's module holds empty
+  // trainable tensors), the trainable parameters' fp32 masters from zero/.
+  std::unordered_map<std::string, at::Tensor> full;
+  for (const auto& [key, value] : ValueView(ms, folder.model_states_file())["module"].as_dict()) {
+    if (key.is_str() && value.is_tensor() && value.as_tensor().numel() > 0) {
+      full.emplace(key.as_str(), value.as_tensor());
+    }
+  }
+  const ckpt::RangeReader read = folder.reader(ckpt::kFp32State);
+  for (const GroupPartition& g : engine_.model_states().group_partitions()) {
+    for (const auto& [name, shape] : g.params) {
+      if (!folder.has(name, ckpt::kFp32State)) continue;
+      const int64_t n = ckpt::shape_numel(shape);
+      full[name] = read(name, n, ShardInfo{0, n}).view(shape);
+    }
+  }
+  assign_module_weights(full, strict, folder.folder());
+}
+
+void EngineCheckpointer::load_universal_state(const ckpt::UniversalFolder& folder,
+                                              const Value& ms) {
+  at::NoGradGuard no_grad;
+  const std::string where = ckpt::join_path(folder.folder(), "zero/optimizer_state.pt");
+  const ValueView osd(folder.optimizer_state(), where);
+  // The groups' hyper-parameters, parsed as a torch optimizer state dict without state.
+  Value groups = Value::dict();
+  groups.set("state", Value::dict());
+  groups.set("param_groups", osd["param_groups"].value());
+  if (osd.contains("optimizer_state_dict") && osd["optimizer_state_dict"].contains("zrt_optimizer")) {
+    groups.set("zrt_optimizer", osd["optimizer_state_dict"]["zrt_optimizer"].value());
+  }
+  const optim::OptimizerState saved = optimizer_state_from_value(ValueView(groups, where));
+  const std::vector<GroupPartition> mine = engine_.model_states().group_partitions();
+  ZRT_CHECK_AS(CheckpointError, saved.param_groups.size() == mine.size(), where,
+               ": the checkpoint has ", saved.param_groups.size(), " parameter groups, the engine ",
+               mine.size());
+  auto& targets = engine_.model_states().targets();
+  const bool sgd = saved.optimizer == "SGD";
+  const char* moment = sgd ? "momentum_buffer" : ckpt::kExpAvgState;
+  check_universal_complete(folder, mine, sgd);
+  optim::OptimizerState state;
+  state.optimizer = saved.optimizer;
+  for (size_t g = 0; g < mine.size(); ++g) {
+    const GroupPartition& gp = mine[g];
+    // This rank's partition of the group's `which`, by ranged reads of each parameter's file.
+    auto partition = [&](const char* which) {
+      at::Tensor part = at::zeros({targets[g].master.numel()}, at::TensorOptions().dtype(at::kFloat));
+      ckpt::fill_partition(gp.layout, gp.params, gp.rank, gp.world_size, folder.reader(which),
+                           part, folder.folder());
+      return part;
+    };
+    targets[g].master.copy_(partition(ckpt::kFp32State));
+    const std::string& first = gp.params.front().first;
+    if (universal_group_stepped(folder, gp, moment)) {
+      const std::optional<int64_t> step = folder.step(first, g);
+      ZRT_CHECK_AS(CheckpointError, step.has_value(), folder.folder(), ": group ", g,
+                   " has optimizer state but no step (zero/", first, "/step.pt)");
+      optim::ParamState ps;
+      ps.step = *step;
+      if (sgd) {
+        ps.momentum_buffer = partition("momentum_buffer");
+      } else {
+        ps.exp_avg = partition(ckpt::kExpAvgState);
+        ps.exp_avg_sq = partition(ckpt::kExpAvgSqState);
+      }
+      state.state[static_cast<int64_t>(g)] = std::move(ps);
+    }
+    optim::ParamGroupState hyper = saved.param_groups[g];
+    hyper.params = {static_cast<int64_t>(g)};
+    state.param_groups.push_back(hyper);
+  }
+  engine_.optimizer()->load_state_dict(state);
+  if (osd.contains("loss_scaler") && !osd["loss_scaler"].value().is_none()) {
+    engine_.loss_scaler().load_state_dict(ckpt::ds_loss_scaler_state(
+        osd["loss_scaler"].value(), where, engine_.loss_scaler().state_dict()));
+  }
+  params_from_masters(engine_.model_states());
+  restore_whole_tensors(folder.folder(), ms);
+  ZRT_LOG_INFO("loaded universal checkpoint ", folder.folder(), " into stage ",
+               engine_.zero_stage(), " x ", engine_.comm().size(), " ranks");
+}
+
+std::optional<LoadedCheckpoint> EngineCheckpointer::finish_load(const std::string& dir,
+                                                                const Value& ms,
+                                                                const LoadCheckpointOptions& options,
+                                                                bool module_only,
+                                                                const std::string& rng_file) {
+  comm::Comm& comm = engine_.comm();
+  const ValueView msv(ms, dir);
   bool scheduler_loaded = false;
   if (!module_only) {
     const int64_t steps = msv["global_steps"].as_int();
@@ -361,12 +517,11 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::load(const std::string& load
       CheckpointAccess(engine_).load_lr_scheduler_state(ckpt::to_json(msv["lr_scheduler"].value()));
       scheduler_loaded = true;
     }
-    const std::string rng_name = ckpt::rng_state_name(rank);
-    if (saved_world == comm.size() && manifest.find(rng_name) != nullptr) {
-      const Value rng = ckpt::load_pt(ckpt::join_path(dir, rng_name));
+    if (!rng_file.empty()) {
+      const Value rng = ckpt::load_pt(ckpt::join_path(dir, rng_file));
       at::Generator gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(ValueView(rng, rng_name)["cpu_rng_state"].as_tensor());
+      gen.set_state(ValueView(rng, rng_file)["cpu_rng_state"].as_tensor());
     }
   }
   LoadedCheckpoint loaded;

@@ -3,6 +3,7 @@
 //   zrt-ckpt inspect DIR [--tag T] [--json]
 //   zrt-ckpt verify DIR [--tag T] [--allow_no_manifest]
 //   zrt-ckpt to-fp32 DIR OUT [--tag T] [--safetensors] [--exclude_frozen_parameters]
+//   zrt-ckpt to-universal DIR OUT [--tag T]
 //   zrt-ckpt --help, zrt-ckpt help, zrt-ckpt SUBCOMMAND --help
 //
 // Options are parsed with cxxopts, like the other zrt-* tools' (a path starting with '-' goes
@@ -22,6 +23,7 @@
 #include "checkpoint/pt/pt_file.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/storage.h"
+#include "checkpoint/universal.h"
 #include "core/error.h"
 #include "core/strings.h"
 #include "core/tool_main.h"
@@ -87,6 +89,17 @@ const Command kToFp32 = {
      {"exclude_frozen_parameters,exclude-frozen-parameters", nullptr,
       "leave out the parameters with requires_grad false"}}};
 
+const Command kToUniversal = {
+    "to-universal",
+    {"DIR", "OUT"},
+    "DIR OUT [--tag T]",
+    "Writes DeepSpeed's universal checkpoint of a ZeRO stage 1-3 checkpoint (what DeepSpeed's\n"
+    "ds_to_universal writes: zero/<param>/{fp32,exp_avg,exp_avg_sq,step}.pt, zero/optimizer_state.pt\n"
+    "and the model states) into the new folder OUT, one parameter at a time, and names it in\n"
+    "OUT's parent's latest_universal. Load it with \"checkpoint\": {\"load_universal\": true}, in\n"
+    "ZeroRT or DeepSpeed, at any world size. OUT is usually DIR/global_stepN_universal.",
+    {kTagFlag}};
+
 const char kDirNote[] =
     "DIR is a save_dir with a 'latest' file (e.g. an HF checkpoint-N folder) or a tag folder.\n";
 
@@ -94,9 +107,10 @@ std::string usage() {
   std::string text = "usage: zrt-ckpt <subcommand> ...\n       zrt-ckpt <subcommand> --help\n";
   text += "  inspect   what a checkpoint holds\n"
           "  verify    check a checkpoint for damage and consistency\n"
-          "  to-fp32   consolidate into one fp32 state dict (.pt or .safetensors)\n";
+          "  to-fp32   consolidate into one fp32 state dict (.pt or .safetensors)\n"
+          "  to-universal  write DeepSpeed's universal checkpoint (any world size loads it)\n";
   text += kDirNote;
-  for (const Command* c : {&kInspect, &kVerify, &kToFp32}) {
+  for (const Command* c : {&kInspect, &kVerify, &kToFp32, &kToUniversal}) {
     text += zrt::str("\nusage: zrt-ckpt ", c->name, " ", c->synopsis, "\n", c->about, "\n");
   }
   return text;
@@ -262,13 +276,9 @@ std::string output_path(const std::string& out, bool safetensors) {
   return out;
 }
 
-int run_to_fp32(const Args& args) {
-  const Parsed p = parse_args(kToFp32, args);
-  if (p.help) return 0;
-  const bool safetensors =
-      p.flag("safetensors") || zrt::ends_with(p.positional[1], ".safetensors");
-  const std::string out = output_path(p.positional[1], safetensors);
-  const CheckpointLocation loc = zrt::tools::locate_checkpoint(p.positional[0], tag_option(p));
+// Checks a ZeroRT tag against its manifest (sizes and CRC-32) before converting it; a tag without
+// one (DeepSpeed's) is read as it is, with a note.
+void check_before_converting(const CheckpointLocation& loc) {
   zrt::ckpt::PosixStorage storage;
   if (storage.exists(zrt::ckpt::join_path(loc.tag_dir, zrt::ckpt::kManifestFile))) {
     zrt::ckpt::verify_tag(loc.save_dir, loc.tag, zrt::ckpt::VerifyLevel::kChecksums);
@@ -278,6 +288,16 @@ int run_to_fp32(const Args& args) {
                  "its files are read without a completeness check\n",
                  loc.tag_dir.c_str(), zrt::ckpt::kManifestFile);
   }
+}
+
+int run_to_fp32(const Args& args) {
+  const Parsed p = parse_args(kToFp32, args);
+  if (p.help) return 0;
+  const bool safetensors =
+      p.flag("safetensors") || zrt::ends_with(p.positional[1], ".safetensors");
+  const std::string out = output_path(p.positional[1], safetensors);
+  const CheckpointLocation loc = zrt::tools::locate_checkpoint(p.positional[0], tag_option(p));
+  check_before_converting(loc);
   zrt::ckpt::ConsolidateOptions options;
   options.exclude_frozen_parameters = p.flag("exclude_frozen_parameters");
   const zrt::ckpt::NamedTensors tensors =
@@ -294,10 +314,31 @@ int run_to_fp32(const Args& args) {
   return 0;
 }
 
+int run_to_universal(const Args& args) {
+  const Parsed p = parse_args(kToUniversal, args);
+  if (p.help) return 0;
+  const std::string& out = p.positional[1];
+  if (!is_dir(zrt::ckpt::parent_dir(out))) {
+    throw zrt::Error(zrt::str(out, ": the output folder's parent does not exist"));
+  }
+  const CheckpointLocation loc = zrt::tools::locate_checkpoint(p.positional[0], tag_option(p));
+  check_before_converting(loc);
+  const zrt::ckpt::UniversalWriteStats stats = zrt::ckpt::write_universal(loc.tag_dir, out);
+  std::printf("wrote %s (universal checkpoint): %lld parameters, %lld files, %s, from %s\n",
+              out.c_str(), static_cast<long long>(stats.params),
+              static_cast<long long>(stats.files), zrt::tools::format_bytes(stats.bytes).c_str(),
+              loc.tag_dir.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return zrt::run_subcommand_tool(
       "zrt-ckpt", argc, argv,
-      {{"inspect", run_inspect}, {"verify", run_verify}, {"to-fp32", run_to_fp32}}, usage());
+      {{"inspect", run_inspect},
+       {"verify", run_verify},
+       {"to-fp32", run_to_fp32},
+       {"to-universal", run_to_universal}},
+      usage());
 }

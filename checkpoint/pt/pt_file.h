@@ -6,6 +6,9 @@
 #pragma once
 
 #include <string>
+#include <unordered_map>
+
+#include <ATen/ATen.h>
 
 #include "checkpoint/io.h"
 #include "checkpoint/storage.h"
@@ -25,5 +28,28 @@ FileInfo save_pt(const Value& value, const std::string& path, Storage* storage =
 Value read_pt(const ByteSource& source, const ReadOptions& options = {});
 Value load_pt(const std::string& path, const ReadOptions& options = {});
 Value read_pt_bytes(std::string bytes, std::string name, const ReadOptions& options = {});
+
+// A torch.save file opened for ranged reads: value() is the file's value with every tensor on the
+// meta device (dtype, shape, strides; no data read), and read() fetches a tensor's elements from
+// the file on demand, so that a reader takes only the parts it needs (one rank's partition of a
+// whole parameter, one parameter's share of a rank's flat group). Ranged reads cannot verify the
+// records' CRC-32; the zip and pickle structure is checked as read_pt checks it.
+class PtIndex {
+ public:
+  explicit PtIndex(const std::string& path, ReadOptions options = {});
+  const Value& value() const { return value_; }
+  const std::string& path() const { return source_.name(); }
+  // Elements [start, start + count) of `meta` (a contiguous tensor of value(), any shape, in its
+  // flattened order) as a new 1-D CPU tensor. Throws CheckpointError for a tensor of another file
+  // or a range outside it.
+  at::Tensor read(const at::Tensor& meta, int64_t start, int64_t count) const;
+  // The whole tensor, its shape and dtype.
+  at::Tensor read(const at::Tensor& meta) const;
+
+ private:
+  FileSource source_;
+  Value value_;
+  std::unordered_map<const c10::StorageImpl*, uint64_t> offsets_;  // storage -> data offset
+};
 
 }  // namespace zrt::ckpt

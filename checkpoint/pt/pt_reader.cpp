@@ -1,3 +1,5 @@
+#include <functional>
+
 #include <ATen/ATen.h>
 
 #include "checkpoint/pt/pt_file.h"
@@ -7,7 +9,12 @@
 
 namespace zrt::ckpt {
 
-Value read_pt(const ByteSource& source, const ReadOptions& options) {
+namespace {
+
+// Reads the archive of `source`; `located(tensor, data_offset)` is told where each storage's
+// bytes start in the file (the storage tensor is on the meta device when options.meta_tensors).
+Value read_archive(const ByteSource& source, const ReadOptions& options,
+                   const std::function<void(const at::Tensor&, uint64_t)>& located) {
   const std::string& file = source.name();
   ZipReader zip(source, options.max_zip_entries);
 
@@ -58,7 +65,11 @@ Value read_pt(const ByteSource& source, const ReadOptions& options) {
     ZRT_CHECK_AS(CheckpointError, e->size == nbytes, file, ": storage record '", name, "' has ",
                  e->size, " bytes but the pickle declares ", numel, " ", c10::toString(dtype),
                  " elements (", nbytes, " bytes)");
-    if (options.meta_tensors) return at::empty({numel}, at::TensorOptions().dtype(dtype).device(at::kMeta));
+    if (options.meta_tensors) {
+      at::Tensor meta = at::empty({numel}, at::TensorOptions().dtype(dtype).device(at::kMeta));
+      if (located) located(meta, e->data_offset);
+      return meta;
+    }
     at::Tensor t = at::empty({numel}, at::TensorOptions().dtype(dtype));
     zip.read(*e, t.data_ptr(), options.verify_crc);
     if (dtype == at::kBool) {
@@ -71,6 +82,55 @@ Value read_pt(const ByteSource& source, const ReadOptions& options) {
     return t;
   };
   return unpickle(pickle, loader, options, file);
+}
+
+}  // namespace
+
+Value read_pt(const ByteSource& source, const ReadOptions& options) {
+  return read_archive(source, options, nullptr);
+}
+
+PtIndex::PtIndex(const std::string& path, ReadOptions options) : source_(path) {
+  options.meta_tensors = true;
+  value_ = read_archive(source_, options, [&](const at::Tensor& storage, uint64_t offset) {
+    offsets_[storage.storage().unsafeGetStorageImpl()] = offset;
+  });
+}
+
+at::Tensor PtIndex::read(const at::Tensor& meta, int64_t start, int64_t count) const {
+  const auto it = offsets_.find(meta.storage().unsafeGetStorageImpl());
+  ZRT_CHECK_AS(CheckpointError, it != offsets_.end(), source_.name(),
+               ": the tensor is not one of this file's");
+  ZRT_CHECK_AS(CheckpointError, meta.is_contiguous(), source_.name(),
+               ": a ranged read of a non-contiguous tensor");
+  ZRT_CHECK_AS(CheckpointError, start >= 0 && count >= 0 && start + count <= meta.numel(),
+               source_.name(), ": elements [", start, ", ", start + count,
+               ") of a tensor of ", meta.numel());
+  at::Tensor out = at::empty({count}, at::TensorOptions().dtype(meta.scalar_type()));
+  const uint64_t item = dtype_itemsize(meta.scalar_type());
+  // The storage record's bounds were checked against the pickle when the file was indexed.
+  source_.read_at(it->second + static_cast<uint64_t>(meta.storage_offset() + start) * item,
+                  out.data_ptr(), static_cast<size_t>(count) * item);
+  if (meta.scalar_type() == at::kBool) {
+    const auto* b = static_cast<const uint8_t*>(out.data_ptr());
+    for (int64_t i = 0; i < count; ++i) {
+      ZRT_CHECK_AS(CheckpointError, b[i] <= 1, source_.name(), ": a bool tensor holds the byte ",
+                   int(b[i]));
+    }
+  }
+  return out;
+}
+
+at::Tensor PtIndex::read(const at::Tensor& meta) const {
+  if (meta.is_contiguous()) return read(meta, 0, meta.numel()).view(meta.sizes());
+  // A strided view: read the span of its storage it covers, then take the view.
+  int64_t span = 1;
+  for (int64_t d = 0; d < meta.dim(); ++d) {
+    if (meta.size(d) == 0) return at::empty(meta.sizes(), meta.options().device(at::kCPU));
+    span += (meta.size(d) - 1) * meta.stride(d);
+  }
+  const at::Tensor base = meta.as_strided({span}, {1}, meta.storage_offset());
+  return read(base, 0, span).as_strided(meta.sizes(), meta.strides(), 0).contiguous();
 }
 
 Value load_pt(const std::string& path, const ReadOptions& options) {

@@ -26,16 +26,18 @@ namespace {
 //   collections.OrderedDict()             -> an ordered dict (BUILD state, e.g. _metadata, dropped)
 //   torch.Size((d0, ...))                 -> torch.Size
 //   torch.<T>Storage for the dtypes of tensor_types.h, only inside a persistent id
-//   deepspeed.runtime.fp16.loss_scaler.LossScaler / DynamicLossScaler, only as NEWOBJ with no
+//   deepspeed.runtime.fp16.loss_scaler.LossScaler / DynamicLossScaler and
+//   deepspeed.utils.tensor_fragment.fragment_address, only as NEWOBJ with no
 //                                         arguments and a dict BUILD state (how DeepSpeed, and
-//                                         ZeroRT, pickle the loss scaler) -> an object Value of
+//                                         ZeroRT, pickle them) -> an object Value of
 //                                         its attributes; nothing of DeepSpeed is run
 //   torch.float16, torch.bfloat16, ... (the dtypes of tensor_types.h), as values (a
 //                                         DynamicLossScaler's dtype) -> an object Value naming it
 // torch.device is deliberately not allowed: state dicts do not need it and Python's weights_only
 // 1.13 refuses it too; in tolerant mode it becomes an object placeholder like any unknown global.
 bool is_plain_data_class(const std::string& name) {
-  return name == kDsLossScalerClass || name == kDsDynamicLossScalerClass;
+  return name == kDsLossScalerClass || name == kDsDynamicLossScalerClass ||
+         name == kDsFragmentAddressClass;
 }
 
 bool is_allowed_global(const std::string& name) {

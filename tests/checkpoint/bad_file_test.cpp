@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "checkpoint/ds_objects.h"
 #include "checkpoint/pt/pt_file.h"
 #include "checkpoint/pt/zip_reader.h"
 #include "core/error.h"
@@ -298,6 +299,13 @@ TEST(BadFiles, LossScalersAreDataOnly) {
                "'deepspeed.runtime.zero.config.ZeroStageEnum'");
   expect_error(archive(pkl("ctorch\nfloat16\n)\x81")), "cannot instantiate a torch.float16");
   expect_error(archive(pkl(cls + ")}\x92")), "NEWOBJ_EX is not supported");
+  const std::string frag = "cdeepspeed.utils.tensor_fragment\nfragment_address\n";
+  const Value f = read_pt_bytes(
+      archive(pkl(frag + ")\x81}(X" + u32le(5) + "numel" + "K\x05X" + u32le(5) + "start" +
+                  "K\x02ub")),
+      "bad.pt");
+  EXPECT_EQ(ds_fragment_address(f, "bad.pt"), (std::pair<int64_t, int64_t>{5, 2}));
+  expect_error(archive(pkl(frag + "K\x01\x85\x81")), "fragment_address made with arguments");
 }
 
 TEST(BadFiles, ExtraRecordsOfNewerTorchAndByteOrder) {

@@ -210,13 +210,15 @@ TEST(Interop, OurBytesEqualTorchSave) {
 constexpr const char* kDsLossScalers = R"PY(
 import sys, io, pickle, pickletools, torch
 from deepspeed.runtime.fp16.loss_scaler import LossScaler, DynamicLossScaler
+from deepspeed.utils.tensor_fragment import fragment_address
 d = sys.argv[1]
 static = LossScaler(scale=1.0)
 dyn = DynamicLossScaler(init_scale=65536.0, scale_window=3, min_scale=1.0, delayed_shift=2,
                         consecutive_hysteresis=False, raise_error_at_min_scale=True,
                         dtype=torch.float16)
 dyn.cur_iter, dyn.last_overflow_iter, dyn.cur_hysteresis = 7, 3, 1
-ref = pickle.dumps({'static': static, 'dynamic': dyn}, protocol=2)
+frag = fragment_address(numel=5, start=2)
+ref = pickle.dumps({'static': static, 'dynamic': dyn, 'fragment': frag}, protocol=2)
 ours = open(d + '/scalers.pkl', 'rb').read()
 if ours != ref:
     out = io.StringIO()
@@ -232,15 +234,17 @@ g = got['dynamic']
 assert type(g) is DynamicLossScaler and vars(g) == vars(dyn), (vars(g), vars(dyn))
 g.update_scale(False)  # the third stable step since the overflow at 3: DeepSpeed doubles
 assert g.cur_scale == 131072.0 and g.cur_hysteresis == 2 and g.cur_iter == 8, vars(g)
+assert got['fragment'] == frag and got['fragment'].start == 2, got['fragment']
 major, minor = (int(x) for x in torch.__version__.split('.')[:2])
 if (major, minor) >= (2, 4):
-    with torch.serialization.safe_globals([LossScaler, DynamicLossScaler]):
+    with torch.serialization.safe_globals([LossScaler, DynamicLossScaler, fragment_address]):
         w = torch.load(d + '/scalers.pt', weights_only=True)
     assert vars(w['dynamic']) == vars(dyn) and vars(w['static']) == vars(static)
 torch.save({'static': static, 'dynamic': dyn}, d + '/deepspeed.pt')
 print('RESULT OK')
 )PY";
 
+// The fragment addresses of param_slice_mappings (DeepSpeed's dataclass) ride along.
 TEST(Interop, LossScalersPickleAsDeepSpeedDoes) {
   ZRT_REQUIRE_PYTHON("torch, deepspeed");
   TempDir dir;
@@ -254,6 +258,7 @@ TEST(Interop, LossScalersPickleAsDeepSpeedDoes) {
   Value v = Value::dict();
   v.set("static", ds_loss_scaler_value(stat));
   v.set("dynamic", ds_loss_scaler_value(dynamic));
+  v.set("fragment", ds_fragment_address_value(5, 2));
   std::ofstream(dir / "scalers.pkl", std::ios::binary) << pickle_value(v).bytes;
   save_pt(v, dir / "scalers.pt");
   const auto r = run_python(kDsLossScalers, dir.path());
@@ -264,6 +269,8 @@ TEST(Interop, LossScalersPickleAsDeepSpeedDoes) {
   EXPECT_EQ(ds_loss_scaler_state(ds.at("dynamic"), "deepspeed.pt"), dynamic);
   EXPECT_EQ(ds_loss_scaler_state(ds.at("static"), "deepspeed.pt"), stat);
   EXPECT_EQ(ds_loss_scaler_state(load_pt(dir / "scalers.pt").at("dynamic"), "scalers.pt"), dynamic);
+  EXPECT_EQ(ds_fragment_address(load_pt(dir / "scalers.pt").at("fragment"), "scalers.pt"),
+            (std::pair<int64_t, int64_t>{5, 2}));
   // Older ZeroRT files hold the state as a dict; anything else is refused by name.
   EXPECT_EQ(ds_loss_scaler_state(from_json(dynamic), "old"), dynamic);
   try {

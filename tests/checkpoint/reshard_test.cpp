@@ -220,6 +220,62 @@ TEST(Reshard, FillPartitionReadsExactlyTheHeldRanges) {
             std::string::npos);
 }
 
+// whole_from_partitions, the inverse of fill_partition: any range of any parameter from every
+// rank's partition (padded, or lean for kFlat), asking each rank only for the elements of the
+// range it holds — never more elements in all than the range has.
+TEST(Reshard, WholeFromPartitionsReadsOnlyTheRangeAskedFor) {
+  for (PartitionLayout layout : kLayouts) {
+    for (const NamedShapes& params : awkward_groups()) {
+      const auto wholes = wholes_of(params);
+      for (int w = 1; w <= 5; ++w) {
+        for (bool lean : {false, true}) {
+          if (lean && layout == PartitionLayout::kPerParam) continue;
+          SCOPED_TRACE(::testing::Message() << name_of(layout) << " W=" << w << " lean " << lean);
+          std::vector<at::Tensor> parts;
+          for (int r = 0; r < w; ++r) {
+            const at::Tensor p = reference_partition(layout, params, wholes, r, w);
+            parts.push_back(lean ? p.narrow(0, 0, rank_partition(layout, params, r, w).valid_numel)
+                                 : p);
+          }
+          int64_t asked = 0;
+          PartReader part = [&](int rank, int64_t offset, int64_t count) {
+            asked += count;
+            return parts.at(static_cast<size_t>(rank)).narrow(0, offset, count).clone();
+          };
+          const RangeReader read = whole_from_partitions(layout, params, w, part, "test");
+          for (const auto& [name, shape] : params) {
+            const at::Tensor flat = wholes.at(name).reshape({-1});
+            const int64_t n = flat.numel();
+            for (const ShardInfo range : {ShardInfo{0, n}, ShardInfo{0, n / 2},
+                                          ShardInfo{n / 3, n - n / 3 - n / 4}, ShardInfo{n, 0}}) {
+              asked = 0;
+              const at::Tensor got = read(name, n, range);
+              EXPECT_TRUE(torch::equal(got, flat.narrow(0, range.offset, range.size)))
+                  << name << " [" << range.offset << ", +" << range.size << ")";
+              EXPECT_EQ(asked, range.size) << name;
+            }
+          }
+        }
+      }
+    }
+  }
+  const NamedShapes params = awkward_groups()[0];
+  PartReader zeros = [](int, int64_t, int64_t count) { return torch::zeros({count}); };
+  const RangeReader read = whole_from_partitions(PartitionLayout::kFlat, params, 2, zeros, "dir");
+  EXPECT_NE(zrt::test::error_of<CheckpointError>([&] { read("nope", 3, ShardInfo{0, 3}); })
+                .find("dir: no parameter 'nope' in the group"),
+            std::string::npos);
+  EXPECT_NE(zrt::test::error_of<CheckpointError>([&] { read("l1.weight", 15, ShardInfo{10, 6}); })
+                .find("dir: parameter 'l1.weight' of 15 elements: asked for 6 elements at 10"),
+            std::string::npos);
+  PartReader short_part = [](int, int64_t, int64_t count) { return torch::zeros({count - 1}); };
+  const RangeReader bad =
+      whole_from_partitions(PartitionLayout::kFlat, params, 2, short_part, "dir");
+  EXPECT_NE(zrt::test::error_of<CheckpointError>([&] { bad("l1.weight", 15, ShardInfo{0, 15}); })
+                .find("dir: parameter 'l1.weight': rank 1's partition gave 14 elements for 15"),
+            std::string::npos);
+}
+
 TEST(Reshard, Errors) {
   const auto error_of = &zrt::test::error_of<CheckpointError>;
   const NamedShapes params = awkward_groups()[0];

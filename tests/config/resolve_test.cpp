@@ -295,9 +295,10 @@ TEST(Resolve, MiscSections) {
                               "checkpoint": {"parallel_write": {"pipeline_stage": 1}}})"),
             "checkpoint::parallel_write::pipeline_stage value of '1' is invalid, expecting: true "
             "or false");
-  EXPECT_CONTAINS(
-      resolve_error(R"({"train_batch_size": 8, "checkpoint": {"load_universal": true}})"),
-      "not supported by ZeroRT");
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "checkpoint": {"load_universal": true}})"),
+            "<no error>");
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "checkpoint": {"load_universal": 1}})"),
+            "checkpoint.load_universal: expected true or false, got 1");
   EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "tensorboard": {"enable": true}})"),
             "tensorboard.enable: unknown key (did you mean \"enabled\"?)");
   EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "zrt": {"comm_timeout": 0}})"),

@@ -14,13 +14,15 @@ import subprocess
 WIDTH, LAYERS, MICRO, TOTAL_STEPS, SAVE_AT, SEED, LR = 8, 1, 4, 6, 3, 42, 1e-2
 
 
-def ds_config(stage, world, bf16=False, ga=1, offload=False):
+def ds_config(stage, world, bf16=False, ga=1, offload=False, universal=False):
     """A DeepSpeed config without "auto" values; zrt_train_args gives the matching arguments.
-    ga: gradient accumulation steps; offload: the optimizer offloaded to the CPU (stages 1-3)."""
+    ga: gradient accumulation steps; offload: the optimizer offloaded to the CPU (stages 1-3);
+    universal: load universal checkpoints ("checkpoint": {"load_universal": true})."""
     zero = {"stage": stage}
     if offload:
         zero["offload_optimizer"] = {"device": "cpu"}
-    return {
+    extra = {"checkpoint": {"load_universal": True}} if universal else {}
+    return extra | {
         "train_micro_batch_size_per_gpu": MICRO,
         "gradient_accumulation_steps": ga,
         "train_batch_size": MICRO * world * ga,
@@ -124,7 +126,7 @@ def close_list(got, want, rtol, atol):
 
 # --- the DeepSpeed side: runs inside a torch.distributed rank (peer_launch.run_ranks) ---
 
-def ds_engine(stage, bf16, ga=1, offload=False):
+def ds_engine(stage, bf16, ga=1, offload=False, universal=False):
     """deepspeed.initialize of the MLP twin with ds_config (gloo, CPU accelerator)."""
     import torch
     import deepspeed
@@ -134,7 +136,8 @@ def ds_engine(stage, bf16, ga=1, offload=False):
     torch.manual_seed(SEED)
     model = Mlp(WIDTH, LAYERS)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                           config=ds_config(stage, world, bf16, ga, offload))
+                                           config=ds_config(stage, world, bf16, ga, offload,
+                                                            universal))
     return engine
 
 

@@ -16,6 +16,7 @@
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/pt/pt_file.h"
+#include "checkpoint/universal.h"
 #include "comm/local_comm.h"
 #include "core/error.h"
 #include "optim/loss_scaler.h"
@@ -214,6 +215,111 @@ TEST(EngineCheckpoint, LoadsAtAnotherWorldSizeAndStage) {
       w.barrier();
       if (w.rank() == 0) std::filesystem::remove_all(dir);
     }
+  }
+}
+
+// The whole optimizer state of a live engine rank: masters (through the parameters), moments and
+// steps by group (the optimizer's own state dict, cloned).
+std::map<std::string, at::Tensor> moments(Engine& engine) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [g, ps] : engine.optimizer()->state_dict().state) {
+    out["exp_avg." + std::to_string(g)] = ps.exp_avg.clone();
+    out["exp_avg_sq." + std::to_string(g)] = ps.exp_avg_sq.clone();
+    out["step." + std::to_string(g)] = torch::tensor(ps.step);
+  }
+  return out;
+}
+
+// A universal folder without one state file: every rank of the loading world fails naming it;
+// without latest_universal there is no checkpoint (DeepSpeed's warning and nullopt).
+void expect_missing_universal_file_named(const std::string& dir, int stage, int m) {
+  const std::string tag = ckpt::join_path(dir, "global_step2");
+  const std::string victim = ckpt::universal_state_path(tag + "_universal", "h0.fc.bias", "exp_avg");
+  ASSERT_TRUE(std::filesystem::remove(victim));
+  comm::run_local_world(m, [&](comm::Comm& local) {
+    Json cfg = config(stage, false, m);
+    cfg["checkpoint"] = {{"load_universal", true}};
+    auto model2 = std::make_shared<test::TinyStackImpl>(true);
+    auto e2 = make(model2, cfg, std::shared_ptr<comm::Comm>(&local, [](comm::Comm*) {}));
+    try {
+      e2->load_checkpoint(dir);
+      ADD_FAILURE() << "loaded without " << victim;
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find(victim + ": missing"), std::string::npos)
+          << e.what();
+    }
+    local.barrier();  // every rank has failed before latest_universal goes
+    if (local.rank() == 0) std::filesystem::remove(ckpt::join_path(dir, ckpt::kLatestUniversalFile));
+    local.barrier();
+    EXPECT_FALSE(e2->load_checkpoint(dir).has_value());
+  });
+}
+
+// Universal checkpoints (checkpoint/universal.h): zrt-ckpt to-universal's writer on the tag this
+// world saved at stage s, loaded with "checkpoint": {"load_universal": true} by a world of another
+// size, at the same stage and at another one: every rank's masters, moments and steps bitwise
+// those of the same world loading the original tag (resharding), and bitwise the same after two
+// more steps; a weights-only load gives the trained weights; what is missing is named.
+TEST(EngineCheckpoint, LoadsUniversalCheckpointsAtAnotherWorldSize) {
+  comm::Comm& w = test::world();
+  const int n = w.size();
+  const int m = n % 3 + 2;  // 1→3, 2→4, 3→2, 4→3
+  for (int stage : {1, 2, 3}) {
+    const std::string dir = test::shared_temp_dir(w, "ckpt_universal");
+    auto model = std::make_shared<test::TinyStackImpl>(true);
+    auto engine = make(model, config(stage, false, n), world_ptr());
+    for (int s = 0; s < 2; ++s) train_step(*engine, *model, s, w.rank(), n);
+    engine->save_checkpoint(dir);
+    const auto trained = weights(*engine, *model);
+    if (w.rank() == 0) {
+      const std::string tag = ckpt::join_path(dir, "global_step2");
+      const ckpt::UniversalWriteStats stats = ckpt::write_universal(tag, tag + "_universal");
+      EXPECT_EQ(stats.params, static_cast<int64_t>(trained.size()));
+      EXPECT_EQ(*ckpt::read_latest(dir, nullptr, ckpt::kLatestUniversalFile),
+                "global_step2_universal");
+      EXPECT_THROW(ckpt::write_universal(tag, tag + "_universal"), CheckpointError);
+      for (int target : {stage, stage == 3 ? 1 : 3}) {
+        SCOPED_TRACE(str("stage ", stage, " x ", n, " -> universal -> stage ", target, " x ", m));
+        std::vector<std::map<std::string, at::Tensor>> direct(m), universal(m);
+        for (bool load_universal : {false, true}) {
+          auto& out = load_universal ? universal : direct;
+          comm::run_local_world(m, [&](comm::Comm& local) {
+            Json cfg = config(target, false, m);
+            if (load_universal) cfg["checkpoint"] = {{"load_universal", true}};
+            auto model2 = std::make_shared<test::TinyStackImpl>(true);
+            auto e2 = make(model2, cfg, std::shared_ptr<comm::Comm>(&local, [](comm::Comm*) {}));
+            ASSERT_TRUE(e2->load_checkpoint(dir).has_value());
+            EXPECT_EQ(e2->global_steps(), 2);
+            auto state = moments(*e2);
+            for (int s = 2; s < 4; ++s) train_step(*e2, *model2, s, local.rank(), m);
+            for (auto& [name, t] : weights(*e2, *model2)) state["after." + name] = t;
+            out[local.rank()] = std::move(state);
+          });
+        }
+        for (int r = 0; r < m; ++r) {
+          ASSERT_EQ(universal[r].size(), direct[r].size());
+          for (const auto& [name, t] : direct[r]) {
+            EXPECT_TRUE(at::equal(t, universal[r].at(name))) << "rank " << r << " " << name;
+          }
+        }
+      }
+      // Weights only (load_module_only) from the universal folder: the trained weights.
+      comm::run_local_world(m, [&](comm::Comm& local) {
+        Json cfg = config(stage, false, m);
+        cfg["checkpoint"] = {{"load_universal", true}};
+        auto model2 = std::make_shared<test::TinyStackImpl>(true);
+        auto e2 = make(model2, cfg, std::shared_ptr<comm::Comm>(&local, [](comm::Comm*) {}));
+        LoadCheckpointOptions only;
+        only.load_module_only = true;
+        ASSERT_TRUE(e2->load_checkpoint(dir, std::nullopt, only).has_value());
+        for (const auto& [name, t] : weights(*e2, *model2)) {
+          EXPECT_TRUE(at::equal(t, trained.at(name))) << "weights only: " << name;
+        }
+      });
+      expect_missing_universal_file_named(dir, stage, m);
+    }
+    w.barrier();
+    if (w.rank() == 0) std::filesystem::remove_all(dir);
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "checkpoint/ds_objects.h"
 #include "checkpoint/reshard.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/value_view.h"
@@ -211,8 +212,8 @@ TEST(Checkpointer, FlatOptimFileMatchesTheParameters) {
       lean_total += lean.numel();
       padding_total += padding;
       for (const auto& [name, address] : osd["param_slice_mappings"].items()[0].as_dict()) {
-        pieces[name.as_str()].push_back(
-            lean.narrow(0, address.at("start").as_int(), address.at("numel").as_int()));
+        const auto [numel, start] = ckpt::ds_fragment_address(address, what);
+        pieces[name.as_str()].push_back(lean.narrow(0, start, numel));
       }
     }
     int64_t total = 0;

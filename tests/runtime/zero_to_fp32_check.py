@@ -6,9 +6,9 @@ written here independently, and compares the result with an expected state dict.
 Every .pt file of the tag must load without executing anything. Model-states files: with
 torch.load(weights_only=True) on torch >= 2; on Debian's 1.13, whose weights_only reader lacks the
 BINFLOAT opcode, through an allowlist-only unpickler (tensors, storages, OrderedDict, torch.Size).
-Optimizer-states files hold DeepSpeed's LossScaler / DynamicLossScaler objects, as DeepSpeed's
-own do: the allowlist unpickler reads them into a plain stand-in that only keeps the attributes
-(and torch dtypes), so no DeepSpeed code runs. Prints "OK <n>" and exits 0 when all expected
+Optimizer-states files hold DeepSpeed's LossScaler / DynamicLossScaler objects and (stages 1/2)
+its fragment_address dataclasses, as DeepSpeed's own do: the allowlist unpickler reads them into a
+plain stand-in that only keeps the attributes (and torch dtypes), so no DeepSpeed code runs. Prints "OK <n>" and exits 0 when all expected
 tensors are reproduced exactly.
 """
 import glob
@@ -21,17 +21,18 @@ import types
 import torch
 
 ALLOWED = {("collections", "OrderedDict"), ("torch._utils", "_rebuild_tensor_v2"), ("torch", "Size")}
-LOSS_SCALERS = {("deepspeed.runtime.fp16.loss_scaler", "LossScaler"),
-                ("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler")}
+DATA_CLASSES = {("deepspeed.runtime.fp16.loss_scaler", "LossScaler"),
+                ("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler"),
+                ("deepspeed.utils.tensor_fragment", "fragment_address")}
 
 
 class AttributesOnly:
-    """What an optimizer file's loss scaler becomes: its attributes, nothing of its class."""
+    """What an optimizer file's DeepSpeed object becomes: its attributes, nothing of its class."""
 
 
 class _Restricted(pickle.Unpickler):
     def find_class(self, module, name):
-        if (module, name) in LOSS_SCALERS:
+        if (module, name) in DATA_CLASSES:
             return AttributesOnly
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)

@@ -1,0 +1,70 @@
+// A ZeRO checkpoint tag folder (stages 1-3, written by ZeroRT or DeepSpeed) opened for ranged
+// reads: which files and keys hold each group's fp32 partitions and Adam moments (FORMAT.md
+// "Engine keys"), and whole-parameter readers over them that fetch only the requested elements
+// from each rank's file (checkpoint/reshard.h whole_from_partitions over pt_file.h PtIndex). No
+// tensor is read when the folder is opened; a reader of one parameter's range reads just that
+// range, so converting or loading never holds more than what the caller asks for.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/pt/pt_file.h"
+#include "checkpoint/reshard.h"
+#include "checkpoint/value.h"
+#include "checkpoint/value_view.h"
+
+namespace zrt::ckpt {
+
+// The states a ZeRO folder holds per group (and a universal folder per parameter).
+inline constexpr const char* kFp32State = "fp32";
+inline constexpr const char* kExpAvgState = "exp_avg";
+inline constexpr const char* kExpAvgSqState = "exp_avg_sq";
+
+// The model states' "param_shapes": per group, the parameter names and shapes in flattening order.
+std::vector<NamedShapes> param_shapes_of(const ValueView& model_states);
+
+class ZeroFolder {
+ public:
+  // Opens save_dir/tag's files: every *_optim_states.pt (natural order = rank order; bf16_ names
+  // too) and the model states (param_shapes). Throws CheckpointError naming the folder when it is
+  // not a ZeRO stage 1-3 checkpoint (stage 0 has no partitions: "... is a stage-0 checkpoint"),
+  // the file count does not match the saved world size, or a file is unreadable.
+  explicit ZeroFolder(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  int zero_stage() const { return stage_; }
+  int world_size() const { return static_cast<int>(optim_.size()); }
+  // Per group, the parameters and shapes in flattening order (the model states' param_shapes).
+  const std::vector<NamedShapes>& groups() const { return groups_; }
+  // The model-states file names in the folder (natural order).
+  const std::vector<std::string>& model_states_files() const { return model_files_; }
+  // Rank r's optimizer_state_dict (tensors on the meta device) and its index for ranged reads.
+  const Value& optimizer_state(int rank) const;
+  const PtIndex& optim_file(int rank) const { return *optim_.at(static_cast<size_t>(rank)); }
+
+  // Whether group g has `state` (the moments exist once the optimizer has stepped).
+  bool has_state(size_t group, const std::string& state) const;
+  // Whole parameters of group g for `state` (kFp32State, kExpAvgState, kExpAvgSqState), read by
+  // ranges from every rank's partition (float32 as saved).
+  RangeReader reader(size_t group, const std::string& state) const;
+  // The group's step count as saved (rank 0's base optimizer state; 0 before the first step).
+  int64_t group_step(size_t group) const;
+  // The torch-layout param_groups list of rank 0's base optimizer (hyper-parameters per group).
+  const Value& param_groups() const;
+
+ private:
+  // The 1-D meta tensor of rank r's partition of group g for `state`.
+  at::Tensor partition(int rank, size_t group, const std::string& state) const;
+  // Rank r's base optimizer state ({"state", "param_groups"}).
+  const Value& base(int rank) const;
+
+  std::string dir_;
+  int stage_ = 0;
+  std::vector<std::unique_ptr<PtIndex>> optim_;
+  std::vector<std::string> model_files_;
+  std::vector<NamedShapes> groups_;
+};
+
+}  // namespace zrt::ckpt
