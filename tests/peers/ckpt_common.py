@@ -186,3 +186,25 @@ def stage0_fp32(engine):
             out[names[id(p)]] = flat[offset:offset + p.numel()].view(p.shape).clone()
             offset += p.numel()
     return out
+
+
+def peers_agree(what, bf16, got, want):
+    """Failures unless two implementations' continued runs ((losses, lrs), weights) agree: fp32
+    within ckpt_resume.py's tolerances; bf16 within training_parity.py's bf16 bound (losses rtol
+    2^-8, learning rates exact, weights rtol 1e-5 atol 2 * 2^-8 * the steps' summed learning
+    rate), for where the two sides round the bf16 gradients differently (a reduction summed in
+    another order, a loss computed under another autocast)."""
+    from ckpt_resume import compare
+    if not bf16:
+        return compare(what, False, got[0], want[0], got[1], want[1])
+    eps = 2.0 ** -8
+    fails = []
+    if not close_list(got[0][0], want[0][0], eps, 0.0) or got[0][1] != want[0][1]:
+        fails.append(f"{what}: losses/lrs {got[0]} vs {want[0]}")
+    atol = 2 * eps * sum(want[0][1])
+    diff = close_diff(got[1], want[1], 1e-5, atol, what + ": weights")
+    fails += [diff] if diff else []
+    worst = max((got[1][k].double() - want[1][k].double()).abs().max().item() for k in want[1])
+    print(f"ckpt: {what}: weights |diff| <= {worst:.2g} (atol {atol:.2g}): "
+          f"{'OK' if not fails else 'MISMATCH'}")
+    return fails

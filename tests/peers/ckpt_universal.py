@@ -159,26 +159,8 @@ def one_case(args, tmp, stage, bf16):
     ds_own = ds_continue(args, tmp, ds_copy, stage, bf16, key + "_ds_own")
     fails += identical(f"{name}: DeepSpeed x{NEW_WORLD} from ZeroRT's universal vs from its own",
                        ds_ours, ds_own)
-    fails += peers_agree(f"{name}: ZeroRT vs DeepSpeed from DeepSpeed's universal", bf16,
+    fails += cc.peers_agree(f"{name}: ZeroRT vs DeepSpeed from DeepSpeed's universal", bf16,
                          zrt_uni, ds_own)
-    return fails
-
-
-def peers_agree(what, bf16, got, want):
-    """Failures unless ZeroRT's and DeepSpeed's continued runs agree (see the module doc)."""
-    from ckpt_resume import compare
-    if not bf16:
-        return compare(what, False, got[0], want[0], got[1], want[1])
-    eps = 2.0 ** -8
-    fails = []
-    if not cc.close_list(got[0][0], want[0][0], eps, 0.0) or got[0][1] != want[0][1]:
-        fails.append(f"{what}: losses/lrs {got[0]} vs {want[0]}")
-    atol = 2 * eps * sum(want[0][1])
-    diff = cc.close_diff(got[1], want[1], 1e-5, atol, what + ": weights")
-    fails += [diff] if diff else []
-    worst = max((got[1][k].double() - want[1][k].double()).abs().max().item() for k in want[1])
-    print(f"ckpt_universal: {what}: weights |diff| <= {worst:.2g} (atol {atol:.2g}): "
-          f"{'OK' if not fails else 'MISMATCH'}")
     return fails
 
 
