@@ -77,6 +77,27 @@ RangeReader UniversalFolder::reader(const std::string& state) const {
   };
 }
 
+std::string UniversalFolder::location(const std::string& param, const std::string& state) const {
+  return universal_state_path(folder_, param, state);
+}
+
+const Value& UniversalFolder::param_groups() const {
+  return ValueView(optimizer_state(), optim_->path())["param_groups"].value();
+}
+
+const Value& UniversalFolder::optimizer_name() const {
+  static const Value none;
+  const Value* osd = optimizer_state().find("optimizer_state_dict");
+  const Value* name = osd != nullptr && osd->is_dict() ? osd->find("zrt_optimizer") : nullptr;
+  return name != nullptr ? *name : none;
+}
+
+const Value& UniversalFolder::loss_scaler() const {
+  static const Value none;
+  const Value* scaler = optimizer_state().find("loss_scaler");
+  return scaler != nullptr ? *scaler : none;
+}
+
 std::optional<int64_t> UniversalFolder::step(const std::string& param, size_t group) const {
   const std::string path = universal_state_path(folder_, param, "step");
   if (fs::is_regular_file(path)) {

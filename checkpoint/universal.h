@@ -27,6 +27,7 @@
 #include "checkpoint/pt/pt_file.h"
 #include "checkpoint/reshard.h"
 #include "checkpoint/value.h"
+#include "checkpoint/zero_folder.h"
 
 namespace zrt::ckpt {
 
@@ -37,7 +38,7 @@ std::string universal_state_path(const std::string& folder, const std::string& p
                                  const std::string& state);
 
 // A universal tag folder opened for ranged reads (the engine's load_universal).
-class UniversalFolder {
+class UniversalFolder : public WholeStateSource {
  public:
   // Throws CheckpointError naming the folder when zero/optimizer_state.pt or the model states are
   // missing or unreadable.
@@ -49,13 +50,20 @@ class UniversalFolder {
   // The model-states file the counters and buffers come from: mp_rank_00_model_states.pt, or
   // stage 3's zero_pp_rank_0_mp_rank_00_model_states.pt.
   const std::string& model_states_file() const { return model_file_; }
-  bool has(const std::string& param, const std::string& state) const;
+  bool has(const std::string& param, const std::string& state) const override;
+  std::string location(const std::string& param, const std::string& state) const override;
+  const std::string& where() const override { return folder_; }
   // Whole parameters' `state` by ranges (float32 as saved). The reader throws CheckpointError
   // naming the file when it is missing or its tensor does not have the parameter's elements.
-  RangeReader reader(const std::string& state) const;
+  RangeReader reader(const std::string& state) const override;
   // The step of the parameter's group: its step.pt, else optimizer_state_dict.state[group].step
   // (DeepSpeed's stage-3 form), else nullopt.
-  std::optional<int64_t> step(const std::string& param, size_t group) const;
+  std::optional<int64_t> step(const std::string& param, size_t group) const override;
+  // zero/optimizer_state.pt's "param_groups", "optimizer_state_dict"."zrt_optimizer" and
+  // "loss_scaler".
+  const Value& param_groups() const override;
+  const Value& optimizer_name() const override;
+  const Value& loss_scaler() const override;
 
  private:
   std::string folder_;

@@ -63,6 +63,9 @@ ZeroFolder::ZeroFolder(const std::string& dir) : dir_(dir) {
   ro.only_keys = {"param_shapes"};
   const PtIndex model(join_path(dir, model_files_.front()), ro);
   groups_ = param_shapes_of(ValueView(model.value(), model_files_.front()));
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (const auto& [name, shape] : groups_[g]) group_of_[name] = g;
+  }
   for (int r = 0; r < world_size(); ++r) {
     const size_t n = ValueView(optimizer_state(r), optim_file(r).path())
                          [stage_ == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups"]
@@ -135,6 +138,45 @@ int64_t ZeroFolder::group_step(size_t group) const {
     return static_cast<int64_t>(optim_file(0).read(step.as_tensor()).item<double>());
   }
   return static_cast<int64_t>(step.as_double());
+}
+
+bool ZeroFolder::has(const std::string& param, const std::string& state) const {
+  const auto it = group_of_.find(param);
+  return it != group_of_.end() && has_state(it->second, state);
+}
+
+std::string ZeroFolder::location(const std::string& param, const std::string& state) const {
+  return str(dir_, ": ", state, " of '", param, "'");
+}
+
+RangeReader ZeroFolder::reader(const std::string& state) const {
+  auto readers = std::make_shared<std::map<size_t, RangeReader>>();
+  return [this, state, readers](const std::string& name, int64_t numel, ShardInfo range) {
+    const auto it = group_of_.find(name);
+    ZRT_CHECK_AS(CheckpointError, it != group_of_.end(), dir_, ": no parameter '", name,
+                 "' in param_shapes");
+    auto r = readers->find(it->second);
+    if (r == readers->end()) r = readers->emplace(it->second, reader(it->second, state)).first;
+    return r->second(name, numel, range);
+  };
+}
+
+std::optional<int64_t> ZeroFolder::step(const std::string& param, size_t) const {
+  const auto it = group_of_.find(param);
+  if (it == group_of_.end()) return std::nullopt;
+  return group_step(it->second);
+}
+
+const Value& ZeroFolder::optimizer_name() const {
+  static const Value none;
+  const Value* name = base(0).find("zrt_optimizer");
+  return name != nullptr ? *name : none;
+}
+
+const Value& ZeroFolder::loss_scaler() const {
+  static const Value none;
+  const Value* scaler = optimizer_state(0).find("loss_scaler");
+  return scaler != nullptr ? *scaler : none;
 }
 
 const Value& ZeroFolder::param_groups() const {

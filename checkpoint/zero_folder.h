@@ -6,7 +6,9 @@
 // range, so converting or loading never holds more than what the caller asks for.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,10 +24,33 @@ inline constexpr const char* kFp32State = "fp32";
 inline constexpr const char* kExpAvgState = "exp_avg";
 inline constexpr const char* kExpAvgSqState = "exp_avg_sq";
 
+// Whole parameters' optimizer state by ranges, wherever it is kept: a ZeRO folder's partitions
+// (ZeroFolder) or a universal folder's per-parameter files (universal.h). What loading at another
+// world size or stage needs, one parameter range at a time.
+class WholeStateSource {
+ public:
+  virtual ~WholeStateSource() = default;
+  // The folder, for messages.
+  virtual const std::string& where() const = 0;
+  // Whether `state` (kFp32State, kExpAvgState, kExpAvgSqState, "momentum_buffer") of `param` is
+  // there.
+  virtual bool has(const std::string& param, const std::string& state) const = 0;
+  // Where `state` of `param` is (or would be), for messages.
+  virtual std::string location(const std::string& param, const std::string& state) const = 0;
+  virtual RangeReader reader(const std::string& state) const = 0;
+  // The step of `param`'s group (`group`: the loading engine's group index), nullopt if unknown.
+  virtual std::optional<int64_t> step(const std::string& param, size_t group) const = 0;
+  // The torch-layout "param_groups" (hyper-parameters per group), "zrt_optimizer" (None for
+  // DeepSpeed's files: FusedAdam) and the saved loss scaler (None when absent).
+  virtual const Value& param_groups() const = 0;
+  virtual const Value& optimizer_name() const = 0;
+  virtual const Value& loss_scaler() const = 0;
+};
+
 // The model states' "param_shapes": per group, the parameter names and shapes in flattening order.
 std::vector<NamedShapes> param_shapes_of(const ValueView& model_states);
 
-class ZeroFolder {
+class ZeroFolder : public WholeStateSource {
  public:
   // Opens save_dir/tag's files: every *_optim_states.pt (natural order = rank order; bf16_ names
   // too) and the model states (param_shapes). Throws CheckpointError naming the folder when it is
@@ -52,7 +77,16 @@ class ZeroFolder {
   // The group's step count as saved (rank 0's base optimizer state; 0 before the first step).
   int64_t group_step(size_t group) const;
   // The torch-layout param_groups list of rank 0's base optimizer (hyper-parameters per group).
-  const Value& param_groups() const;
+  const Value& param_groups() const override;
+
+  // WholeStateSource, by parameter name over all groups.
+  const std::string& where() const override { return dir_; }
+  bool has(const std::string& param, const std::string& state) const override;
+  std::string location(const std::string& param, const std::string& state) const override;
+  RangeReader reader(const std::string& state) const override;
+  std::optional<int64_t> step(const std::string& param, size_t group) const override;
+  const Value& optimizer_name() const override;
+  const Value& loss_scaler() const override;
 
  private:
   // The 1-D meta tensor of rank r's partition of group g for `state`.
@@ -65,6 +99,7 @@ class ZeroFolder {
   std::vector<std::unique_ptr<PtIndex>> optim_;
   std::vector<std::string> model_files_;
   std::vector<NamedShapes> groups_;
+  std::map<std::string, size_t> group_of_;  // parameter name -> saved group
 };
 
 }  // namespace zrt::ckpt

@@ -52,6 +52,10 @@ class EngineCheckpointer {
   ckpt::Value frozen_params_value(ckpt::Value* shapes);
   void load_module_weights(const std::string& dir, const std::string& tag,
                            const ckpt::Value& model_states, int saved_stage, bool strict);
+  // Weights only from a stage-3 checkpoint: each rank reads its partitions' ranges of the fp32
+  // flats (never the whole model), the buffers and frozen parameters from the model states.
+  void load_partitioned_weights(const std::string& dir, const ckpt::Value& model_states,
+                                bool strict);
   void assign_module_weights(const std::unordered_map<std::string, at::Tensor>& full, bool strict,
                              const std::string& context);
   // Masters, optimizer state and loss scale from the checkpoint; then the parameters from the
@@ -62,11 +66,9 @@ class EngineCheckpointer {
   // scaler.
   ckpt::Value load_same_layout(const std::string& dir, const std::string& optim_file,
                                int saved_stage, const ckpt::ReadOptions& read_options);
-  // Another stage or world size: whole parameters from every rank's files, then this rank's
-  // partitions of them. Returns the loss scaler.
-  ckpt::Value load_resharded(const std::string& dir, const std::vector<std::string>& optim_files,
-                             int saved_stage, int saved_world, const ckpt::Value& model_states,
-                             const ckpt::ReadOptions& read_options);
+  // A stage-0 checkpoint (its layouts, Note [Stage 0 layouts]): whole parameters from the model
+  // states, then this rank's partitions of them. Returns the loss scaler.
+  ckpt::Value load_stage0(const std::string& dir, int saved_world, const ckpt::Value& model_states);
   void restore_whole_tensors(const std::string& dir, const ckpt::Value& model_states);
   // "checkpoint": {"load_universal": true}: the tag latest_universal names (Note [Universal
   // checkpoints], checkpoint/universal.h), each rank reading only its partitions' ranges.
@@ -75,7 +77,11 @@ class EngineCheckpointer {
                                                  const LoadCheckpointOptions& options);
   void load_universal_weights(const ckpt::UniversalFolder& folder, const ckpt::Value& model_states,
                               bool strict);
-  void load_universal_state(const ckpt::UniversalFolder& folder, const ckpt::Value& model_states);
+  // Masters, optimizer state and loss scaler from whole-parameter state read by ranges (a
+  // universal folder, or a ZeRO folder of another world size or stage), each rank only its
+  // partitions' elements; every needed file is checked on every rank first. Then the parameters
+  // from the masters and the buffers and frozen parameters from `model_states` (collective).
+  void load_ranged_state(const ckpt::WholeStateSource& src, const ckpt::Value& model_states);
   // What every load ends with: counters, scheduler, the RNG (`rng_file` when not empty), the
   // client state (the model states' other keys), a barrier.
   std::optional<LoadedCheckpoint> finish_load(const std::string& dir, const ckpt::Value& model_states,

@@ -60,10 +60,10 @@ std::string find_optim_file(const ckpt::Manifest& manifest, int rank, bool bf16)
   return other;
 }
 
-// Whether the universal checkpoint has optimizer state (`moment`) for group `gp`: a file of any
+// Whether the checkpoint has optimizer state (`moment`) for group `gp`: a file of any
 // of its parameters says so, and then every parameter must have it.
-bool universal_group_stepped(const ckpt::UniversalFolder& folder, const GroupPartition& gp,
-                             const char* moment) {
+bool group_stepped(const ckpt::WholeStateSource& folder, const GroupPartition& gp,
+                   const char* moment) {
   for (const auto& [name, shape] : gp.params) {
     if (folder.has(name, moment)) return true;
   }
@@ -72,19 +72,18 @@ bool universal_group_stepped(const ckpt::UniversalFolder& folder, const GroupPar
 
 // Every rank checks every file of every group before any is read, so that all fail alike (a rank
 // that alone missed a file of its partition would leave the others waiting in a collective).
-void check_universal_complete(const ckpt::UniversalFolder& folder,
-                              const std::vector<GroupPartition>& groups, bool sgd) {
+void check_complete(const ckpt::WholeStateSource& folder,
+                    const std::vector<GroupPartition>& groups, bool sgd) {
   const char* moment = sgd ? "momentum_buffer" : ckpt::kExpAvgState;
   for (const GroupPartition& gp : groups) {
-    const bool stepped = universal_group_stepped(folder, gp, moment);
+    const bool stepped = group_stepped(folder, gp, moment);
     for (const auto& [name, shape] : gp.params) {
       std::vector<const char*> states = {ckpt::kFp32State};
       if (stepped && sgd) states.push_back("momentum_buffer");
       if (stepped && !sgd) states.insert(states.end(), {ckpt::kExpAvgState, ckpt::kExpAvgSqState});
       for (const char* which : states) {
-        ZRT_CHECK_AS(CheckpointError, folder.has(name, which),
-                     ckpt::universal_state_path(folder.folder(), name, which),
-                     ": missing (the universal checkpoint has no ", which, " for '", name, "')");
+        ZRT_CHECK_AS(CheckpointError, folder.has(name, which), folder.location(name, which),
+                     ": missing (the checkpoint has no ", which, " for '", name, "')");
       }
     }
   }
@@ -112,18 +111,65 @@ void EngineCheckpointer::load_module_weights(const std::string& dir, const std::
                                              const Value& model_states, int saved_stage,
                                              bool strict) {
   at::NoGradGuard no_grad;
-  std::unordered_map<std::string, at::Tensor> full;
   if (saved_stage == 3) {
-    // The module of a stage-3 file holds empty tensors: rebuild the weights from the partitions.
-    for (auto& [name, t] : ckpt::load_fp32_state_dict(ckpt::parent_dir(dir), tag)) full[name] = t;
+    // The module of a stage-3 file holds empty tensors: the weights are in the partitions.
+    load_partitioned_weights(dir, model_states, strict);
+    return;
   }
+  std::unordered_map<std::string, at::Tensor> full;
   const ValueView module = ValueView(model_states, dir)["module"];
   for (const auto& [key, value] : module.as_dict()) {
-    if (value.is_tensor() && (saved_stage != 3 || value.as_tensor().numel() > 0)) {
-      full.emplace(key.as_str(), value.as_tensor());
-    }
+    if (value.is_tensor()) full.emplace(key.as_str(), value.as_tensor());
   }
   assign_module_weights(full, strict, dir);
+}
+
+void EngineCheckpointer::load_partitioned_weights(const std::string& dir, const Value& model_states,
+                                                  bool strict) {
+  const ckpt::ZeroFolder folder(dir);
+  ModelStates& states = engine_.model_states();
+  const std::vector<GroupPartition> groups = states.group_partitions();
+  // Checked on every rank before anything is written: each trainable parameter's fp32 weights
+  // are there with its number of elements, and (strict) the checkpoint has no others.
+  std::set<std::string> trainable;
+  for (const GroupPartition& g : groups) {
+    for (const auto& [name, shape] : g.params) {
+      trainable.insert(name);
+      const bool there = folder.has(name, ckpt::kFp32State);
+      ZRT_CHECK_AS(CheckpointError, there || !strict, dir, ": the checkpoint has no weights for '",
+                   name, "' (load with load_module_strict = false to skip it)");
+      if (!there) continue;
+      for (const auto& saved : folder.groups()) {
+        for (const auto& [n, saved_shape] : saved) {
+          ZRT_CHECK_AS(CheckpointError,
+                       n != name || ckpt::shape_numel(saved_shape) == ckpt::shape_numel(shape), dir,
+                       ": '", name, "' has shape ", c10::IntArrayRef(saved_shape),
+                       " in the checkpoint but ", c10::IntArrayRef(shape), " in the model");
+        }
+      }
+    }
+  }
+  std::set<std::string> aliases;
+  for (const auto& [alias, owner] : engine_.tied_parameters()) aliases.insert(alias);
+  for (const auto& saved : folder.groups()) {
+    for (const auto& [name, shape] : saved) {
+      ZRT_CHECK_AS(CheckpointError, !strict || trainable.count(name) || aliases.count(name), dir,
+                   ": the checkpoint has weights for '", name, "', which the model does not have");
+    }
+  }
+  // Each rank reads only its partitions' elements of every rank's fp32 flats.
+  const ckpt::RangeReader fp32 = folder.reader(ckpt::kFp32State);
+  ckpt::RangeReader read = [&](const std::string& name, int64_t numel, ShardInfo range) {
+    return folder.has(name, ckpt::kFp32State) ? fp32(name, numel, range) : at::Tensor();
+  };
+  auto& targets = states.targets();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const GroupPartition& gp = groups[g];
+    ckpt::fill_partition(gp.layout, gp.params, gp.rank, gp.world_size, read, targets.at(g).master,
+                         dir);
+  }
+  params_from_masters(states);
+  restore_whole_tensors(dir, model_states);
 }
 
 void EngineCheckpointer::assign_module_weights(
@@ -216,12 +262,16 @@ void EngineCheckpointer::load_partitioned_state(const std::string& dir, const st
   if (same) {
     loss_scaler = load_same_layout(dir, find_optim_file(manifest, comm.rank(), bf16), saved_stage,
                                    ro);
+  } else if (saved_stage > 0) {
+    // Another world size or stage: each rank reads its new partitions' ranges from every rank's
+    // files.
+    for (int r = 0; r < saved_world; ++r) find_optim_file(manifest, r, bf16);  // all there
+    load_ranged_state(ckpt::ZeroFolder(dir), model_states);
+    ZRT_LOG_INFO("resharded checkpoint ", dir, " from stage ", saved_stage, " x ", saved_world,
+                 " ranks to stage ", engine_.zero_stage(), " x ", comm.size());
+    return;
   } else {
-    std::vector<std::string> optim_files;
-    for (int r = 0; saved_stage > 0 && r < saved_world; ++r) {
-      optim_files.push_back(find_optim_file(manifest, r, bf16));
-    }
-    loss_scaler = load_resharded(dir, optim_files, saved_stage, saved_world, model_states, ro);
+    loss_scaler = load_stage0(dir, saved_world, model_states);
   }
   if (!loss_scaler.is_none()) {
     engine_.loss_scaler().load_state_dict(
@@ -254,28 +304,19 @@ Value EngineCheckpointer::load_same_layout(const std::string& dir, const std::st
   return osd["loss_scaler"].value();
 }
 
-Value EngineCheckpointer::load_resharded(const std::string& dir,
-                                         const std::vector<std::string>& optim_files,
-                                         int saved_stage, int saved_world,
-                                         const Value& model_states,
-                                         const ckpt::ReadOptions& read_options) {
+Value EngineCheckpointer::load_stage0(const std::string& dir, int saved_world,
+                                       const Value& model_states) {
   // DeepSpeed without ZeRO writes no param_shapes: its optimizer's groups are the engine's.
   ParamShapes shapes;
   const ValueView ms(model_states, dir);
   if (ms.contains("param_shapes") && !ms["param_shapes"].value().is_none()) {
     shapes = read_param_shapes(ms);
   } else {
-    ZRT_CHECK_AS(CheckpointError, saved_stage == 0, dir, ": the model states have no param_shapes");
     for (const GroupPartition& g : engine_.model_states().group_partitions()) {
       shapes.push_back(g.params);
     }
   }
-  std::vector<Value> files;
-  for (const std::string& name : optim_files) {
-    files.push_back(ckpt::load_pt(ckpt::join_path(dir, name), read_options));
-  }
-  FullState full = reassemble_full_state(saved_stage, saved_world, shapes, files,
-                                         saved_stage == 0 ? model_states : Value(), dir);
+  FullState full = reassemble_full_state(0, saved_world, shapes, {}, model_states, dir);
   const std::vector<GroupPartition> mine = engine_.model_states().group_partitions();
   ZRT_CHECK_AS(CheckpointError, mine.size() == shapes.size(), dir, ": the checkpoint has ",
                shapes.size(), " parameter groups, the engine ", mine.size());
@@ -316,8 +357,8 @@ Value EngineCheckpointer::load_resharded(const std::string& dir,
     state.param_groups.push_back(hyper);
   }
   engine_.optimizer()->load_state_dict(state);
-  ZRT_LOG_INFO("resharded checkpoint ", dir, " from stage ", saved_stage, " x ", saved_world,
-               " ranks to stage ", engine_.zero_stage(), " x ", engine_.comm().size());
+  ZRT_LOG_INFO("resharded checkpoint ", dir, " from stage 0 x ", saved_world, " ranks to stage ",
+               engine_.zero_stage(), " x ", engine_.comm().size());
   return full.loss_scaler;
 }
 
@@ -408,7 +449,9 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::load_universal(
   if (module_only || !options.load_optimizer_states) {
     load_universal_weights(folder, ms, options.load_module_strict);
   } else {
-    load_universal_state(folder, ms);
+    load_ranged_state(folder, ms);
+    ZRT_LOG_INFO("loaded universal checkpoint ", dir, " into stage ", engine_.zero_stage(), " x ",
+                 engine_.comm().size(), " ranks");
   }
   return finish_load(dir, ms, options, module_only, std::string());
 }
@@ -434,44 +477,39 @@ void EngineCheckpointer::load_universal_weights(const ckpt::UniversalFolder& fol
   assign_module_weights(full, strict, folder.folder());
 }
 
-void EngineCheckpointer::load_universal_state(const ckpt::UniversalFolder& folder,
-                                              const Value& ms) {
+void EngineCheckpointer::load_ranged_state(const ckpt::WholeStateSource& src, const Value& ms) {
   at::NoGradGuard no_grad;
-  const std::string where = ckpt::join_path(folder.folder(), "zero/optimizer_state.pt");
-  const ValueView osd(folder.optimizer_state(), where);
   // The groups' hyper-parameters, parsed as a torch optimizer state dict without state.
   Value groups = Value::dict();
   groups.set("state", Value::dict());
-  groups.set("param_groups", osd["param_groups"].value());
-  if (osd.contains("optimizer_state_dict") && osd["optimizer_state_dict"].contains("zrt_optimizer")) {
-    groups.set("zrt_optimizer", osd["optimizer_state_dict"]["zrt_optimizer"].value());
-  }
-  const optim::OptimizerState saved = optimizer_state_from_value(ValueView(groups, where));
+  groups.set("param_groups", src.param_groups());
+  if (!src.optimizer_name().is_none()) groups.set("zrt_optimizer", src.optimizer_name());
+  const optim::OptimizerState saved = optimizer_state_from_value(ValueView(groups, src.where()));
   const std::vector<GroupPartition> mine = engine_.model_states().group_partitions();
-  ZRT_CHECK_AS(CheckpointError, saved.param_groups.size() == mine.size(), where,
+  ZRT_CHECK_AS(CheckpointError, saved.param_groups.size() == mine.size(), src.where(),
                ": the checkpoint has ", saved.param_groups.size(), " parameter groups, the engine ",
                mine.size());
   auto& targets = engine_.model_states().targets();
   const bool sgd = saved.optimizer == "SGD";
   const char* moment = sgd ? "momentum_buffer" : ckpt::kExpAvgState;
-  check_universal_complete(folder, mine, sgd);
+  check_complete(src, mine, sgd);
   optim::OptimizerState state;
   state.optimizer = saved.optimizer;
   for (size_t g = 0; g < mine.size(); ++g) {
     const GroupPartition& gp = mine[g];
-    // This rank's partition of the group's `which`, by ranged reads of each parameter's file.
+    // This rank's partition of the group's `which`, by ranged reads.
     auto partition = [&](const char* which) {
       at::Tensor part = at::zeros({targets[g].master.numel()}, at::TensorOptions().dtype(at::kFloat));
-      ckpt::fill_partition(gp.layout, gp.params, gp.rank, gp.world_size, folder.reader(which),
-                           part, folder.folder());
+      ckpt::fill_partition(gp.layout, gp.params, gp.rank, gp.world_size, src.reader(which), part,
+                           src.where());
       return part;
     };
     targets[g].master.copy_(partition(ckpt::kFp32State));
     const std::string& first = gp.params.front().first;
-    if (universal_group_stepped(folder, gp, moment)) {
-      const std::optional<int64_t> step = folder.step(first, g);
-      ZRT_CHECK_AS(CheckpointError, step.has_value(), folder.folder(), ": group ", g,
-                   " has optimizer state but no step (zero/", first, "/step.pt)");
+    if (group_stepped(src, gp, moment)) {
+      const std::optional<int64_t> step = src.step(first, g);
+      ZRT_CHECK_AS(CheckpointError, step.has_value(), src.where(), ": group ", g,
+                   " has optimizer state but no step (", src.location(first, "step"), ")");
       optim::ParamState ps;
       ps.step = *step;
       if (sgd) {
@@ -487,14 +525,12 @@ void EngineCheckpointer::load_universal_state(const ckpt::UniversalFolder& folde
     state.param_groups.push_back(hyper);
   }
   engine_.optimizer()->load_state_dict(state);
-  if (osd.contains("loss_scaler") && !osd["loss_scaler"].value().is_none()) {
+  if (!src.loss_scaler().is_none()) {
     engine_.loss_scaler().load_state_dict(ckpt::ds_loss_scaler_state(
-        osd["loss_scaler"].value(), where, engine_.loss_scaler().state_dict()));
+        src.loss_scaler(), src.where(), engine_.loss_scaler().state_dict()));
   }
   params_from_masters(engine_.model_states());
-  restore_whole_tensors(folder.folder(), ms);
-  ZRT_LOG_INFO("loaded universal checkpoint ", folder.folder(), " into stage ",
-               engine_.zero_stage(), " x ", engine_.comm().size(), " ranks");
+  restore_whole_tensors(src.where(), ms);
 }
 
 std::optional<LoadedCheckpoint> EngineCheckpointer::finish_load(const std::string& dir,
