@@ -2,7 +2,8 @@
 // checkpoint/FORMAT.md "Engine keys") and its whole-weight files. The save side is in
 // runtime/engine_checkpointer.cpp (what each rank writes, save_16bit_model), the load side in
 // runtime/engine_checkpointer_load.cpp (at the same world size and stage from this rank's own
-// files, otherwise by reassembling whole parameters from every rank's files; module files).
+// files; stage 0; module files) and runtime/engine_checkpointer_ranged.cpp (another world size or
+// stage, universal checkpoints and ZeRO-3 weights only, each rank reading its partitions' ranges).
 //
 // It holds no state of its own and works only through the Engine's public surface, the
 // CheckpointAccess that only it gets (runtime/checkpoint_access.h) and the

@@ -1,5 +1,6 @@
-// EngineCheckpointer, the load side: load (checkpoints at the same or another world size and
-// stage) and load_module_file. The writer is runtime/engine_checkpointer.cpp; the keys are in
+// EngineCheckpointer, the load side: load (checkpoints at the same world size and stage, and
+// stage 0 at any) and load_module_file; loads by ranged reads (another world size or stage,
+// universal checkpoints, ZeRO-3 weights only) are in engine_checkpointer_ranged.cpp. The writer is runtime/engine_checkpointer.cpp; the keys are in
 // checkpoint/FORMAT.md.
 #include "runtime/engine_checkpointer.h"
 
@@ -60,35 +61,6 @@ std::string find_optim_file(const ckpt::Manifest& manifest, int rank, bool bf16)
   return other;
 }
 
-// Whether the checkpoint has optimizer state (`moment`) for group `gp`: a file of any
-// of its parameters says so, and then every parameter must have it.
-bool group_stepped(const ckpt::WholeStateSource& folder, const GroupPartition& gp,
-                   const char* moment) {
-  for (const auto& [name, shape] : gp.params) {
-    if (folder.has(name, moment)) return true;
-  }
-  return false;
-}
-
-// Every rank checks every file of every group before any is read, so that all fail alike (a rank
-// that alone missed a file of its partition would leave the others waiting in a collective).
-void check_complete(const ckpt::WholeStateSource& folder,
-                    const std::vector<GroupPartition>& groups, bool sgd) {
-  const char* moment = sgd ? "momentum_buffer" : ckpt::kExpAvgState;
-  for (const GroupPartition& gp : groups) {
-    const bool stepped = group_stepped(folder, gp, moment);
-    for (const auto& [name, shape] : gp.params) {
-      std::vector<const char*> states = {ckpt::kFp32State};
-      if (stepped && sgd) states.push_back("momentum_buffer");
-      if (stepped && !sgd) states.insert(states.end(), {ckpt::kExpAvgState, ckpt::kExpAvgSqState});
-      for (const char* which : states) {
-        ZRT_CHECK_AS(CheckpointError, folder.has(name, which), folder.location(name, which),
-                     ": missing (the checkpoint has no ", which, " for '", name, "')");
-      }
-    }
-  }
-}
-
 }  // namespace
 
 at::Tensor EngineCheckpointer::my_partition(
@@ -122,54 +94,6 @@ void EngineCheckpointer::load_module_weights(const std::string& dir, const std::
     if (value.is_tensor()) full.emplace(key.as_str(), value.as_tensor());
   }
   assign_module_weights(full, strict, dir);
-}
-
-void EngineCheckpointer::load_partitioned_weights(const std::string& dir, const Value& model_states,
-                                                  bool strict) {
-  const ckpt::ZeroFolder folder(dir);
-  ModelStates& states = engine_.model_states();
-  const std::vector<GroupPartition> groups = states.group_partitions();
-  // Checked on every rank before anything is written: each trainable parameter's fp32 weights
-  // are there with its number of elements, and (strict) the checkpoint has no others.
-  std::set<std::string> trainable;
-  for (const GroupPartition& g : groups) {
-    for (const auto& [name, shape] : g.params) {
-      trainable.insert(name);
-      const bool there = folder.has(name, ckpt::kFp32State);
-      ZRT_CHECK_AS(CheckpointError, there || !strict, dir, ": the checkpoint has no weights for '",
-                   name, "' (load with load_module_strict = false to skip it)");
-      if (!there) continue;
-      for (const auto& saved : folder.groups()) {
-        for (const auto& [n, saved_shape] : saved) {
-          ZRT_CHECK_AS(CheckpointError,
-                       n != name || ckpt::shape_numel(saved_shape) == ckpt::shape_numel(shape), dir,
-                       ": '", name, "' has shape ", c10::IntArrayRef(saved_shape),
-                       " in the checkpoint but ", c10::IntArrayRef(shape), " in the model");
-        }
-      }
-    }
-  }
-  std::set<std::string> aliases;
-  for (const auto& [alias, owner] : engine_.tied_parameters()) aliases.insert(alias);
-  for (const auto& saved : folder.groups()) {
-    for (const auto& [name, shape] : saved) {
-      ZRT_CHECK_AS(CheckpointError, !strict || trainable.count(name) || aliases.count(name), dir,
-                   ": the checkpoint has weights for '", name, "', which the model does not have");
-    }
-  }
-  // Each rank reads only its partitions' elements of every rank's fp32 flats.
-  const ckpt::RangeReader fp32 = folder.reader(ckpt::kFp32State);
-  ckpt::RangeReader read = [&](const std::string& name, int64_t numel, ShardInfo range) {
-    return folder.has(name, ckpt::kFp32State) ? fp32(name, numel, range) : at::Tensor();
-  };
-  auto& targets = states.targets();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const GroupPartition& gp = groups[g];
-    ckpt::fill_partition(gp.layout, gp.params, gp.rank, gp.world_size, read, targets.at(g).master,
-                         dir);
-  }
-  params_from_masters(states);
-  restore_whole_tensors(dir, model_states);
 }
 
 void EngineCheckpointer::assign_module_weights(
@@ -424,113 +348,6 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::load(const std::string& load
   const std::string rng_name = ckpt::rng_state_name(rank);
   const bool rng = saved_world == comm.size() && manifest.find(rng_name) != nullptr;
   return finish_load(dir, ms, options, module_only, rng ? rng_name : std::string());
-}
-
-std::optional<LoadedCheckpoint> EngineCheckpointer::load_universal(
-    const std::string& load_dir, const std::optional<std::string>& tag_arg,
-    const LoadCheckpointOptions& options) {
-  std::optional<std::string> tag = tag_arg;
-  if (!tag) {
-    tag = ckpt::read_latest(load_dir, &CheckpointAccess(engine_).storage(),
-                            ckpt::kLatestUniversalFile);
-  }
-  if (!tag) {
-    ZRT_LOG_WARN("Unable to find latest_universal file at ", load_dir,
-                 ": load_universal needs a universal checkpoint (zrt-ckpt to-universal or "
-                 "DeepSpeed's ds_to_universal) or an explicit tag");
-    return std::nullopt;
-  }
-  const std::string dir = ckpt::tag_path(load_dir, *tag);
-  const ckpt::UniversalFolder folder(dir);
-  ckpt::ReadOptions ro;
-  ro.mode = ckpt::ReadMode::kTolerant;  // the model states may be DeepSpeed's
-  const Value ms = ckpt::load_pt(ckpt::join_path(dir, folder.model_states_file()), ro);
-  const bool module_only = options.load_module_only || engine_.optimizer() == nullptr;
-  if (module_only || !options.load_optimizer_states) {
-    load_universal_weights(folder, ms, options.load_module_strict);
-  } else {
-    load_ranged_state(folder, ms);
-    ZRT_LOG_INFO("loaded universal checkpoint ", dir, " into stage ", engine_.zero_stage(), " x ",
-                 engine_.comm().size(), " ranks");
-  }
-  return finish_load(dir, ms, options, module_only, std::string());
-}
-
-void EngineCheckpointer::load_universal_weights(const ckpt::UniversalFolder& folder,
-                                                const Value& ms, bool strict) {
-  // Buffers and frozen parameters from the model states (a stage-3 file's module holds empty
-  // trainable tensors), the trainable parameters' fp32 masters from zero/.
-  std::unordered_map<std::string, at::Tensor> full;
-  for (const auto& [key, value] : ValueView(ms, folder.model_states_file())["module"].as_dict()) {
-    if (key.is_str() && value.is_tensor() && value.as_tensor().numel() > 0) {
-      full.emplace(key.as_str(), value.as_tensor());
-    }
-  }
-  const ckpt::RangeReader read = folder.reader(ckpt::kFp32State);
-  for (const GroupPartition& g : engine_.model_states().group_partitions()) {
-    for (const auto& [name, shape] : g.params) {
-      if (!folder.has(name, ckpt::kFp32State)) continue;
-      const int64_t n = ckpt::shape_numel(shape);
-      full[name] = read(name, n, ShardInfo{0, n}).view(shape);
-    }
-  }
-  assign_module_weights(full, strict, folder.folder());
-}
-
-void EngineCheckpointer::load_ranged_state(const ckpt::WholeStateSource& src, const Value& ms) {
-  at::NoGradGuard no_grad;
-  // The groups' hyper-parameters, parsed as a torch optimizer state dict without state.
-  Value groups = Value::dict();
-  groups.set("state", Value::dict());
-  groups.set("param_groups", src.param_groups());
-  if (!src.optimizer_name().is_none()) groups.set("zrt_optimizer", src.optimizer_name());
-  const optim::OptimizerState saved = optimizer_state_from_value(ValueView(groups, src.where()));
-  const std::vector<GroupPartition> mine = engine_.model_states().group_partitions();
-  ZRT_CHECK_AS(CheckpointError, saved.param_groups.size() == mine.size(), src.where(),
-               ": the checkpoint has ", saved.param_groups.size(), " parameter groups, the engine ",
-               mine.size());
-  auto& targets = engine_.model_states().targets();
-  const bool sgd = saved.optimizer == "SGD";
-  const char* moment = sgd ? "momentum_buffer" : ckpt::kExpAvgState;
-  check_complete(src, mine, sgd);
-  optim::OptimizerState state;
-  state.optimizer = saved.optimizer;
-  for (size_t g = 0; g < mine.size(); ++g) {
-    const GroupPartition& gp = mine[g];
-    // This rank's partition of the group's `which`, by ranged reads.
-    auto partition = [&](const char* which) {
-      at::Tensor part = at::zeros({targets[g].master.numel()}, at::TensorOptions().dtype(at::kFloat));
-      ckpt::fill_partition(gp.layout, gp.params, gp.rank, gp.world_size, src.reader(which), part,
-                           src.where());
-      return part;
-    };
-    targets[g].master.copy_(partition(ckpt::kFp32State));
-    const std::string& first = gp.params.front().first;
-    if (group_stepped(src, gp, moment)) {
-      const std::optional<int64_t> step = src.step(first, g);
-      ZRT_CHECK_AS(CheckpointError, step.has_value(), src.where(), ": group ", g,
-                   " has optimizer state but no step (", src.location(first, "step"), ")");
-      optim::ParamState ps;
-      ps.step = *step;
-      if (sgd) {
-        ps.momentum_buffer = partition("momentum_buffer");
-      } else {
-        ps.exp_avg = partition(ckpt::kExpAvgState);
-        ps.exp_avg_sq = partition(ckpt::kExpAvgSqState);
-      }
-      state.state[static_cast<int64_t>(g)] = std::move(ps);
-    }
-    optim::ParamGroupState hyper = saved.param_groups[g];
-    hyper.params = {static_cast<int64_t>(g)};
-    state.param_groups.push_back(hyper);
-  }
-  engine_.optimizer()->load_state_dict(state);
-  if (!src.loss_scaler().is_none()) {
-    engine_.loss_scaler().load_state_dict(ckpt::ds_loss_scaler_state(
-        src.loss_scaler(), src.where(), engine_.loss_scaler().state_dict()));
-  }
-  params_from_masters(engine_.model_states());
-  restore_whole_tensors(src.where(), ms);
 }
 
 std::optional<LoadedCheckpoint> EngineCheckpointer::finish_load(const std::string& dir,
