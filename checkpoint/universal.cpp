@@ -176,8 +176,12 @@ void write_universal_params(const ZeroFolder& zero, const std::string& tmp,
 }  // namespace
 
 UniversalWriteStats write_universal(const std::string& src, const std::string& out) {
-  ZRT_CHECK_AS(CheckpointError, !fs::exists(out), out,
-               ": already exists (a universal checkpoint is written to a new folder)");
+  // Converting again replaces an earlier conversion (as DeepSpeed's ds_to_universal does), never
+  // anything else.
+  const bool replace = fs::exists(out);
+  ZRT_CHECK_AS(CheckpointError,
+               !replace || fs::is_regular_file(join_path(join_path(out, "zero"), kOptimizerStateFile)),
+               out, ": exists and is not a universal checkpoint (refusing to replace it)");
   const ZeroFolder zero(src);
   const fs::path out_path = fs::absolute(out).lexically_normal();
   const std::string tag = out_path.filename().string();
@@ -199,7 +203,15 @@ UniversalWriteStats write_universal(const std::string& src, const std::string& o
     }
     PosixStorage storage;
     storage.sync_dir(tmp);
-    fs::rename(tmp, out_path);
+    if (replace) {
+      const std::string old = out_path.string() + ".universal-old";
+      fs::remove_all(old);
+      fs::rename(out_path, old);
+      fs::rename(tmp, out_path);
+      fs::remove_all(old);
+    } else {
+      fs::rename(tmp, out_path);
+    }
     storage.sync_dir(out_path.parent_path().string());
     storage.write_file_atomic(join_path(out_path.parent_path().string(), kLatestUniversalFile),
                               tag);

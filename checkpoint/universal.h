@@ -78,11 +78,13 @@ struct UniversalWriteStats {
 };
 
 // Writes the universal form of the ZeRO stage 1-3 checkpoint in `src` (a tag folder written by
-// ZeroRT or DeepSpeed) to `out`, a new folder, then names it in out's parent's latest_universal.
+// ZeroRT or DeepSpeed) to `out` (a new folder, or an earlier universal checkpoint, which it
+// replaces), then names it in out's parent's latest_universal.
 // Streams one parameter at a time by ranged reads (checkpoint/zero_folder.h): memory holds one
 // parameter's state, never the model's. Everything is written under a temporary name and renamed
 // into place last; on failure nothing is left behind. Throws CheckpointError naming what was wrong
-// (`out` exists, a stage-0 source, a file that does not fit its param_shapes).
+// (`out` exists and is not a universal checkpoint, a stage-0 source, a file that does not fit
+// its param_shapes).
 UniversalWriteStats write_universal(const std::string& src, const std::string& out);
 
 }  // namespace zrt::ckpt

@@ -95,9 +95,10 @@ const Command kToUniversal = {
     "DIR OUT [--tag T]",
     "Writes DeepSpeed's universal checkpoint of a ZeRO stage 1-3 checkpoint (what DeepSpeed's\n"
     "ds_to_universal writes: zero/<param>/{fp32,exp_avg,exp_avg_sq,step}.pt, zero/optimizer_state.pt\n"
-    "and the model states) into the new folder OUT, one parameter at a time, and names it in\n"
-    "OUT's parent's latest_universal. Load it with \"checkpoint\": {\"load_universal\": true}, in\n"
-    "ZeroRT or DeepSpeed, at any world size. OUT is usually DIR/global_stepN_universal.",
+    "and the model states) into OUT (a new folder, or an earlier conversion, which it replaces),\n"
+    "one parameter at a time, and names it in OUT's parent's latest_universal. Load it with\n"
+    "\"checkpoint\": {\"load_universal\": true}, in ZeroRT or DeepSpeed, at any world size. OUT is\n"
+    "usually DIR/global_stepN_universal.",
     {kTagFlag}};
 
 const char kDirNote[] =
