@@ -77,6 +77,19 @@ RangeReader UniversalFolder::reader(const std::string& state) const {
   };
 }
 
+std::map<std::string, int64_t> UniversalFolder::params() const {
+  std::map<std::string, int64_t> out;
+  for (const auto& entry : fs::directory_iterator(join_path(folder_, "zero"))) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || !has(name, kFp32State)) continue;
+    ReadOptions ro;
+    ro.mode = ReadMode::kTolerant;
+    const std::string path = universal_state_path(folder_, name, kFp32State);
+    out[name] = universal_tensor(PtIndex(path, ro).value(), path).numel();
+  }
+  return out;
+}
+
 std::string UniversalFolder::location(const std::string& param, const std::string& state) const {
   return universal_state_path(folder_, param, state);
 }
@@ -216,7 +229,8 @@ UniversalWriteStats write_universal(const std::string& src, const std::string& o
     storage.write_file_atomic(join_path(out_path.parent_path().string(), kLatestUniversalFile),
                               tag);
   } catch (const fs::filesystem_error& e) {
-    fs::remove_all(tmp);
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
     throw CheckpointError(str(out, ": ", e.what()));
   } catch (...) {
     std::error_code ignored;

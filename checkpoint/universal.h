@@ -20,6 +20,7 @@
 // Frozen parameters and buffers are not under zero/: they come from the model states.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,8 @@ class UniversalFolder : public WholeStateSource {
   // Whole parameters' `state` by ranges (float32 as saved). The reader throws CheckpointError
   // naming the file when it is missing or its tensor does not have the parameter's elements.
   RangeReader reader(const std::string& state) const override;
+  // The parameters under zero/ with an fp32.pt (their element counts from the files' indexes).
+  std::map<std::string, int64_t> params() const override;
   // The step of the parameter's group: its step.pt, else optimizer_state_dict.state[group].step
   // (DeepSpeed's stage-3 form), else nullopt.
   std::optional<int64_t> step(const std::string& param, size_t group) const override;

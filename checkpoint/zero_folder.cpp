@@ -161,6 +161,14 @@ RangeReader ZeroFolder::reader(const std::string& state) const {
   };
 }
 
+std::map<std::string, int64_t> ZeroFolder::params() const {
+  std::map<std::string, int64_t> out;
+  for (const NamedShapes& group : groups_) {
+    for (const auto& [name, shape] : group) out[name] = shape_numel(shape);
+  }
+  return out;
+}
+
 std::optional<int64_t> ZeroFolder::step(const std::string& param, size_t) const {
   const auto it = group_of_.find(param);
   if (it == group_of_.end()) return std::nullopt;

@@ -38,6 +38,8 @@ class WholeStateSource {
   // Where `state` of `param` is (or would be), for messages.
   virtual std::string location(const std::string& param, const std::string& state) const = 0;
   virtual RangeReader reader(const std::string& state) const = 0;
+  // Every parameter with fp32 weights, and its number of elements.
+  virtual std::map<std::string, int64_t> params() const = 0;
   // The step of `param`'s group (`group`: the loading engine's group index), nullopt if unknown.
   virtual std::optional<int64_t> step(const std::string& param, size_t group) const = 0;
   // The torch-layout "param_groups" (hyper-parameters per group), "zrt_optimizer" (None for
@@ -84,6 +86,7 @@ class ZeroFolder : public WholeStateSource {
   bool has(const std::string& param, const std::string& state) const override;
   std::string location(const std::string& param, const std::string& state) const override;
   RangeReader reader(const std::string& state) const override;
+  std::map<std::string, int64_t> params() const override;
   std::optional<int64_t> step(const std::string& param, size_t group) const override;
   const Value& optimizer_name() const override;
   const Value& loss_scaler() const override;

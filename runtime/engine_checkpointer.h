@@ -53,10 +53,11 @@ class EngineCheckpointer {
   ckpt::Value frozen_params_value(ckpt::Value* shapes);
   void load_module_weights(const std::string& dir, const std::string& tag,
                            const ckpt::Value& model_states, int saved_stage, bool strict);
-  // Weights only from a stage-3 checkpoint: each rank reads its partitions' ranges of the fp32
-  // flats (never the whole model), the buffers and frozen parameters from the model states.
-  void load_partitioned_weights(const std::string& dir, const ckpt::Value& model_states,
-                                bool strict);
+  // Weights only from whole-parameter state read by ranges (a stage-3 checkpoint's fp32 flats, a
+  // universal folder): each rank reads its partitions' elements (never the whole model), the
+  // buffers and frozen parameters come from the model states.
+  void load_partitioned_weights(const ckpt::WholeStateSource& src,
+                                const ckpt::Value& model_states, bool strict);
   void assign_module_weights(const std::unordered_map<std::string, at::Tensor>& full, bool strict,
                              const std::string& context);
   // Masters, optimizer state and loss scale from the checkpoint; then the parameters from the
@@ -76,8 +77,6 @@ class EngineCheckpointer {
   std::optional<LoadedCheckpoint> load_universal(const std::string& load_dir,
                                                  const std::optional<std::string>& tag,
                                                  const LoadCheckpointOptions& options);
-  void load_universal_weights(const ckpt::UniversalFolder& folder, const ckpt::Value& model_states,
-                              bool strict);
   // Masters, optimizer state and loss scaler from whole-parameter state read by ranges (a
   // universal folder, or a ZeRO folder of another world size or stage), each rank only its
   // partitions' elements; every needed file is checked on every rank first. Then the parameters

@@ -85,7 +85,7 @@ void EngineCheckpointer::load_module_weights(const std::string& dir, const std::
   at::NoGradGuard no_grad;
   if (saved_stage == 3) {
     // The module of a stage-3 file holds empty tensors: the weights are in the partitions.
-    load_partitioned_weights(dir, model_states, strict);
+    load_partitioned_weights(ckpt::ZeroFolder(dir), model_states, strict);
     return;
   }
   std::unordered_map<std::string, at::Tensor> full;

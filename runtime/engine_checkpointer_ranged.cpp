@@ -61,52 +61,46 @@ void check_complete(const ckpt::WholeStateSource& folder,
 
 }  // namespace
 
-void EngineCheckpointer::load_partitioned_weights(const std::string& dir, const Value& model_states,
-                                                  bool strict) {
-  const ckpt::ZeroFolder folder(dir);
+void EngineCheckpointer::load_partitioned_weights(const ckpt::WholeStateSource& src,
+                                                  const Value& model_states, bool strict) {
   ModelStates& states = engine_.model_states();
   const std::vector<GroupPartition> groups = states.group_partitions();
   // Checked on every rank before anything is written: each trainable parameter's fp32 weights
   // are there with its number of elements, and (strict) the checkpoint has no others.
+  const std::map<std::string, int64_t> saved = src.params();
   std::set<std::string> trainable;
   for (const GroupPartition& g : groups) {
     for (const auto& [name, shape] : g.params) {
       trainable.insert(name);
-      const bool there = folder.has(name, ckpt::kFp32State);
-      ZRT_CHECK_AS(CheckpointError, there || !strict, dir, ": the checkpoint has no weights for '",
-                   name, "' (load with load_module_strict = false to skip it)");
-      if (!there) continue;
-      for (const auto& saved : folder.groups()) {
-        for (const auto& [n, saved_shape] : saved) {
-          ZRT_CHECK_AS(CheckpointError,
-                       n != name || ckpt::shape_numel(saved_shape) == ckpt::shape_numel(shape), dir,
-                       ": '", name, "' has shape ", c10::IntArrayRef(saved_shape),
-                       " in the checkpoint but ", c10::IntArrayRef(shape), " in the model");
-        }
-      }
+      const auto it = saved.find(name);
+      ZRT_CHECK_AS(CheckpointError, it != saved.end() || !strict, src.where(),
+                   ": the checkpoint has no weights for '", name,
+                   "' (load with load_module_strict = false to skip it)");
+      ZRT_CHECK_AS(CheckpointError, it == saved.end() || it->second == ckpt::shape_numel(shape),
+                   src.where(), ": '", name, "' has ", it->second, " elements in the checkpoint but ",
+                   c10::IntArrayRef(shape), " in the model");
     }
   }
   std::set<std::string> aliases;
   for (const auto& [alias, owner] : engine_.tied_parameters()) aliases.insert(alias);
-  for (const auto& saved : folder.groups()) {
-    for (const auto& [name, shape] : saved) {
-      ZRT_CHECK_AS(CheckpointError, !strict || trainable.count(name) || aliases.count(name), dir,
-                   ": the checkpoint has weights for '", name, "', which the model does not have");
-    }
+  for (const auto& [name, numel] : saved) {
+    ZRT_CHECK_AS(CheckpointError, !strict || trainable.count(name) || aliases.count(name),
+                 src.where(), ": the checkpoint has weights for '", name,
+                 "', which the model does not have");
   }
-  // Each rank reads only its partitions' elements of every rank's fp32 flats.
-  const ckpt::RangeReader fp32 = folder.reader(ckpt::kFp32State);
+  // Each rank reads only its partitions' elements.
+  const ckpt::RangeReader fp32 = src.reader(ckpt::kFp32State);
   ckpt::RangeReader read = [&](const std::string& name, int64_t numel, ShardInfo range) {
-    return folder.has(name, ckpt::kFp32State) ? fp32(name, numel, range) : at::Tensor();
+    return saved.count(name) != 0 ? fp32(name, numel, range) : at::Tensor();
   };
   auto& targets = states.targets();
   for (size_t g = 0; g < groups.size(); ++g) {
     const GroupPartition& gp = groups[g];
     ckpt::fill_partition(gp.layout, gp.params, gp.rank, gp.world_size, read, targets.at(g).master,
-                         dir);
+                         src.where());
   }
   params_from_masters(states);
-  restore_whole_tensors(dir, model_states);
+  restore_whole_tensors(src.where(), model_states);
 }
 
 std::optional<LoadedCheckpoint> EngineCheckpointer::load_universal(
@@ -130,34 +124,13 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::load_universal(
   const Value ms = ckpt::load_pt(ckpt::join_path(dir, folder.model_states_file()), ro);
   const bool module_only = options.load_module_only || engine_.optimizer() == nullptr;
   if (module_only || !options.load_optimizer_states) {
-    load_universal_weights(folder, ms, options.load_module_strict);
+    load_partitioned_weights(folder, ms, options.load_module_strict);
   } else {
     load_ranged_state(folder, ms);
     ZRT_LOG_INFO("loaded universal checkpoint ", dir, " into stage ", engine_.zero_stage(), " x ",
                  engine_.comm().size(), " ranks");
   }
   return finish_load(dir, ms, options, module_only, std::string());
-}
-
-void EngineCheckpointer::load_universal_weights(const ckpt::UniversalFolder& folder,
-                                                const Value& ms, bool strict) {
-  // Buffers and frozen parameters from the model states (a stage-3 file's module holds empty
-  // trainable tensors), the trainable parameters' fp32 masters from zero/.
-  std::unordered_map<std::string, at::Tensor> full;
-  for (const auto& [key, value] : ValueView(ms, folder.model_states_file())["module"].as_dict()) {
-    if (key.is_str() && value.is_tensor() && value.as_tensor().numel() > 0) {
-      full.emplace(key.as_str(), value.as_tensor());
-    }
-  }
-  const ckpt::RangeReader read = folder.reader(ckpt::kFp32State);
-  for (const GroupPartition& g : engine_.model_states().group_partitions()) {
-    for (const auto& [name, shape] : g.params) {
-      if (!folder.has(name, ckpt::kFp32State)) continue;
-      const int64_t n = ckpt::shape_numel(shape);
-      full[name] = read(name, n, ShardInfo{0, n}).view(shape);
-    }
-  }
-  assign_module_weights(full, strict, folder.folder());
 }
 
 void EngineCheckpointer::load_ranged_state(const ckpt::WholeStateSource& src, const Value& ms) {

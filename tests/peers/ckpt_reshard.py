@@ -17,57 +17,26 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 import ckpt_common as cc
-from peer_launch import run_ranks
+import ckpt_universal as cu
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "..", "data", "deepspeed")
-NEW_WORLD = 3
-
-
-def rank_main(args):
-    import torch
-    import deepspeed
-    from twins import Mlp
-    deepspeed.init_distributed(dist_backend="gloo")
-    torch.manual_seed(cc.SEED)
-    model = Mlp(cc.WIDTH, cc.LAYERS)
-    config = dict(cc.ds_config(args.stage, NEW_WORLD), checkpoint={"load_universal": True})
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                           config=config)
-    path, _ = engine.load_checkpoint(args.ckpt)
-    if path is None or engine.global_steps != cc.SAVE_AT:
-        raise SystemExit(f"DeepSpeed did not load {args.ckpt} (global_steps {engine.global_steps})")
-    losses, lrs = cc.ds_train(engine, cc.TOTAL_STEPS - cc.SAVE_AT)
-    engine.save_checkpoint(args.out)
-    if torch.distributed.get_rank() == 0:
-        with open(os.path.join(args.out, "continued.json"), "w") as f:
-            json.dump({"losses": losses, "learning_rates": lrs}, f)
+NEW_WORLD = cu.NEW_WORLD
 
 
 def one_case(args, tmp, name, stage):
     from ckpt_resume import compare
     ckpt = os.path.join(tmp, name)
     shutil.copytree(os.path.join(FIXTURES, name, f"checkpoint-{cc.SAVE_AT}"), ckpt)
-    tag = os.path.join(ckpt, f"global_step{cc.SAVE_AT}")
-    conv = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal",
-                           "--input_folder", tag, "--output_folder", tag + "_universal",
-                           "--inject_missing_state", "--num_extract_workers", "1",
-                           "--num_merge_workers", "1"], capture_output=True, text=True,
-                          timeout=300)
-    if conv.returncode != 0:
-        return [f"{name}: ds_to_universal failed:\n{conv.stdout[-2000:]}{conv.stderr[-3000:]}"]
-    ds_out = os.path.join(tmp, name + "_ds")
-    argv = [os.path.abspath(__file__), "--rank-main", "--stage", str(stage), "--ckpt", ckpt,
-            "--out", ds_out]
-    if run_ranks(argv, NEW_WORLD, args.timeout, "ckpt_reshard"):
-        return [f"{name}: DeepSpeed's universal-checkpoint load on {NEW_WORLD} ranks failed"]
-    with open(os.path.join(ds_out, "continued.json")) as f:
-        ds = json.load(f)
+    try:
+        cu.ds_convert(os.path.join(ckpt, f"global_step{cc.SAVE_AT}"))
+        ds, ds_weights = cu.ds_continue(args, tmp, ckpt, stage, False, name + "_ds")
+    except RuntimeError as e:
+        return [f"{name}: {e}"]
     config = os.path.join(tmp, name + ".json")
     with open(config, "w") as f:
         json.dump(cc.ds_config(stage, NEW_WORLD), f)
@@ -77,23 +46,15 @@ def one_case(args, tmp, name, stage):
     return compare(f"{name} resumed on {NEW_WORLD} ranks: ZeroRT reshard vs DeepSpeed "
                    f"universal", False, cc.logged(os.path.join(out, "trainer_state.json"),
                                                   cc.SAVE_AT + 1),
-                   (ds["losses"], ds["learning_rates"]),
-                   cc.ds_to_fp32(os.path.join(out, f"checkpoint-{cc.TOTAL_STEPS}")),
-                   cc.ds_to_fp32(ds_out))
+                   ds, cc.ds_to_fp32(os.path.join(out, f"checkpoint-{cc.TOTAL_STEPS}")),
+                   ds_weights)
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", help="ZeroRT's build/bin (required)")
     parser.add_argument("--timeout", type=float, default=240)
-    parser.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--stage", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--ckpt", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.rank_main:
-        rank_main(args)
-        return 0
     if not args.bin:
         parser.error("--bin is required")
     fails = []

@@ -87,19 +87,23 @@ def same_universal(what, ours, theirs):
     return fails
 
 
-def convert_both(args, checkpoint, tmp, key):
-    """Copies of save_dir `checkpoint`, converted by DeepSpeed and by ZeroRT: (ds copy, zrt copy)."""
-    ds_copy, zrt_copy = os.path.join(tmp, f"{key}_dsconv"), os.path.join(tmp, f"{key}_zrtconv")
-    shutil.copytree(checkpoint, ds_copy)
-    shutil.copytree(checkpoint, zrt_copy)
+def ds_convert(tag):
+    """DeepSpeed's ds_to_universal of tag folder `tag` into tag + "_universal"."""
     conv = subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal",
-                           "--input_folder", os.path.join(ds_copy, TAG),
-                           "--output_folder", os.path.join(ds_copy, TAG + "_universal"),
+                           "--input_folder", tag, "--output_folder", tag + "_universal",
                            "--inject_missing_state", "--num_extract_workers", "1",
                            "--num_merge_workers", "1"], capture_output=True, text=True,
                           timeout=300)
     if conv.returncode != 0:
         raise RuntimeError(f"ds_to_universal failed:\n{conv.stdout[-2000:]}{conv.stderr[-3000:]}")
+
+
+def convert_both(args, checkpoint, tmp, key):
+    """Copies of save_dir `checkpoint`, converted by DeepSpeed and by ZeroRT: (ds copy, zrt copy)."""
+    ds_copy, zrt_copy = os.path.join(tmp, f"{key}_dsconv"), os.path.join(tmp, f"{key}_zrtconv")
+    shutil.copytree(checkpoint, ds_copy)
+    shutil.copytree(checkpoint, zrt_copy)
+    ds_convert(os.path.join(ds_copy, TAG))
     cmd = [os.path.join(args.bin, "zrt-ckpt"), "to-universal", os.path.join(zrt_copy, TAG),
            os.path.join(zrt_copy, TAG + "_universal")]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -109,6 +113,8 @@ def convert_both(args, checkpoint, tmp, key):
 
 
 def ds_continue(args, tmp, checkpoint, stage, bf16, key):
+    """DeepSpeed on NEW_WORLD ranks loads the universal checkpoint of save_dir `checkpoint` and
+    trains steps 4-6: ((losses, learning rates), its final fp32 weights)."""
     out = os.path.join(tmp, key)
     argv = [os.path.abspath(__file__), "--rank-main", "--stage", str(stage), "--ckpt", checkpoint,
             "--out", out] + (["--bf16"] if bf16 else [])
