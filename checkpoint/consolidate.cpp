@@ -360,15 +360,9 @@ NamedTensors load_fp32_state_dict(const std::string& save_dir,
     t = *latest;
   }
   const std::string dir = tag_path(save_dir, t);
-  PosixStorage storage;
-  ZRT_CHECK_AS(CheckpointError, storage.is_dir(dir), "Directory '", dir, "' doesn't exist");
-  std::vector<std::string> optim_files, model_files;
-  for (const std::string& name : storage.list(dir)) {
-    if (ends_with(name, "_optim_states.pt")) optim_files.push_back(name);
-    if (ends_with(name, "_model_states.pt")) model_files.push_back(name);
-  }
-  std::sort(optim_files.begin(), optim_files.end(), natural_less);
-  std::sort(model_files.begin(), model_files.end(), natural_less);
+  const ZeroFiles files = list_zero_files(dir);
+  const std::vector<std::string>& optim_files = files.optim;
+  const std::vector<std::string>& model_files = files.model;
   ReadOptions optim_read;
   optim_read.mode = ReadMode::kTolerant;
   optim_read.only_keys = {"optimizer_state_dict"};

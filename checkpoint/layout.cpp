@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace zrt::ckpt {
 namespace {
@@ -157,6 +158,19 @@ bool natural_less(const std::string& a, const std::string& b) {
     }
   }
   return a.size() - i < b.size() - j;
+}
+
+ZeroFiles list_zero_files(const std::string& dir) {
+  PosixStorage storage;
+  ZRT_CHECK_AS(CheckpointError, storage.is_dir(dir), "Directory '", dir, "' doesn't exist");
+  ZeroFiles files;
+  for (const std::string& name : storage.list(dir)) {
+    if (ends_with(name, "_optim_states.pt")) files.optim.push_back(name);
+    if (ends_with(name, "_model_states.pt")) files.model.push_back(name);
+  }
+  std::sort(files.optim.begin(), files.optim.end(), natural_less);
+  std::sort(files.model.begin(), files.model.end(), natural_less);
+  return files;
 }
 
 }  // namespace zrt::ckpt

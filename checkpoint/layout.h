@@ -58,4 +58,12 @@ CheckpointError hf_resume_failed(const std::string& checkpoint_path);
 // DeepSpeed's natural sort key order ("rank_2" < "rank_10"), used for *_optim_states.pt lists.
 bool natural_less(const std::string& a, const std::string& b);
 
+// The *_optim_states.pt and *_model_states.pt names in tag folder `dir`, each in natural order
+// (rank order), as zero_to_fp32 globs them. CheckpointError "Directory '<dir>' doesn't exist".
+struct ZeroFiles {
+  std::vector<std::string> optim;
+  std::vector<std::string> model;
+};
+ZeroFiles list_zero_files(const std::string& dir);
+
 }  // namespace zrt::ckpt

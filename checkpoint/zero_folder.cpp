@@ -1,21 +1,11 @@
 #include "checkpoint/zero_folder.h"
 
-#include <algorithm>
-
 #include "checkpoint/consolidate.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/value_view.h"
 #include "core/error.h"
 
 namespace zrt::ckpt {
-
-namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
 
 std::vector<NamedShapes> param_shapes_of(const ValueView& model_states) {
   std::vector<NamedShapes> shapes;
@@ -32,15 +22,9 @@ std::vector<NamedShapes> param_shapes_of(const ValueView& model_states) {
 }
 
 ZeroFolder::ZeroFolder(const std::string& dir) : dir_(dir) {
-  PosixStorage storage;
-  ZRT_CHECK_AS(CheckpointError, storage.is_dir(dir), "Directory '", dir, "' doesn't exist");
-  std::vector<std::string> optim_files;
-  for (const std::string& name : storage.list(dir)) {
-    if (ends_with(name, "_optim_states.pt")) optim_files.push_back(name);
-    if (ends_with(name, "_model_states.pt")) model_files_.push_back(name);
-  }
-  std::sort(optim_files.begin(), optim_files.end(), natural_less);
-  std::sort(model_files_.begin(), model_files_.end(), natural_less);
+  ZeroFiles files = list_zero_files(dir);
+  const std::vector<std::string>& optim_files = files.optim;
+  model_files_ = std::move(files.model);
   ZRT_CHECK_AS(CheckpointError, !model_files_.empty(), dir, ": no *_model_states.pt file");
   ZRT_CHECK_AS(CheckpointError, !optim_files.empty(), dir,
                ": no *_optim_states.pt files (a stage-0 checkpoint keeps its optimizer in the "
