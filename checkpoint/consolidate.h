@@ -1,14 +1,15 @@
-// Consolidation of a ZeRO checkpoint into one fp32 state dict: DeepSpeed's zero_to_fp32 algorithm
-// (spec/deepspeed.md §4.6) over already-read file contents, plus a directory-level helper that
-// reads the files itself. Owns only what zero_to_fp32 adds to the partition arithmetic of
-// reshard.h (which keys, param_shapes order, its consistency checks, frozen and shared parameters,
-// buffers); reading files is pt_file.h's job and loading at another world size the engine's.
+// Consolidation of a ZeRO checkpoint into one fp32 state dict: DeepSpeed's zero_to_fp32
+// (docs/DEEPSPEED.md §4.6) over a ZeroFolder (zero_folder.h: the files typed by ds_files.h, read
+// by ranges), from a tag folder or from file values already in memory. Owns only what
+// zero_to_fp32 adds to the folder's whole-parameter readers: the result's order, frozen and
+// shared parameters, buffers; and stage 0, whose weights are all in the model states.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "checkpoint/ds_files.h"
 #include "checkpoint/value.h"
 
 namespace zrt::ckpt {
@@ -24,10 +25,11 @@ struct ConsolidateOptions {
 // Result order, as DeepSpeed builds it: buffers (from rank 0's `module`, named in `buffer_names`,
 // cast to float32), then frozen parameters (their saved dtype, as DeepSpeed leaves them), then
 // trainable parameters in `param_shapes` order (float32), then shared aliases
-// (`shared_params`: alias -> owner). Tensors may be views of one merged buffer per group.
-// Throws CheckpointError for files that do not fit together (DeepSpeed's messages where it has
-// them: "Expected N of '*_optim_states.pt' ...", "consumed A numels out of B - something is
-// wrong", "... is not a zero checkpoint").
+// (`shared_params`: alias -> owner).
+// Throws CheckpointError for files that do not fit together: DeepSpeed's "Expected N of
+// '*_optim_states.pt' ..." and "... is not a zero checkpoint"; where zero_to_fp32 only compares
+// the total ("consumed A numels out of B"), each rank's partition is checked against the size
+// param_shapes gives it, naming the file and group.
 // Stage 0 (`optim_states` empty, one model-states file): the parameters from the file's fp32
 // masters (optimizer.fp32_groups_flat, split in param_shapes order) when it has them, else the
 // module's weights as float32; buffers, frozen parameters and aliases as above. DeepSpeed's
@@ -38,13 +40,10 @@ NamedTensors consolidate_fp32(const std::vector<Value>& optim_states,
                               const std::vector<Value>& model_states, const std::string& context,
                               const ConsolidateOptions& options = {});
 
-// The ZeRO stage recorded in an optim-states dict: an int, or DeepSpeed's pickled ZeroStageEnum
-// (read in tolerant mode as ZeroStageEnum(2) or getattr(ZeroStageEnum, 'gradients')).
-int zero_stage_of(const Value& optim_state, const std::string& context);
-
 // Reads save_dir/<tag> (tag = the `latest` file when not given) the way zero_to_fp32.py does:
 // every *_optim_states.pt and *_model_states.pt in natural order, in tolerant mode so that files
-// written by DeepSpeed itself work too, then consolidate_fp32.
+// written by DeepSpeed itself work too; the optimizer files by ranges (memory holds the result,
+// not the files).
 NamedTensors load_fp32_state_dict(const std::string& save_dir,
                                   const std::optional<std::string>& tag = std::nullopt,
                                   const ConsolidateOptions& options = {});

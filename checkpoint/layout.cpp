@@ -57,6 +57,10 @@ std::string zero3_model_states_name(int dp_rank, int mp_rank) {
          "_model_states.pt";
 }
 
+std::string model_states_name_of(int zero_stage, int dp_rank) {
+  return zero_stage == 3 ? zero3_model_states_name(dp_rank) : model_states_name();
+}
+
 std::string optim_states_name(int dp_rank, bool bf16, int mp_rank) {
   return std::string(bf16 ? "bf16_" : "") + "zero_pp_rank_" + std::to_string(dp_rank) +
          "_mp_rank_" + two_digits(mp_rank) + "_optim_states.pt";

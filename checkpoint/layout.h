@@ -17,6 +17,8 @@ namespace zrt::ckpt {
 std::string model_states_name(int mp_rank = 0);
 // "zero_pp_rank_{dp}_mp_rank_00_model_states.pt" (stage 3, one per DP rank).
 std::string zero3_model_states_name(int dp_rank, int mp_rank = 0);
+// The model-states file rank `dp_rank` writes at `zero_stage` (the writer's for stages 0-2).
+std::string model_states_name_of(int zero_stage, int dp_rank);
 // "[bf16_]zero_pp_rank_{dp}_mp_rank_00_optim_states.pt" (ZeRO / bf16 optimizer, one per DP rank).
 std::string optim_states_name(int dp_rank, bool bf16, int mp_rank = 0);
 // "zrt_rng_state_{dp}.pt" (ZeroRT: the CPU generator state of one DP rank).

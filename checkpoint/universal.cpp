@@ -152,10 +152,8 @@ Value universal_optimizer_state(const ZeroFolder& zero) {
   Value base = Value::dict();
   base.set("state", std::move(steps));
   base.set("param_groups", zero.param_groups());
-  const Value& src_base = ValueView(osd, zero.optim_file(0).path())
-      [zero.zero_stage() == 3 ? "optimizer_state_dict" : "base_optimizer_state"]
-          .value();
-  if (const Value* name = src_base.find("zrt_optimizer")) base.set("zrt_optimizer", *name);
+  const Value& name = zero.optimizer_name();
+  if (!name.is_none()) base.set("zrt_optimizer", name);
   out.set("optimizer_state_dict", std::move(base));
   return out;
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/ds_files.h"
 #include "checkpoint/pt/pt_file.h"
 #include "checkpoint/reshard.h"
 #include "checkpoint/value.h"
@@ -49,32 +50,41 @@ class WholeStateSource {
   virtual const Value& loss_scaler() const = 0;
 };
 
-// The model states' "param_shapes": per group, the parameter names and shapes in flattening order.
-std::vector<NamedShapes> param_shapes_of(const ValueView& model_states);
-
+// A ZeRO stage 1-3 checkpoint's optimizer partitions (DsOptimStatesFile, one per saved rank)
+// served as whole parameters by ranges. Stages 1/2 partition each group (kFlat); stage 3 is read
+// as DeepSpeed's zero_to_fp32 reads it, each rank's sub-group flats back to back over all
+// param_shapes groups (kPerParam), so any sub-grouping of the groups gives the same parameters.
 class ZeroFolder : public WholeStateSource {
  public:
-  // Opens save_dir/tag's files: every *_optim_states.pt (natural order = rank order; bf16_ names
-  // too) and the model states (param_shapes). Throws CheckpointError naming the folder when it is
-  // not a ZeRO stage 1-3 checkpoint (stage 0 has no partitions: "... is a stage-0 checkpoint"),
-  // the file count does not match the saved world size, or a file is unreadable.
+  // Opens save_dir/tag's files for ranged reads: every *_optim_states.pt (natural order = rank
+  // order; bf16_ names too) and rank 0's model states (param_shapes). Throws CheckpointError
+  // naming the folder when it is not a ZeRO stage 1-3 checkpoint (stage 0 has no partitions),
+  // the file count does not match the saved world size ("Expected W of '*_optim_states.pt' under
+  // ..."), or a file is unreadable.
   explicit ZeroFolder(const std::string& dir);
+  // The same over file values already in memory: `optim_files[r]` rank r's *_optim_states.pt,
+  // `model_states` rank 0's model states; `context` names them in errors.
+  ZeroFolder(const std::vector<Value>& optim_files, const Value& model_states,
+             const std::string& context);
 
   const std::string& dir() const { return dir_; }
-  int zero_stage() const { return stage_; }
-  int world_size() const { return static_cast<int>(optim_.size()); }
+  int zero_stage() const { return file(0).zero_stage; }
+  int world_size() const { return static_cast<int>(ranks_.size()); }
   // Per group, the parameters and shapes in flattening order (the model states' param_shapes).
   const std::vector<NamedShapes>& groups() const { return groups_; }
-  // The model-states file names in the folder (natural order).
+  // The model-states file names in the folder (natural order; empty in memory).
   const std::vector<std::string>& model_states_files() const { return model_files_; }
-  // Rank r's optimizer_state_dict (tensors on the meta device) and its index for ranged reads.
+  // Rank r's optimizer-states file, typed, and as saved ("optimizer_state_dict"; tensors on the
+  // meta device when read from a folder), and its name for messages.
+  const DsOptimStatesFile& file(int rank) const { return ranks_.at(static_cast<size_t>(rank)).file; }
   const Value& optimizer_state(int rank) const;
-  const PtIndex& optim_file(int rank) const { return *optim_.at(static_cast<size_t>(rank)); }
+  const std::string& file_name(int rank) const { return ranks_.at(static_cast<size_t>(rank)).name; }
 
   // Whether group g has `state` (the moments exist once the optimizer has stepped).
   bool has_state(size_t group, const std::string& state) const;
-  // Whole parameters of group g for `state` (kFp32State, kExpAvgState, kExpAvgSqState), read by
-  // ranges from every rank's partition (float32 as saved).
+  // Whole parameters of group g for `state` (kFp32State, kExpAvgState, kExpAvgSqState,
+  // "momentum_buffer"), read by ranges from every rank's partition (the dtype as saved). Checks
+  // first that every rank's partition has the size param_shapes gives it.
   RangeReader reader(size_t group, const std::string& state) const;
   // The group's step count as saved (rank 0's base optimizer state; 0 before the first step).
   int64_t group_step(size_t group) const;
@@ -92,16 +102,25 @@ class ZeroFolder : public WholeStateSource {
   const Value& loss_scaler() const override;
 
  private:
-  // The 1-D meta tensor of rank r's partition of group g for `state`.
-  at::Tensor partition(int rank, size_t group, const std::string& state) const;
-  // Rank r's base optimizer state ({"state", "param_groups"}).
-  const Value& base(int rank) const;
+  struct Rank {
+    std::string name;
+    DsOptimStatesFile file;
+    const Value* value = nullptr;  // the file's value (in index, or in held_)
+    std::unique_ptr<PtIndex> index;  // null in memory
+  };
+  void open(const Value& model_states, const std::string& model_name);
+  // Elements [offset, offset + count) of `t`, a tensor of rank r's file.
+  at::Tensor read(int rank, const at::Tensor& t, int64_t offset, int64_t count) const;
+  // Rank r's partitions of `state` that the reader walks: group g's (stages 1/2), or every
+  // sub-group's in order (stage 3).
+  std::vector<at::Tensor> pieces(int rank, size_t group, const std::string& state) const;
 
   std::string dir_;
-  int stage_ = 0;
-  std::vector<std::unique_ptr<PtIndex>> optim_;
+  std::vector<Rank> ranks_;
+  std::vector<Value> held_;  // the in-memory files
   std::vector<std::string> model_files_;
   std::vector<NamedShapes> groups_;
+  NamedShapes all_params_;                   // every group's parameters in order (stage 3)
   std::map<std::string, size_t> group_of_;  // parameter name -> saved group
 };
 

@@ -1,9 +1,9 @@
 #include "runtime/checkpoint_state.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "checkpoint/ds_objects.h"
-#include "checkpoint/zero_folder.h"
 #include "core/error.h"
 
 namespace zrt::runtime {
@@ -253,57 +253,29 @@ Value fp16_optimizer_scale_fields(const ValueView& opt) {
   return fields;
 }
 
-// The base optimizer states (one per rank, or one for stage 0) and the fp32 flats per group of
-// the flat layouts (stage 0's fp32_groups_flat, stages 1-3), and what the files hold for the
-// loss scaler.
+// The flat layouts of stage 0 (FP16_Optimizer's, and older ZeroRT's at every dtype): the base
+// optimizer state, the fp32 flat per group, and what the file holds for the loss scaler.
 struct FlatSources {
-  std::vector<optim::OptimizerState> bases;
-  std::vector<std::vector<at::Tensor>> fp32;  // [rank][group]
+  optim::OptimizerState base;
+  std::vector<at::Tensor> fp32;  // per group
   Value loss_scaler;
 };
 
-FlatSources read_flat_sources(int zero_stage, int world_size, const std::vector<Value>& optim_files,
-                              const Value& stage0_model_states, const std::string& context) {
+FlatSources read_flat_sources(const ValueView& opt) {
   FlatSources src;
-  if (zero_stage == 0) {
-    const ValueView opt = ValueView(stage0_model_states, context)["optimizer"];
-    src.bases.push_back(optimizer_state_from_value(opt["optimizer_state_dict"]));
-    std::vector<at::Tensor> flats;
-    for (const Value& t : opt["fp32_groups_flat"].items()) flats.push_back(t.as_tensor());
-    src.fp32.push_back(std::move(flats));
-    src.loss_scaler =
-        opt.contains("loss_scaler") ? opt["loss_scaler"].value() : fp16_optimizer_scale_fields(opt);
-    return src;
-  }
-  ZRT_CHECK_AS(CheckpointError, static_cast<int>(optim_files.size()) == world_size, context,
-               ": expected ", world_size, " optimizer-state files, got ", optim_files.size());
-  for (int r = 0; r < world_size; ++r) {
-    const ValueView root = ValueView(optim_files[r], context)["optimizer_state_dict"];
-    src.bases.push_back(optimizer_state_from_value(zero_stage == 3 ? root["optimizer_state_dict"]
-                                                                   : root["base_optimizer_state"]));
-    std::vector<at::Tensor> flats;
-    for (const Value& t :
-         root[zero_stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups"].items()) {
-      flats.push_back(t.as_tensor());
-    }
-    src.fp32.push_back(std::move(flats));
-    if (r == 0) src.loss_scaler = root.contains("loss_scaler") ? root["loss_scaler"].value() : Value();
-  }
+  src.base = optimizer_state_from_value(opt["optimizer_state_dict"]);
+  for (const Value& t : opt["fp32_groups_flat"].items()) src.fp32.push_back(t.as_tensor());
+  src.loss_scaler =
+      opt.contains("loss_scaler") ? opt["loss_scaler"].value() : fp16_optimizer_scale_fields(opt);
   return src;
 }
 
 }  // namespace
 
-// ---- whole-parameter reassembly --------------------------------------------------------------
+// ---- whole-parameter reassembly (stage 0) ---------------------------------------------------
 
-ParamShapes read_param_shapes(const ValueView& model_states) {
-  return ckpt::param_shapes_of(model_states);
-}
-
-
-FullState reassemble_full_state(int zero_stage, int world_size, const ParamShapes& shapes,
-                                const std::vector<Value>& optim_files,
-                                const Value& stage0_model_states, const std::string& context) {
+FullState reassemble_stage0_state(const ParamShapes& shapes, const Value& model_states,
+                                  const std::string& context) {
   FullState full;
   for (const auto& group : shapes) {
     std::vector<std::string> names;
@@ -313,64 +285,42 @@ FullState reassemble_full_state(int zero_stage, int world_size, const ParamShape
     }
     full.group_names.push_back(std::move(names));
   }
-  if (zero_stage == 0 &&
-      !ValueView(stage0_model_states, context)["optimizer"].contains("fp32_groups_flat")) {
-    reassemble_stage0_per_param(full, shapes, ValueView(stage0_model_states, context));
+  const ValueView opt = ValueView(model_states, context)["optimizer"];
+  if (!opt.contains("fp32_groups_flat")) {
+    reassemble_stage0_per_param(full, shapes, ValueView(model_states, context));
     return full;
   }
-  FlatSources src = read_flat_sources(zero_stage, world_size, optim_files, stage0_model_states,
-                                      context);
-  const std::vector<optim::OptimizerState>& bases = src.bases;
-  const std::vector<std::vector<at::Tensor>>& fp32 = src.fp32;
+  const FlatSources src = read_flat_sources(opt);
   full.loss_scaler = src.loss_scaler;
-  const optim::OptimizerState& base0 = bases.front();
-  full.optimizer = base0.optimizer;
-  ZRT_CHECK_AS(CheckpointError, base0.param_groups.size() == shapes.size(), context, ": ",
-               base0.param_groups.size(), " optimizer groups but ", shapes.size(),
+  full.optimizer = src.base.optimizer;
+  ZRT_CHECK_AS(CheckpointError, src.base.param_groups.size() == shapes.size(), context, ": ",
+               src.base.param_groups.size(), " optimizer groups but ", shapes.size(),
                " param_shapes groups");
+  ZRT_CHECK_AS(CheckpointError, src.fp32.size() == shapes.size(), context, ": ", src.fp32.size(),
+               " fp32 flat groups but ", shapes.size(), " param_shapes groups");
   for (size_t g = 0; g < shapes.size(); ++g) {
-    full.group_hyper.push_back(base0.param_groups[g]);
-    auto it = base0.state.find(static_cast<int64_t>(g));
-    full.group_steps.push_back(it == base0.state.end() ? 0 : it->second.step);
-    const auto& group = shapes[g];
-    // Gathers, for one kind of tensor, every rank's piece of group g and splits it
-    // (Note [Partition layouts]; stage 0 is one flat "rank").
-    auto assemble = [&](const std::function<at::Tensor(int rank)>& piece, const char* tensor,
-                        const std::function<at::Tensor&(const std::string&)>& slot) {
-      const auto layout =
-          zero_stage == 3 ? ckpt::PartitionLayout::kPerParam : ckpt::PartitionLayout::kFlat;
-      std::vector<at::Tensor> parts;
-      for (int r = 0; r < static_cast<int>(fp32.size()); ++r) parts.push_back(piece(r));
-      for (auto& [name, t] :
-           ckpt::merge_partitions(layout, parts, group, context, static_cast<int>(g), tensor)) {
-        // kFlat results are views of the whole group (or of the file's tensor): own storage.
-        slot(name) = layout == ckpt::PartitionLayout::kFlat ? t.clone() : t;
+    full.group_hyper.push_back(src.base.param_groups[g]);
+    const auto it = src.base.state.find(static_cast<int64_t>(g));
+    full.group_steps.push_back(it == src.base.state.end() ? 0 : it->second.step);
+    const at::Tensor& flat = src.fp32[g];
+    // Splits one flat tensor of group g into its parameters (Note [Partition layouts], W = 1).
+    auto split = [&](const at::Tensor& t, const char* tensor, at::Tensor FullParamState::*slot) {
+      ZRT_CHECK_AS(CheckpointError, t.defined(), context, ": group ", g, " has no ", tensor);
+      // Older ZeroRT files pad the moments beyond the flat's elements: the padding is at the end.
+      const at::Tensor part = t.to(at::kFloat).reshape({-1}).narrow(0, 0, std::min(t.numel(), flat.numel()));
+      for (auto& [name, whole] : ckpt::merge_partitions(ckpt::PartitionLayout::kFlat, {part},
+                                                        shapes[g], context, static_cast<int>(g),
+                                                        tensor)) {
+        full.params[name].*slot = whole.clone();
       }
     };
-    assemble([&](int r) { return fp32[r].at(g).to(at::kFloat); }, "fp32",
-             [&](const std::string& n) -> at::Tensor& { return full.params[n].fp32; });
-    const bool has_moments = it != base0.state.end();
-    if (!has_moments) continue;
-    auto moment = [&](int r, const char* which) {
-      const optim::ParamState& ps = bases[r].state.at(static_cast<int64_t>(g));
-      const at::Tensor& t = std::string(which) == "exp_avg"      ? ps.exp_avg
-                            : std::string(which) == "exp_avg_sq" ? ps.exp_avg_sq
-                                                                 : ps.momentum_buffer;
-      ZRT_CHECK_AS(CheckpointError, t.defined(), context, ": rank ", r, " group ", g, " has no ",
-                   which);
-      // Stages 1/2 keep padding in the moments but not in the fp32 partitions: drop the padding
-      // (at the end of the partition) so the pieces concatenate like the fp32 ones.
-      const int64_t valid = zero_stage == 3 ? t.numel() : fp32[r].at(g).numel();
-      return t.to(at::kFloat).reshape({-1}).narrow(0, 0, valid);
-    };
+    split(flat, "fp32", &FullParamState::fp32);
+    if (it == src.base.state.end()) continue;
     if (full.optimizer == "SGD") {
-      assemble([&](int r) { return moment(r, "momentum_buffer"); }, "momentum_buffer",
-               [&](const std::string& n) -> at::Tensor& { return full.params[n].momentum; });
+      split(it->second.momentum_buffer, "momentum_buffer", &FullParamState::momentum);
     } else {
-      assemble([&](int r) { return moment(r, "exp_avg"); }, "exp_avg",
-               [&](const std::string& n) -> at::Tensor& { return full.params[n].exp_avg; });
-      assemble([&](int r) { return moment(r, "exp_avg_sq"); }, "exp_avg_sq",
-               [&](const std::string& n) -> at::Tensor& { return full.params[n].exp_avg_sq; });
+      split(it->second.exp_avg, "exp_avg", &FullParamState::exp_avg);
+      split(it->second.exp_avg_sq, "exp_avg_sq", &FullParamState::exp_avg_sq);
     }
   }
   return full;

@@ -1,8 +1,7 @@
 // Conversions between the engine's state and the values of DeepSpeed-layout checkpoint files
-// (checkpoint/FORMAT.md, "Engine keys"): the torch-layout optimizer state dict, and the
-// reassembly of whole per-parameter tensors (fp32 weights, Adam moments) from the partitions of
-// any ZeRO stage and world size — the basis of loading at another world size or stage. The
-// partition arithmetic itself is checkpoint/reshard.h's; this file knows which keys hold what.
+// (checkpoint/FORMAT.md, "Engine keys"): the torch-layout optimizer state dict, and stage 0's
+// optimizer layouts (written, and read back into whole per-parameter tensors). The ZeRO files of
+// stages 1-3 are checkpoint/ds_files.h's; the partition arithmetic is checkpoint/reshard.h's.
 // Pure functions of values; the engine decides what to read and where the results go.
 #pragma once
 
@@ -48,7 +47,6 @@ struct FullState {
 // Per saved group, the parameter names and shapes in flattening order (model states
 // "param_shapes").
 using ParamShapes = std::vector<ckpt::NamedShapes>;
-ParamShapes read_param_shapes(const ckpt::ValueView& model_states);
 
 // Note [Stage 0 layouts]
 // Without ZeRO, DeepSpeed keeps the optimizer inside the model states ("optimizer") in the layout
@@ -74,17 +72,11 @@ ckpt::Value stage0_optimizer_value(const optim::OptimizerState& state,
                                    at::ScalarType model_dtype, const Json& loss_scaler,
                                    double clip_grad);
 
-// Reassembles a FullState from a checkpoint written at `world_size` with `zero_stage`:
-//   stage 0    `stage0_model_states`: the model states, whose "optimizer" is one of Note [Stage 0
-//              layouts] (and whose "module" holds the fp32 layout's masters);
-//   stages 1/2 `optim_files[r]`: single_partition_of_fp32_groups (unpadded) and the padded
-//              moments of rank r, concatenated in rank order;
-//   stage 3    `optim_files[r]`: fp32_flat_groups and moments, each parameter's pn-sized pieces
-//              gathered from every rank.
-// Throws CheckpointError naming `context` when sizes do not add up.
-FullState reassemble_full_state(int zero_stage, int world_size, const ParamShapes& shapes,
-                                const std::vector<ckpt::Value>& optim_files,
-                                const ckpt::Value& stage0_model_states,
-                                const std::string& context);
+// Reassembles a FullState from the model states of a stage-0 checkpoint, whose "optimizer" is one
+// of Note [Stage 0 layouts] (and whose "module" holds the fp32 layout's masters). Checkpoints of
+// stages 1-3 are read by ranges (checkpoint/zero_folder.h). Throws CheckpointError naming
+// `context` when sizes do not add up.
+FullState reassemble_stage0_state(const ParamShapes& shapes, const ckpt::Value& model_states,
+                                  const std::string& context);
 
 }  // namespace zrt::runtime

@@ -6,7 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "checkpoint/commit.h"
-#include "checkpoint/consolidate.h"
+#include "checkpoint/ds_files.h"
 #include "checkpoint/ds_objects.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
@@ -139,86 +139,23 @@ Value EngineCheckpointer::model_states_value(bool with_module) {
   return d;
 }
 
-namespace {
-
-// The .pt writer, like torch.save, writes the whole storage of every tensor it meets. A master
-// partition of stages 1-2 may be a view into the whole flat buffer (fp32 models train the flat
-// parameters in place), so it is re-wrapped without a copy in a storage of its own bytes: each
-// rank's optimizer file then holds its Ψ/N, not the whole Ψ.
-at::Tensor with_own_storage(const at::Tensor& t) {
-  if (t.storage_offset() == 0 && t.storage().nbytes() == t.nbytes()) return t;
-  ZRT_INTERNAL_ASSERT(t.is_contiguous(), "a master partition is contiguous");
-  at::Tensor keep_alive = t;
-  return at::from_blob(
-      t.data_ptr(), t.sizes(), [keep_alive](void*) {}, t.options());
-}
-
-}  // namespace
-
 Value EngineCheckpointer::optim_states_value() {
   const config::ResolvedConfig& config = engine_.config();
-  comm::Comm& comm = engine_.comm();
   ModelStates& states = engine_.model_states();
-  const int stage = config.zero.stage;
-  Value osd = Value::dict();
-  osd.set("zero_stage", stage);
-  osd.set("loss_scaler", ckpt::ds_loss_scaler_value(engine_.loss_scaler().state_dict()));
-  osd.set("dynamic_loss_scale",
-          config.effective_loss_scale().dynamic && engine_.model_dtype() == at::kHalf);
-  osd.set("overflow", false);
-  osd.set("clip_grad", config.gradient_clipping);
-  const Value base = optimizer_state_to_value(engine_.optimizer()->state_dict());
-  const auto& targets = states.targets();
-  if (stage == 3) {
-    osd.set("partition_count", comm.size());
-    osd.set("optimizer_state_dict", base);
-    Value flats = Value::list();
-    for (const auto& t : targets) flats.push_back(t.master);
-    osd.set("fp32_flat_groups", std::move(flats));
-  } else {
-    osd.set("base_optimizer_state", base);
-    Value singles = Value::list();
-    Value paddings = Value::list();
-    Value counts = Value::list();
-    Value mappings = Value::list();
-    const std::vector<GroupPartition> groups = states.group_partitions();
-    for (size_t g = 0; g < targets.size(); ++g) {
-      // Note [Partition layouts] (checkpoint/reshard.h): the parameters back to back, padded and
-      // cut as FlatGroup cuts them (zero/flat_layout.h).
-      const GroupPartition& gp = groups.at(g);
-      const FlatPartition part = make_flat_partition(ckpt::group_numel(gp.params), gp.world_size);
-      ZRT_INTERNAL_ASSERT(gp.layout == ckpt::PartitionLayout::kFlat &&
-                              part.partition_size == gp.lp.numel(),
-                          "group ", g, ": a flat partition of ", gp.lp.numel(),
-                          " elements where the layout gives ", part.partition_size);
-      const int64_t padding = part.padding(gp.rank);
-      singles.push_back(
-          with_own_storage(targets[g].master.narrow(0, 0, part.partition_size - padding)));
-      paddings.push_back(padding);
-      counts.push_back(gp.world_size);
-      Value map = Value::ordered_dict();
-      const ShardInfo mine = part.partition(gp.rank);
-      int64_t offset = 0;
-      for (const auto& [name, shape] : gp.params) {
-        const int64_t numel = ckpt::shape_numel(shape);
-        const ShardInfo frag = intersect(mine, ShardInfo{offset, numel});
-        offset += numel;
-        if (frag.size == 0) continue;
-        map.set(name, ckpt::ds_fragment_address_value(frag.size, frag.offset - mine.offset));
-      }
-      mappings.push_back(std::move(map));
-    }
-    osd.set("single_partition_of_fp32_groups", std::move(singles));
-    osd.set("group_paddings", std::move(paddings));
-    osd.set("partition_count", std::move(counts));
-    osd.set("param_slice_mappings", std::move(mappings));
-  }
-  osd.set("ds_version", ds_version());
-  Value file = Value::dict();
-  file.set("optimizer_state_dict", std::move(osd));
-  file.set("ds_config", ckpt::from_json(config::to_json(config)));
-  file.set("ds_version", ds_version());
-  return file;
+  ckpt::DsOptimStatesFile file;
+  file.zero_stage = config.zero.stage;
+  file.world_size = engine_.comm().size();
+  file.base = optimizer_state_to_value(engine_.optimizer()->state_dict());
+  file.loss_scaler = ckpt::ds_loss_scaler_value(engine_.loss_scaler().state_dict());
+  file.dynamic_loss_scale =
+      config.effective_loss_scale().dynamic && engine_.model_dtype() == at::kHalf;
+  file.clip_grad = config.gradient_clipping;
+  std::vector<ckpt::NamedShapes> groups;
+  for (const GroupPartition& group : states.group_partitions()) groups.push_back(group.params);
+  std::vector<at::Tensor> masters;
+  for (const auto& t : states.targets()) masters.push_back(t.master);
+  return file.to_value(engine_.comm().rank(), groups, masters,
+                       ckpt::from_json(config::to_json(config)), ds_version());
 }
 
 std::string EngineCheckpointer::save(const std::string& save_dir,
@@ -243,7 +180,7 @@ std::string EngineCheckpointer::save(const std::string& save_dir,
     Value ms = model_states_value(/*with_module=*/true);
     for (const auto& [key, value] : client_state.as_dict()) ms.set(key, value);
     files.push_back(ckpt::PendingFile::pt(
-        stage == 3 ? ckpt::zero3_model_states_name(rank) : ckpt::model_states_name(),
+        ckpt::model_states_name_of(stage, rank),
         std::move(ms)));
   }
   if (stage >= 1 && optimizer != nullptr) {

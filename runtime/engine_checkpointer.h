@@ -67,7 +67,7 @@ class EngineCheckpointer {
   // The same stage (1-3) and world size: each rank reads its own partitions. Returns the loss
   // scaler.
   ckpt::Value load_same_layout(const std::string& dir, const std::string& optim_file,
-                               int saved_stage, const ckpt::ReadOptions& read_options);
+                               const ckpt::ReadOptions& read_options);
   // A stage-0 checkpoint (its layouts, Note [Stage 0 layouts]): whole parameters from the model
   // states, then this rank's partitions of them. Returns the loss scaler.
   ckpt::Value load_stage0(const std::string& dir, int saved_world, const ckpt::Value& model_states);

@@ -11,7 +11,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "checkpoint/consolidate.h"
+#include "checkpoint/ds_files.h"
 #include "checkpoint/ds_objects.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
@@ -184,8 +184,7 @@ void EngineCheckpointer::load_partitioned_state(const std::string& dir, const st
       saved_stage != 0 && saved_stage == engine_.zero_stage() && saved_world == comm.size();
   Value loss_scaler;
   if (same) {
-    loss_scaler = load_same_layout(dir, find_optim_file(manifest, comm.rank(), bf16), saved_stage,
-                                   ro);
+    loss_scaler = load_same_layout(dir, find_optim_file(manifest, comm.rank(), bf16), ro);
   } else if (saved_stage > 0) {
     // Another world size or stage: each rank reads its new partitions' ranges from every rank's
     // files.
@@ -206,26 +205,23 @@ void EngineCheckpointer::load_partitioned_state(const std::string& dir, const st
 }
 
 Value EngineCheckpointer::load_same_layout(const std::string& dir, const std::string& optim_file,
-                                           int saved_stage, const ckpt::ReadOptions& read_options) {
+                                           const ckpt::ReadOptions& read_options) {
   auto& targets = engine_.model_states().targets();
-  optim::Optimizer& optimizer = *engine_.optimizer();
-  const Value file = ckpt::load_pt(ckpt::join_path(dir, optim_file), read_options);
-  const ValueView osd = ValueView(file, optim_file)["optimizer_state_dict"];
-  const bool s3 = saved_stage == 3;
-  const auto& flats = osd[s3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups"].items();
-  ZRT_CHECK_AS(CheckpointError, flats.size() == targets.size(), optim_file, ": ", flats.size(),
-               " fp32 groups saved, the engine has ", targets.size());
+  const ckpt::DsOptimStatesFile file = ckpt::DsOptimStatesFile::read(
+      ckpt::load_pt(ckpt::join_path(dir, optim_file), read_options), optim_file);
+  ZRT_CHECK_AS(CheckpointError, file.fp32.size() == targets.size(), optim_file, ": ",
+               file.fp32.size(), " fp32 groups saved, the engine has ", targets.size());
   for (size_t g = 0; g < targets.size(); ++g) {
-    const at::Tensor& saved = flats[g].as_tensor();
+    const at::Tensor& saved = file.fp32[g];
     ZRT_CHECK_AS(CheckpointError, saved.numel() <= targets[g].master.numel(), optim_file,
                  ": fp32 group ", g, " has ", saved.numel(), " elements, the partition ",
                  targets[g].master.numel());
     targets[g].master.zero_();  // padding
-    targets[g].master.narrow(0, 0, saved.numel()).copy_(saved.reshape({-1}));
+    targets[g].master.narrow(0, 0, saved.numel()).copy_(saved);
   }
-  optimizer.load_state_dict(
-      optimizer_state_from_value(osd[s3 ? "optimizer_state_dict" : "base_optimizer_state"]));
-  return osd["loss_scaler"].value();
+  engine_.optimizer()->load_state_dict(
+      optimizer_state_from_value(file.base_view(optim_file)));
+  return file.loss_scaler;
 }
 
 Value EngineCheckpointer::load_stage0(const std::string& dir, int saved_world,
@@ -234,13 +230,13 @@ Value EngineCheckpointer::load_stage0(const std::string& dir, int saved_world,
   ParamShapes shapes;
   const ValueView ms(model_states, dir);
   if (ms.contains("param_shapes") && !ms["param_shapes"].value().is_none()) {
-    shapes = read_param_shapes(ms);
+    shapes = ckpt::param_shapes_of(ms);
   } else {
     for (const GroupPartition& g : engine_.model_states().group_partitions()) {
       shapes.push_back(g.params);
     }
   }
-  FullState full = reassemble_full_state(0, saved_world, shapes, {}, model_states, dir);
+  FullState full = reassemble_stage0_state(shapes, model_states, dir);
   const std::vector<GroupPartition> mine = engine_.model_states().group_partitions();
   ZRT_CHECK_AS(CheckpointError, mine.size() == shapes.size(), dir, ": the checkpoint has ",
                shapes.size(), " parameter groups, the engine ", mine.size());
@@ -337,8 +333,7 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::load(const std::string& load
   // Without an optimizer (inference) there is nothing but the module to load into: weights only,
   // as DeepSpeed's load_module_only; the optimizer and scheduler files are never read.
   const bool module_only = options.load_module_only || engine_.optimizer() == nullptr;
-  const std::string model_file =
-      saved_stage == 3 ? ckpt::zero3_model_states_name(same ? rank : 0) : ckpt::model_states_name();
+  const std::string model_file = ckpt::model_states_name_of(saved_stage, same ? rank : 0);
   const Value ms = ckpt::load_pt(ckpt::join_path(dir, model_file), read_options);
   if (module_only || !options.load_optimizer_states) {
     load_module_weights(dir, *tag, ms, saved_stage, options.load_module_strict);

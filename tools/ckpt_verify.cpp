@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/consolidate.h"
+#include "checkpoint/ds_files.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/pt/pt_file.h"
@@ -372,31 +373,9 @@ class Verifier {
     }
   }
 
-  // The 1-D tensors of `list_key` in rank r's optimizer state, or nullopt (reported).
-  std::optional<std::vector<at::Tensor>> flats(int r, const char* list_key) {
-    const std::string file = path(file_name(FileKind::kOptimStates, r));
-    const Value* list = get(optim_of(r), list_key);
-    if (list == nullptr || !list->is_sequence()) {
-      problem(str(file, ": optimizer_state_dict has no list '", list_key, "'"));
-      return std::nullopt;
-    }
-    std::vector<at::Tensor> out;
-    for (size_t g = 0; g < list->length(); ++g) {
-      const Value& v = (*list)[g];
-      if (!v.is_tensor() || v.as_tensor().dim() != 1) {
-        problem(str(file, ": ", list_key, "[", g, "] is not a 1-D tensor"));
-        return std::nullopt;
-      }
-      out.push_back(v.as_tensor());
-    }
-    return out;
-  }
-
-  // The Adam moments of group g of rank r's base optimizer hold `expected` elements.
-  void check_moments(int r, const Value* base, size_t g, int64_t expected) {
-    const Value* states = get(base, "state");
-    if (states == nullptr || !states->is_dict()) return;
-    const Value* entry = states->as_dict().find(static_cast<int64_t>(g));
+  // The moments of group g of rank r's base optimizer hold `expected` elements.
+  void check_moments(int r, const ckpt::DsOptimStatesFile& f, size_t g, int64_t expected) {
+    const Value* entry = f.state_of(g);
     if (entry == nullptr || !entry->is_dict()) return;
     for (const char* key : {"exp_avg", "exp_avg_sq", "momentum_buffer"}) {
       const Value* t = get(entry, key);
@@ -407,62 +386,61 @@ class Verifier {
     }
   }
 
+  // Rank r's partitions against param_shapes (Note [Partition layouts]).
+  void check_rank_partitions(int r, const ckpt::DsOptimStatesFile& f) {
+    const std::string file = path(file_name(FileKind::kOptimStates, r));
+    const int w = static_cast<int>(world_);
+    const PartitionLayout layout = ckpt::ds_partition_layout(stage_);
+    auto mine = [&](const NamedShapes& group) { return ckpt::rank_partition(layout, group, r, w); };
+    if (stage_ == 3) {
+      // Every rank's flat groups hold the same padded pieces; sub-groups may cut the groups.
+      int64_t expected_total = 0, have_total = 0;
+      for (const auto& group : shapes_) expected_total += mine(group).partition_numel;
+      for (const at::Tensor& t : f.fp32) have_total += t.numel();
+      if (have_total != expected_total) {
+        problem(str(file, ": fp32 flat groups hold ", have_total, " elements; with ", w,
+                    " ranks the parameters in param_shapes need ", expected_total, " per rank"));
+      } else if (f.fp32.size() == shapes_.size()) {
+        for (size_t g = 0; g < shapes_.size(); ++g) {
+          const int64_t n = mine(shapes_[g]).partition_numel;
+          if (f.fp32[g].numel() != n) {
+            problem(str(file, ": fp32 flat group ", g, " has ", f.fp32[g].numel(),
+                        " elements, its parameters need ", n));
+          }
+          check_moments(r, f, g, n);
+        }
+      }
+      return;
+    }
+    if (f.fp32.size() != shapes_.size()) {
+      problem(str(file, ": ", f.fp32.size(), " fp32 partitions but param_shapes has ",
+                  shapes_.size(), " groups"));
+      return;
+    }
+    for (size_t g = 0; g < shapes_.size(); ++g) {
+      const ckpt::RankPartition part = mine(shapes_[g]);
+      if (f.fp32[g].numel() != part.valid_numel) {
+        problem(str(file, ": fp32 partition of group ", g, " has ", f.fp32[g].numel(),
+                    " elements; with ", ckpt::group_numel(shapes_[g]), " parameters over ", w,
+                    " ranks rank ", r, " holds ", part.valid_numel));
+      }
+      if (g < f.group_paddings.size() && f.group_paddings[g] != part.padding()) {
+        problem(str(file, ": group_paddings[", g, "] is ", f.group_paddings[g], ", expected ",
+                    part.padding()));
+      }
+      check_moments(r, f, g, part.partition_numel);
+    }
+  }
+
   void check_partitions() {
     if (stage_ < 1 || stage_ > 3 || optims_.size() != static_cast<size_t>(world_)) return;
-    const int64_t w = world_;
-    for (const auto& [r, _] : optims_) {
-      const std::string file = path(file_name(FileKind::kOptimStates, r));
-      if (stage_ <= 2) {
-        const auto parts = flats(r, "single_partition_of_fp32_groups");
-        if (!parts) continue;
-        if (parts->size() != shapes_.size()) {
-          problem(str(file, ": ", parts->size(), " fp32 partitions but param_shapes has ",
-                      shapes_.size(), " groups"));
-          continue;
-        }
-        const Value* paddings = get(optim_of(r), "group_paddings");
-        for (size_t g = 0; g < shapes_.size(); ++g) {
-          const int64_t total = ckpt::group_numel(shapes_[g]);
-          const ckpt::RankPartition mine =
-              ckpt::rank_partition(PartitionLayout::kFlat, shapes_[g], r, static_cast<int>(w));
-          const int64_t part = mine.partition_numel;
-          const int64_t lean = mine.valid_numel;
-          if ((*parts)[g].numel() != lean) {
-            problem(str(file, ": fp32 partition of group ", g, " has ", (*parts)[g].numel(),
-                        " elements; with ", total, " parameters over ", w, " ranks rank ", r,
-                        " holds ", lean));
-          }
-          if (paddings != nullptr && paddings->is_sequence() && g < paddings->length() &&
-              (!(*paddings)[g].is_int() || (*paddings)[g].as_int() != mine.padding())) {
-            problem(str(file, ": group_paddings[", g, "] is ", (*paddings)[g].repr(40),
-                        ", expected ", mine.padding()));
-          }
-          check_moments(r, get(optim_of(r), "base_optimizer_state"), g, part);
-        }
-      } else {
-        const auto parts = flats(r, "fp32_flat_groups");
-        if (!parts) continue;
-        // Every rank's flat group holds the same padded pieces (Note [Partition layouts]).
-        auto per_rank = [&](const NamedShapes& group) {
-          return ckpt::rank_partition(PartitionLayout::kPerParam, group, r, static_cast<int>(w))
-              .partition_numel;
-        };
-        int64_t expected_total = 0, have_total = 0;
-        for (const auto& group : shapes_) expected_total += per_rank(group);
-        for (const at::Tensor& t : *parts) have_total += t.numel();
-        if (have_total != expected_total) {
-          problem(str(file, ": fp32 flat groups hold ", have_total, " elements; with ", w,
-                      " ranks the parameters in param_shapes need ", expected_total, " per rank"));
-        } else if (parts->size() == shapes_.size()) {
-          for (size_t g = 0; g < shapes_.size(); ++g) {
-            const int64_t n = per_rank(shapes_[g]);
-            if ((*parts)[g].numel() != n) {
-              problem(str(file, ": fp32 flat group ", g, " has ", (*parts)[g].numel(),
-                          " elements, its parameters need ", n));
-            }
-            check_moments(r, get(optim_of(r), "optimizer_state_dict"), g, n);
-          }
-        }
+    for (const auto& [r, values] : optims_) {
+      try {
+        check_rank_partitions(
+            r, ckpt::DsOptimStatesFile::read(values.front(),
+                                             path(file_name(FileKind::kOptimStates, r))));
+      } catch (const CheckpointError& e) {
+        problem(e.what());
       }
     }
   }

@@ -5,6 +5,7 @@
 // FORMAT.md.
 #pragma once
 
+#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -32,24 +33,37 @@ Value read_pt_bytes(std::string bytes, std::string name, const ReadOptions& opti
 // A torch.save file opened for ranged reads: value() is the file's value with every tensor on the
 // meta device (dtype, shape, strides; no data read), and read() fetches a tensor's elements from
 // the file on demand, so that a reader takes only the parts it needs (one rank's partition of a
-// whole parameter, one parameter's share of a rank's flat group). Ranged reads cannot verify the
-// records' CRC-32; the zip and pickle structure is checked as read_pt checks it.
+// whole parameter, one parameter's share of a rank's flat group). The zip and pickle structure is
+// checked as read_pt checks it; with options.verify_crc (the default) the first read of a storage
+// record streams the whole record once through its CRC-32 (a record no range is read from is
+// never checked).
 class PtIndex {
  public:
   explicit PtIndex(const std::string& path, ReadOptions options = {});
   const Value& value() const { return value_; }
   const std::string& path() const { return source_.name(); }
   // Elements [start, start + count) of `meta` (a contiguous tensor of value(), any shape, in its
-  // flattened order) as a new 1-D CPU tensor. Throws CheckpointError for a tensor of another file
-  // or a range outside it.
+  // flattened order) as a new 1-D CPU tensor. Throws CheckpointError for a tensor of another file,
+  // a range outside it, or a record that fails its CRC-32.
   at::Tensor read(const at::Tensor& meta, int64_t start, int64_t count) const;
   // The whole tensor, its shape and dtype.
   at::Tensor read(const at::Tensor& meta) const;
 
  private:
+  struct Record {
+    std::string name;
+    uint64_t offset = 0;  // of the stored bytes
+    uint64_t size = 0;
+    uint32_t crc32 = 0;
+    mutable bool verified = false;
+  };
+  void verify(const Record& record) const;
+
   FileSource source_;
   Value value_;
-  std::unordered_map<const c10::StorageImpl*, uint64_t> offsets_;  // storage -> data offset
+  bool verify_crc_ = true;
+  std::unordered_map<const c10::StorageImpl*, Record> records_;  // storage -> its record
+  mutable std::mutex verified_mutex_;
 };
 
 }  // namespace zrt::ckpt

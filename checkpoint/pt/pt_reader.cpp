@@ -1,7 +1,10 @@
+#include <algorithm>
 #include <functional>
+#include <vector>
 
 #include <ATen/ATen.h>
 
+#include "checkpoint/hash.h"
 #include "checkpoint/pt/pt_file.h"
 #include "checkpoint/tensor_types.h"
 #include "checkpoint/pt/zip_reader.h"
@@ -11,10 +14,10 @@ namespace zrt::ckpt {
 
 namespace {
 
-// Reads the archive of `source`; `located(tensor, data_offset)` is told where each storage's
-// bytes start in the file (the storage tensor is on the meta device when options.meta_tensors).
+// Reads the archive of `source`; `located(tensor, entry)` is told which record holds each storage
+// (the storage tensor is on the meta device when options.meta_tensors).
 Value read_archive(const ByteSource& source, const ReadOptions& options,
-                   const std::function<void(const at::Tensor&, uint64_t)>& located) {
+                   const std::function<void(const at::Tensor&, const ZipEntry&)>& located) {
   const std::string& file = source.name();
   ZipReader zip(source, options.max_zip_entries);
 
@@ -67,7 +70,7 @@ Value read_archive(const ByteSource& source, const ReadOptions& options,
                  " elements (", nbytes, " bytes)");
     if (options.meta_tensors) {
       at::Tensor meta = at::empty({numel}, at::TensorOptions().dtype(dtype).device(at::kMeta));
-      if (located) located(meta, e->data_offset);
+      if (located) located(meta, *e);
       return meta;
     }
     at::Tensor t = at::empty({numel}, at::TensorOptions().dtype(dtype));
@@ -92,15 +95,37 @@ Value read_pt(const ByteSource& source, const ReadOptions& options) {
 
 PtIndex::PtIndex(const std::string& path, ReadOptions options) : source_(path) {
   options.meta_tensors = true;
-  value_ = read_archive(source_, options, [&](const at::Tensor& storage, uint64_t offset) {
-    offsets_[storage.storage().unsafeGetStorageImpl()] = offset;
+  verify_crc_ = options.verify_crc;
+  value_ = read_archive(source_, options, [&](const at::Tensor& storage, const ZipEntry& e) {
+    records_.emplace(storage.storage().unsafeGetStorageImpl(),
+                     Record{e.name, e.data_offset, e.size, e.crc32});
   });
 }
 
+void PtIndex::verify(const Record& record) const {
+  std::lock_guard<std::mutex> lock(verified_mutex_);
+  if (record.verified) return;
+  // Streamed in pieces: a record may be larger than what the reader means to hold.
+  constexpr uint64_t kChunk = uint64_t{4} << 20;
+  std::vector<char> buffer(static_cast<size_t>(std::min(kChunk, record.size)));
+  uint32_t crc = 0;
+  for (uint64_t done = 0; done < record.size;) {
+    const uint64_t n = std::min(kChunk, record.size - done);
+    source_.read_at(record.offset + done, buffer.data(), static_cast<size_t>(n));
+    crc = crc32_update(crc, buffer.data(), static_cast<size_t>(n));
+    done += n;
+  }
+  ZRT_CHECK_AS(CheckpointError, crc == record.crc32, source_.name(), ": entry '", record.name,
+               "' fails its CRC-32 check (stored ", crc32_hex(record.crc32), ", computed ",
+               crc32_hex(crc), "): the file is corrupt");
+  record.verified = true;
+}
+
 at::Tensor PtIndex::read(const at::Tensor& meta, int64_t start, int64_t count) const {
-  const auto it = offsets_.find(meta.storage().unsafeGetStorageImpl());
-  ZRT_CHECK_AS(CheckpointError, it != offsets_.end(), source_.name(),
+  const auto it = records_.find(meta.storage().unsafeGetStorageImpl());
+  ZRT_CHECK_AS(CheckpointError, it != records_.end(), source_.name(),
                ": the tensor is not one of this file's");
+  if (verify_crc_) verify(it->second);
   ZRT_CHECK_AS(CheckpointError, meta.is_contiguous(), source_.name(),
                ": a ranged read of a non-contiguous tensor");
   ZRT_CHECK_AS(CheckpointError, start >= 0 && count >= 0 && start + count <= meta.numel(),
@@ -109,7 +134,7 @@ at::Tensor PtIndex::read(const at::Tensor& meta, int64_t start, int64_t count) c
   at::Tensor out = at::empty({count}, at::TensorOptions().dtype(meta.scalar_type()));
   const uint64_t item = dtype_itemsize(meta.scalar_type());
   // The storage record's bounds were checked against the pickle when the file was indexed.
-  source_.read_at(it->second + static_cast<uint64_t>(meta.storage_offset() + start) * item,
+  source_.read_at(it->second.offset + static_cast<uint64_t>(meta.storage_offset() + start) * item,
                   out.data_ptr(), static_cast<size_t>(count) * item);
   if (meta.scalar_type() == at::kBool) {
     const auto* b = static_cast<const uint8_t*>(out.data_ptr());

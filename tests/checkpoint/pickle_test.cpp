@@ -12,6 +12,7 @@
 #include "checkpoint/pt/pickler.h"
 #include "checkpoint/pt/pt_file.h"
 #include "checkpoint/pt/zip_reader.h"
+#include "tests/checkpoint/test_util.h"
 #include "core/error.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
@@ -313,6 +314,36 @@ TEST(PtIndex, RangedReadsEqualTheTensors) {
   EXPECT_NE(zrt::test::error_of<CheckpointError>([&] { index.read(torch::zeros({3}), 0, 1); })
                 .find("the tensor is not one of this file's"),
             std::string::npos);
+}
+
+// A ranged read checks the CRC-32 of the whole storage record it reads from, once, so a flipped
+// byte anywhere in the record fails even a read of other elements; records that are not read are
+// not checked, and verify_crc = false reads the damaged bytes as they are.
+TEST(PtIndex, RangedReadsCheckTheRecordsCrc) {
+  zrt::test::TempDir dir;
+  Value v = Value::dict();
+  v.set("a", torch::arange(40, torch::kFloat));
+  v.set("b", torch::arange(10, torch::kFloat));
+  const std::string path = dir / "crc.pt";
+  save_pt(v, path);
+  std::string bytes = zrt::test::read_all(path);
+  const float marker = 37.0f;  // only "a" holds it
+  const size_t at = bytes.find(std::string(reinterpret_cast<const char*>(&marker), 4));
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 1] ^= 0x01;
+  zrt::test::write_all(path, bytes);
+  const PtIndex index(path);
+  const at::Tensor a = index.value().at("a").as_tensor();
+  EXPECT_TRUE(torch::equal(index.read(index.value().at("b").as_tensor()),
+                           torch::arange(10, torch::kFloat)));
+  EXPECT_NE(zrt::test::error_of<CheckpointError>([&] { index.read(a, 0, 1); })
+                .find("fails its CRC-32 check"),
+            std::string::npos);
+  ReadOptions unchecked;
+  unchecked.verify_crc = false;
+  const PtIndex raw(path, unchecked);
+  EXPECT_EQ(raw.read(raw.value().at("a").as_tensor(), 0, 1).item<float>(), 0.0f);
+  EXPECT_NE(raw.read(raw.value().at("a").as_tensor(), 37, 1).item<float>(), 37.0f);
 }
 
 }  // namespace
