@@ -1,5 +1,5 @@
 // A LLaMA-architecture decoder (transformers' LlamaForCausalLM: RMSNorm, rotary position
-// embeddings with rope_theta, grouped-query attention, SwiGLU MLP, optional tied embeddings),
+// embeddings with rope_theta and the linear, dynamic and llama3 scalings, grouped-query attention, SwiGLU MLP, optional tied embeddings),
 // built from an HF config.json. Parameter names and maths are transformers', so an HF checkpoint's
 // tensors load by name:
 //
@@ -18,7 +18,8 @@
 //
 // Note [LLaMA maths, as transformers computes it]
 // - RMSNorm: h = x in fp32; h = h * rsqrt(mean(h²) + eps); out = weight * h.to(x.dtype).
-// - Rotary: inv_freq[j] = 1 / theta^(2j / head_dim) in fp32; for absolute position p the angles
+// - Rotary: inv_freq[j] = 1 / theta^(2j / head_dim) in fp32 (scaled as Note [Rotary scaling]
+//   says for the other rope types); for absolute position p the angles
 //   p·inv_freq are repeated twice along the head dimension (cat(freqs, freqs)); cos and sin are
 //   taken in fp32 and cast to the activations' dtype; q' = q·cos + rotate_half(q)·sin with
 //   rotate_half(x) = cat(−x[d/2:], x[:d/2]).
@@ -61,13 +62,20 @@ struct LlamaConfig {
   int64_t max_position_embeddings = 2048;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  // Rotary scaling (Note [Rotary scaling]): "default", "linear", "dynamic" or "llama3", with
+  // transformers' parameters; the others are refused.
+  std::string rope_type = "default";
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0;   // llama3
+  double rope_high_freq_factor = 4.0;  // llama3
+  int64_t rope_original_max_position_embeddings = 0;  // llama3
   bool tie_word_embeddings = false;
   bool attention_bias = false;
   bool mlp_bias = false;
   Json extra;  // the config.json as read, written back by save_pretrained
 
   // Reads an HF config.json object; `where` names the file in errors. Refuses what this model
-  // does not implement (another model_type or activation, rope_scaling) by naming the key.
+  // does not implement (another model_type or activation, another rope type) by naming the key.
   static LlamaConfig from_json(const Json& j, const std::string& where);
   // Reads `path`: a config.json, or a folder (an HF model folder) holding one.
   static LlamaConfig from_file(const std::string& path);
@@ -103,25 +111,45 @@ inline LlamaConfig LlamaConfig::from_json(const Json& j, const std::string& wher
   const std::string act = j.value("hidden_act", std::string("silu"));
   ZRT_CHECK_AS(ConfigError, act == "silu", where, ": hidden_act '", act,
                "' is not supported (LLaMA's MLP uses 'silu')");
-  ZRT_CHECK_AS(ConfigError, !j.contains("rope_scaling") || j["rope_scaling"].is_null(), where,
-               ": rope_scaling ", j.contains("rope_scaling") ? j["rope_scaling"].dump() : "",
-               " is not supported (only the default rotary embedding with rope_theta)");
-  // transformers 5 writes {"rope_parameters": {"rope_theta": ..., "rope_type": "default"}}, 4.x a
-  // top-level rope_theta (and rope_scaling for the other types).
+  LlamaConfig c;
+  // transformers 5 writes {"rope_parameters": {"rope_theta": ..., "rope_type": ..., <scaling>}},
+  // 4.x a top-level rope_theta and {"rope_scaling": {"rope_type" (or "type"): ..., <scaling>}}.
   std::optional<double> rope_parameters_theta;
-  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
-    const Json& rp = j["rope_parameters"];
-    ZRT_CHECK_AS(ConfigError, rp.is_object(), where, ": rope_parameters must be an object");
-    const std::string rope_type = rp.value("rope_type", std::string("default"));
-    ZRT_CHECK_AS(ConfigError, rope_type == "default", where, ": rope_parameters.rope_type '",
-                 rope_type, "' is not supported (only the default rotary embedding)");
-    if (rp.contains("rope_theta")) {
-      ZRT_CHECK_AS(ConfigError, rp["rope_theta"].is_number() && rp["rope_theta"].get<double>() > 0,
-                   where, ": rope_parameters.rope_theta must be a positive number");
-      rope_parameters_theta = rp["rope_theta"].get<double>();
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    const Json& rp = j[key];
+    ZRT_CHECK_AS(ConfigError, rp.is_object(), where, ": ", key, " must be an object");
+    auto number = [&](const char* name, std::optional<double> fallback) {
+      if (!rp.contains(name) || rp[name].is_null()) {
+        ZRT_CHECK_AS(ConfigError, fallback.has_value(), where, ": ", key, ".", name,
+                     " is missing (rope_type '", c.rope_type, "' needs it)");
+        return *fallback;
+      }
+      ZRT_CHECK_AS(ConfigError, rp[name].is_number() && rp[name].get<double>() > 0, where, ": ",
+                   key, ".", name, " must be a positive number, got ", rp[name].dump());
+      return rp[name].get<double>();
+    };
+    const std::string type =
+        rp.value("rope_type", rp.value("type", std::string("default")));
+    ZRT_CHECK_AS(ConfigError,
+                 type == "default" || type == "linear" || type == "dynamic" || type == "llama3",
+                 where, ": ", key, ".rope_type '", type,
+                 "' is not supported (default, linear, dynamic and llama3 are)");
+    c.rope_type = type;
+    if (rp.contains("rope_theta")) rope_parameters_theta = number("rope_theta", std::nullopt);
+    if (type != "default") c.rope_factor = number("factor", std::nullopt);
+    if (type == "llama3") {
+      c.rope_low_freq_factor = number("low_freq_factor", std::nullopt);
+      c.rope_high_freq_factor = number("high_freq_factor", std::nullopt);
+      ZRT_CHECK_AS(ConfigError, c.rope_high_freq_factor > c.rope_low_freq_factor, where, ": ", key,
+                   ".high_freq_factor ", c.rope_high_freq_factor,
+                   " must be larger than low_freq_factor ", c.rope_low_freq_factor);
+      const double original = number("original_max_position_embeddings", std::nullopt);
+      ZRT_CHECK_AS(ConfigError, original == std::floor(original), where, ": ", key,
+                   ".original_max_position_embeddings must be an integer");
+      c.rope_original_max_position_embeddings = static_cast<int64_t>(original);
     }
   }
-  LlamaConfig c;
   c.vocab_size = get_int("vocab_size", std::nullopt);
   c.hidden_size = get_int("hidden_size", std::nullopt);
   c.intermediate_size = get_int("intermediate_size", std::nullopt);
@@ -193,6 +221,10 @@ inline Json LlamaConfig::to_json() const {
 struct KvCache {
   std::vector<torch::Tensor> k, v;
   int64_t length = 0;
+  // rope_type "dynamic": the longest length the frequencies were computed for, and those
+  // frequencies (Note [Rotary scaling]); 0 / undefined: the unscaled ones.
+  int64_t rope_length = 0;
+  torch::Tensor rope_inv_freq;
 };
 
 struct LlamaRMSNormImpl : torch::nn::Module {
@@ -209,12 +241,65 @@ struct LlamaRMSNormImpl : torch::nn::Module {
 };
 TORCH_MODULE(LlamaRMSNorm);
 
-// cos and sin (t, head_dim) of absolute positions [offset, offset + t), in `dtype`.
-inline std::pair<torch::Tensor, torch::Tensor> llama_rotary(const LlamaConfig& c, int64_t offset,
-                                                            int64_t t, at::ScalarType dtype) {
+// Note [Rotary scaling]
+// transformers' rope types, from the unscaled inv_freq[j] = 1 / theta^(2j / head_dim) (fp32),
+// all with attention scaling 1:
+// - linear (factor f): inv_freq / f.
+// - llama3 (f, low_freq_factor lo, high_freq_factor hi, original_max_position_embeddings L):
+//   with wavelen = 2π / inv_freq: wavelen > L / lo → inv_freq / f; wavelen < L / hi → inv_freq;
+//   between, s = (L / wavelen − lo) / (hi − lo) and (1 − s)·inv_freq / f + s·inv_freq.
+// - dynamic (NTK, factor f, M = max_position_embeddings): for a forward whose last position is
+//   n − 1, when n > M: theta' = theta · (f·n / M − (f − 1))^(d / (d − 2)) (d = head_dim) in
+//   place of theta. The frequencies are state: computed again only when n grows past the
+//   longest length so far, back to the unscaled ones when n < M after a longer one; keys already
+//   in a KV cache keep the rotation they were given. transformers keeps that state on the model
+//   across calls; here it lives in the KvCache, so each generation starts unscaled (the two agree
+//   when each call starts from a fresh state or below M); without a cache every forward starts
+//   fresh.
+
+// The inverse frequencies (head_dim / 2, fp32) of a forward ending at position `length` − 1.
+inline torch::Tensor llama_inv_freq(const LlamaConfig& c, int64_t length, KvCache* cache) {
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat);
   auto exponent = torch::arange(0, c.head_dim, 2, torch::kLong).to(torch::kFloat) / c.head_dim;
-  auto inv_freq = 1.0 / torch::pow(torch::full({}, c.rope_theta, f32), exponent);
+  auto unscaled = [&](const torch::Tensor& theta) { return 1.0 / torch::pow(theta, exponent); };
+  const torch::Tensor inv_freq = unscaled(torch::full({}, c.rope_theta, f32));
+  if (c.rope_type == "linear") return inv_freq / c.rope_factor;
+  if (c.rope_type == "llama3") {
+    const double f = c.rope_factor, lo = c.rope_low_freq_factor, hi = c.rope_high_freq_factor;
+    const double old_len = static_cast<double>(c.rope_original_max_position_embeddings);
+    const auto wavelen = 2 * M_PI / inv_freq;
+    auto scaled = torch::where(wavelen > old_len / lo, inv_freq / f, inv_freq);
+    const auto smooth = (old_len / wavelen - lo) / (hi - lo);
+    const auto smoothed = (1 - smooth) * scaled / f + smooth * scaled;
+    const auto medium = (wavelen >= old_len / hi).logical_and(wavelen <= old_len / lo);
+    return torch::where(medium, smoothed, scaled);
+  }
+  if (c.rope_type != "dynamic") return inv_freq;
+  const int64_t max = c.max_position_embeddings;
+  KvCache fresh;
+  KvCache& state = cache != nullptr ? *cache : fresh;
+  if (state.rope_length == 0) state.rope_length = max;
+  if (length > state.rope_length) {
+    // As transformers computes it: the length as a tensor, so theta' is fp32.
+    const auto n = torch::full({}, length, torch::kLong);
+    const double d = static_cast<double>(c.head_dim);
+    const auto theta = c.rope_theta * torch::pow(c.rope_factor * n / max - (c.rope_factor - 1),
+                                                 d / (d - 2));
+    state.rope_inv_freq = unscaled(theta);
+    state.rope_length = length;
+  } else if (length < max && state.rope_length > max) {
+    state.rope_inv_freq = torch::Tensor();
+    state.rope_length = max;
+  }
+  return state.rope_inv_freq.defined() ? state.rope_inv_freq : inv_freq;
+}
+
+// cos and sin (t, head_dim) of absolute positions [offset, offset + t), in `dtype`; `cache`
+// holds the dynamic rope state (Note [Rotary scaling]).
+inline std::pair<torch::Tensor, torch::Tensor> llama_rotary(const LlamaConfig& c, int64_t offset,
+                                                            int64_t t, at::ScalarType dtype,
+                                                            KvCache* cache = nullptr) {
+  const torch::Tensor inv_freq = llama_inv_freq(c, offset + t, cache);
   auto pos = torch::arange(offset, offset + t, torch::kLong).to(torch::kFloat);
   auto freqs = pos.unsqueeze(1) * inv_freq.unsqueeze(0);  // (t, head_dim / 2)
   auto emb = torch::cat({freqs, freqs}, -1);
@@ -382,7 +467,7 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& tokens, KvCache* cache = nullptr) {
     const int64_t t = tokens.size(1), offset = cache ? cache->length : 0;
     auto x = model->embed_unit->forward(tokens);
-    auto [cos, sin] = llama_rotary(config, offset, t, x.scalar_type());
+    auto [cos, sin] = llama_rotary(config, offset, t, x.scalar_type(), cache);
     if (cache != nullptr && cache->k.empty()) {
       cache->k.resize(model->units.size());
       cache->v.resize(model->units.size());

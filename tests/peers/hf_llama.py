@@ -19,8 +19,10 @@ runs batches one after the other while another one idles;
 above one rank no rank holds a whole embedding, tied or not (only the norms stay whole);
 models fine-tuned by zrt-train (untied, and tied: the embedding used twice per forward) and saved
 in HF format load in transformers' from_pretrained with the logits zrt-generate computes from the
-same folder; and a model trained from its
-config.json alone (--config_name) starts from the same values at every world size.
+same folder; a model trained from its
+config.json alone (--config_name) starts from the same values at every world size; and models
+with LLaMA-3's, linear and dynamic rotary scaling (one with transformers 4's config form) give
+transformers' logits and greedy tokens.
 
     python tests/peers/hf_llama.py --bin build/bin [--keep DIR]
 """
@@ -70,8 +72,8 @@ def make_model(folder, overrides, save_args, seed):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(seed)
-    cfg = LlamaConfig(max_position_embeddings=64, bos_token_id=None, eos_token_id=None,
-                      pad_token_id=None, **overrides)
+    cfg = LlamaConfig(**dict(dict(max_position_embeddings=64, bos_token_id=None, eos_token_id=None,
+                                  pad_token_id=None), **overrides))
     model = LlamaForCausalLM(cfg).eval()
     model.config._attn_implementation = "eager"
     if save_args.get("bin"):
@@ -85,15 +87,20 @@ def make_model(folder, overrides, save_args, seed):
     return model
 
 
-def reference(model):
+def reference(model, fresh_rope=False):
     """transformers' logits and greedy tokens of each prompt (alone), with the top-2 margin of
-    every step."""
+    every step. With `fresh_rope`, each call starts from the unscaled dynamic rope state (a
+    one-token forward resets it), as ZeroRT's per-generation state does."""
     import torch
     logits, tokens, margins = [], [], []
     for prompt in PROMPTS:
         ids = torch.tensor([prompt])
         with torch.no_grad():
+            if fresh_rope:
+                model(torch.tensor([[0]]))
             logits.append(model(ids).logits[0])
+            if fresh_rope:
+                model(torch.tensor([[0]]))
             out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                  max_new_tokens=NEW_TOKENS,
                                  output_scores=True, return_dict_in_generate=True)
@@ -186,6 +193,83 @@ def check_variant(args, tmp, name, overrides, save_args, seed):
           f"{'the same tokens' if same_samples else 'DIFFERENT tokens'} at 1, 2 and 3 ranks; "
           f"--replicate_prompts gives the same logits at 2 and 3 ranks "
           f"{'bit for bit' if same_bits else 'with DIFFERENCES'}")
+    return ok
+
+
+# name, config overrides, whether config.json is rewritten in transformers 4's form ("rope_scaling"
+# with "type", a top-level rope_theta). head_dim 12 with theta 5e5 puts llama3's frequencies in
+# all three bands for original_max_position_embeddings 128 (wavelengths 6.3 < 32, 56 between,
+# the rest > 128); dynamic's max_position_embeddings 6 is below the 7-token prompts, so the
+# logits and every generated token use scaled frequencies, recomputed as the length grows. Weights
+# 10x transformers' default scale make positions matter: unscaled frequencies miss the logits by
+# 100x the tolerance or more.
+ROPE_VARIANTS = [
+    ("rope_llama3",
+     dict(vocab_size=103, hidden_size=48, intermediate_size=60, num_hidden_layers=2,
+          num_attention_heads=4, num_key_value_heads=2,
+          initializer_range=0.2, rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0,
+                               low_freq_factor=1.0, high_freq_factor=4.0,
+                               original_max_position_embeddings=128)),
+     False),
+    ("rope_linear_v4_config",
+     dict(vocab_size=97, hidden_size=40, intermediate_size=52, num_hidden_layers=2,
+          num_attention_heads=5, num_key_value_heads=5,
+          initializer_range=0.2, rope_parameters=dict(rope_type="linear", rope_theta=5000.0, factor=2.5)),
+     True),
+    ("rope_dynamic",
+     dict(vocab_size=91, hidden_size=36, intermediate_size=44, num_hidden_layers=2,
+          num_attention_heads=3, num_key_value_heads=1, max_position_embeddings=6,
+          initializer_range=0.2, rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=3.0)),
+     False),
+]
+
+
+def check_rope_scaling(args, tmp):
+    """LLaMA-3's, linear and dynamic (NTK) rotary scaling: zrt-generate on 2 ranks (rank 0 runs two
+    prompts one after the other) gives transformers' logits and greedy tokens."""
+    ok = True
+    for seed, (name, overrides, v4_config) in enumerate(ROPE_VARIANTS):
+        folder = os.path.join(tmp, name)
+        model = make_model(folder, overrides, {}, 100 + seed)
+        rope = overrides["rope_parameters"]
+        if v4_config:
+            path = os.path.join(folder, "config.json")
+            with open(path) as f:
+                cfg = json.load(f)
+            cfg.pop("rope_parameters")
+            cfg["rope_theta"] = rope["rope_theta"]
+            cfg["rope_scaling"] = {"type": rope["rope_type"], "factor": rope["factor"]}
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+        logits, tokens, margins = reference(model, fresh_rope=rope["rope_type"] == "dynamic")
+        rows, logits_file, _ = zrt_generate(args, folder, 2, os.path.join(tmp, f"{name}_2"))
+        diff = max((g - t).abs().max().item() for g, t in zip(read_logits(logits_file), logits))
+        same = len(rows) == len(PROMPTS)
+        for b, row in enumerate(rows):
+            for step, (mine, theirs) in enumerate(zip(row["generated"], tokens[b])):
+                if margins[b][step] <= MARGIN:
+                    break
+                same &= mine == theirs
+        ok &= diff <= LOGITS_ATOL and same
+        print(f"hf_llama: {name} ({rope['rope_type']}"
+              f"{', transformers 4 config' if v4_config else ''}), ZeRO-3 on 2 ranks: logits max "
+              f"|diff| {diff:.3g} ({'ok' if diff <= LOGITS_ATOL else 'TOO LARGE'}); greedy tokens "
+              f"{'equal' if same else 'DIFFER'}")
+    # Another rope type is refused, naming the key, before anything runs.
+    folder = os.path.join(tmp, ROPE_VARIANTS[0][0])
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg["rope_parameters"]["rope_type"] = "yarn"
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    run = subprocess.run([os.path.join(args.bin, "zrt-generate"), "--model_name_or_path", folder,
+                          "--prompt_ids", "1,2,3", "--max_new_tokens", "1"],
+                         capture_output=True, text=True, timeout=120)
+    refused = run.returncode != 0 and "rope_parameters.rope_type 'yarn' is not supported" in run.stderr
+    ok &= refused
+    print(f"hf_llama: rope_type 'yarn' {'refused naming the key' if refused else 'NOT REFUSED'}: "
+          f"{run.stderr.strip().splitlines()[-1] if run.stderr.strip() else run.returncode}")
     return ok
 
 
@@ -297,6 +381,7 @@ def main():
         ok &= check_finetune(args, base, 0)
         ok &= check_finetune(args, base, 1)
         ok &= check_from_scratch(args, base)
+        ok &= check_rope_scaling(args, base)
     print("hf_llama: " + ("OK" if ok else "FAILED"))
     return 0 if ok else 1
 
