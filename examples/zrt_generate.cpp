@@ -461,6 +461,15 @@ std::optional<Args> parse_args(int argc, char** argv) {
   GenerateOptions& go = a.generate;
   go.max_new_tokens = r["max_new_tokens"].as<int64_t>();
   ZRT_CHECK_AS(UsageError, go.max_new_tokens >= 1, "--max_new_tokens must be at least 1");
+  size_t longest = 0;
+  for (const auto& p : a.prompts) longest = std::max(longest, p.size());
+  if (static_cast<int64_t>(longest) + go.max_new_tokens > a.model.max_position_embeddings) {
+    // As transformers' generate: a warning, and the positions go on past the trained range.
+    ZRT_LOG_WARN("the longest prompt (", longest, " tokens) plus --max_new_tokens ",
+                 go.max_new_tokens, " exceeds the model's max_position_embeddings ",
+                 a.model.max_position_embeddings, " (", a.dir,
+                 "/config.json): positions past it are outside what the model was trained on");
+  }
   go.sampling.do_sample = r.count("do_sample") > 0;
   go.sampling.temperature = r["temperature"].as<double>();
   go.sampling.top_k = r["top_k"].as<int64_t>();

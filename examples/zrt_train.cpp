@@ -14,7 +14,10 @@
 // .safetensors/.pt state dict. Prediction alone with a ZeRO-3 config runs ZeRO-3 inference.
 //
 // The corpus is generated in-process (a small grammar, so the loss visibly falls in a minute on
-// two CPU cores) unless --train_file gives a text file, read as bytes.
+// two CPU cores) unless --train_file gives a text file, read as bytes. Without --deepspeed the
+// ranks run plain data parallel (ZeRO stage 0), as the HF Trainer does without DeepSpeed; without
+// --model a folder with a config.json is a LLaMA. A saved LLaMA gets its source folder's tokenizer
+// and generation files.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -119,6 +122,29 @@ std::string read_corpus(const cxxopts::ParseResult& result) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// --model, or without it "llama" for a --model_name_or_path / --config_name folder whose
+// config.json names a model_type (a Hugging Face model folder, as run_clm.py takes it; LlamaConfig
+// refuses another type by name), else "gpt".
+std::string model_kind(const cxxopts::ParseResult& result) {
+  if (result.count("model")) return result["model"].as<std::string>();
+  for (const char* flag : {"config_name", "model_name_or_path"}) {
+    if (!result.count(flag)) continue;
+    std::ifstream in(std::filesystem::path(result[flag].as<std::string>()) / "config.json");
+    if (!in.good()) continue;
+    const Json config = Json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (config.is_object() && config.contains("model_type")) return "llama";
+  }
+  return "gpt";
+}
+
+// The context (block) length: --block_size (run_clm.py's name) or --context.
+int64_t block_size(const cxxopts::ParseResult& result) {
+  const int64_t n = result.count("block_size") ? result["block_size"].as<int64_t>()
+                                                : result["context"].as<int64_t>();
+  ZRT_CHECK_AS(UsageError, n >= 1, "--block_size must be at least 1, got ", n);
+  return n;
+}
+
 bool zero_stage3(const Json& ds_config) {
   return ds_config.contains("zero_optimization") &&
          ds_config["zero_optimization"].value("stage", 0) == 3;
@@ -140,6 +166,10 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
                               : result["model_name_or_path"].as<std::string>();
   ModelSetup m;
   m.llama = LlamaConfig::from_file(dir);
+  ZRT_CHECK_AS(UsageError, context <= m.llama->max_position_embeddings, "--block_size ", context,
+               " is larger than the model's max_position_embeddings ",
+               m.llama->max_position_embeddings, " (", dir,
+               "): the positions past it were never trained");
   const int64_t vocab = m.llama->vocab_size;
   const bool stage3 = zero_stage3(ds_config);
   auto llama = std::make_shared<LlamaForCausalLMImpl>(*m.llama, /*deferred=*/stage3);
@@ -177,7 +207,7 @@ ExampleModel build_gpt(const cxxopts::ParseResult& result) {
   c.width = result["width"].as<int64_t>();
   c.layers = result["layers"].as<int64_t>();
   c.heads = result["heads"].as<int64_t>();
-  c.context = result["context"].as<int64_t>();
+  c.context = block_size(result);
   ZRT_CHECK_AS(UsageError, c.width % c.heads == 0, "--width ", c.width,
                " must be a multiple of --heads ", c.heads);
   ExampleModel m;
@@ -200,7 +230,7 @@ ExampleModel build_gpt(const cxxopts::ParseResult& result) {
 }
 
 ExampleModel build_model(const cxxopts::ParseResult& result, const Json& ds_config) {
-  const std::string kind = result["model"].as<std::string>();
+  const std::string kind = model_kind(result);
   if (kind == "gpt") return build_gpt(result);
   ExampleModel m;
   if (kind == "mlp") {
@@ -219,7 +249,7 @@ ExampleModel build_model(const cxxopts::ParseResult& result, const Json& ds_conf
     return m;
   }
   ZRT_CHECK_AS(UsageError, kind == "llama", "--model must be gpt, mlp or llama, got '", kind, "'");
-  m.llama = setup_llama(result, ds_config, result["context"].as<int64_t>(), &m.train, &m.eval);
+  m.llama = setup_llama(result, ds_config, block_size(result), &m.train, &m.eval);
   m.hidden_size = m.llama->llama->hidden_size;
   m.model = m.llama->model;
   m.loss_fn = m.llama->loss_fn;
@@ -300,6 +330,19 @@ void predict_and_save(Trainer& trainer, const ExampleModel& m, const std::string
   std::fflush(stdout);
 }
 
+// Without --deepspeed, what the HF Trainer runs without DeepSpeed: plain data parallel (every rank
+// the whole model and optimizer, gradients averaged) with the optimizer and schedule the
+// TrainingArguments name, built as HF builds them (no "optimizer"/"scheduler" section), every
+// other value from the arguments ("auto").
+Json plain_data_parallel_config() {
+  return Json::parse(R"({
+    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+    "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+    "zero_optimization": {"stage": 0}
+  })");
+}
+
 // zrt-train's own flags (the model) and transformers' TrainingArguments.
 cxxopts::Options train_options() {
   cxxopts::Options options("zrt-train",
@@ -307,12 +350,15 @@ cxxopts::Options train_options() {
                            "config, or the example GPT byte-level LM or MLP.");
   options.add_options("model")("model",
                                "gpt, mlp or llama (llama: --model_name_or_path a Hugging Face "
-                               "folder, or --config_name to train from scratch)",
-                               cxxopts::value<std::string>()->default_value("gpt"))(
+                               "folder, or --config_name to train from scratch); default: llama "
+                               "for a folder with a config.json, else gpt",
+                               cxxopts::value<std::string>())(
       "layers", "transformer blocks / MLP blocks", cxxopts::value<int64_t>()->default_value("2"))(
       "heads", "attention heads", cxxopts::value<int64_t>()->default_value("4"))(
       "width", "hidden width", cxxopts::value<int64_t>()->default_value("64"))(
       "context", "tokens per example", cxxopts::value<int64_t>()->default_value("32"))(
+      "block_size", "tokens per example (run_clm.py's name for --context)",
+      cxxopts::value<int64_t>())(
       "train_file", "text file to train on (bytes); default: a generated corpus",
       cxxopts::value<std::string>())("corpus_bytes", "size of the generated corpus",
                                      cxxopts::value<int64_t>()->default_value("200000"))(
@@ -351,10 +397,9 @@ int run(int argc, char** argv) {
   ZRT_CHECK_AS(UsageError, result.unmatched().empty(), "unexpected argument '",
                result.unmatched().empty() ? "" : result.unmatched().front(), "'");
   config::TrainingArguments targs = config::parse_training_arguments(result);
-  ZRT_CHECK_AS(UsageError, targs.deepspeed.has_value(),
-               "--deepspeed CONFIG is required (see examples/configs/)");
   // Loaded once: the communicator's "zrt" options from it here, the rest by the Trainer.
-  const Json ds_config = config::load_config_source(*targs.deepspeed);
+  const Json ds_config = targs.deepspeed ? config::load_config_source(*targs.deepspeed)
+                                         : plain_data_parallel_config();
   const at::DeviceType device = training_device(targs);
   auto comm = comm::init_from_env(comm_options_for_config(ds_config), device);
   torch::manual_seed(static_cast<uint64_t>(targs.seed));
@@ -394,6 +439,15 @@ int run(int argc, char** argv) {
       SavePretrainedOptions so;
       so.config = llama->llama->to_json();
       so.max_shard_size = result["max_shard_size"].as<int64_t>();
+      // The tokenizer and generation files, as the HF Trainer's save_model writes them.
+      std::error_code ec;
+      for (const char* flag : {"model_name_or_path", "config_name"}) {
+        if (so.extra_files_from.empty() && result.count(flag) &&
+            std::filesystem::is_directory(result[flag].as<std::string>(), ec)) {
+          so.extra_files_from = result[flag].as<std::string>();
+        }
+      }
+      so.extra_files = hf_tokenizer_and_generation_files();
       save_pretrained(trainer.engine(), targs.output_dir, so);
     }
     trainer.save_metrics("train", {{"train_loss", out.training_loss},

@@ -44,7 +44,7 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, con
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model,
                                    const config::TrainingArguments& args,
                                    TrainerInitializeOptions options) {
-  ZRT_CHECK_AS(UsageError, args.deepspeed.has_value(),
+  ZRT_CHECK_AS(UsageError, args.deepspeed.has_value() || options.deepspeed_config.has_value(),
                "initialize(model, TrainingArguments): --deepspeed CONFIG is required");
   // The config is loaded once: from options.deepspeed_config when the caller has it already.
   config::DeepSpeedConfig ds = options.deepspeed_config

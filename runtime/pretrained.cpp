@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -381,6 +382,13 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
         storage.write_file_atomic(ckpt::join_path(dir, "config.json"),
                                   options.config.dump(2) + "\n");
       }
+      for (const std::string& name : options.extra_files) {
+        const std::string from = ckpt::join_path(options.extra_files_from, name);
+        if (options.extra_files_from.empty() || !std::filesystem::is_regular_file(from)) continue;
+        storage.write_file_atomic(ckpt::join_path(dir, name),
+                                  storage.read_file(from, uint64_t{1} << 30));
+        written.insert(name);
+      }
       remove_stale(dir, written);
     }
   } catch (const std::exception&) {
@@ -389,6 +397,12 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
   vote(comm, failure, dir);
   ZRT_LOG_INFO("saved ", items.size(), " tensors (", total >> 20, " MiB) to ", dir, " in ",
                shards.size(), " file(s)");
+}
+
+std::vector<std::string> hf_tokenizer_and_generation_files() {
+  return {"tokenizer.model",   "tokenizer.json",     "tokenizer_config.json",
+          "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+          "generation_config.json"};
 }
 
 }  // namespace zrt

@@ -61,7 +61,17 @@ struct SavePretrainedOptions {
   // this gets a file of its own.
   int64_t max_shard_size = 5'000'000'000;
   Json config;  // written as config.json unless null
+  // Files copied as they are from `extra_files_from` (a model folder) when it has them: what
+  // transformers' Trainer.save_model writes besides the weights (the tokenizer's files and
+  // generation_config.json), so that the saved folder serves text as the source did.
+  std::string extra_files_from;
+  std::vector<std::string> extra_files;
 };
+
+// The tokenizer and generation files of an HF model folder (tokenizer.model, tokenizer.json,
+// tokenizer_config.json, special_tokens_map.json, added_tokens.json, chat_template.jinja,
+// generation_config.json).
+std::vector<std::string> hf_tokenizer_and_generation_files();
 
 // Collective. Writes the model's parameters (each tied one once, under its owner's name) and
 // buffers, in the model's dtype, to `dir` as transformers' save_pretrained does (the files

@@ -13,7 +13,10 @@ A SentencePiece BPE model with byte fallback (LLaMA's kind) is trained by Debian
   B  add_bos_token false, prompts by --prompts_file (JSON lines): no BOS, ids as transformers';
   C  tokenizer.json only (as transformers 5 saves a tokenizer): --prompt is refused with a
      message naming tokenizer.json and --prompt_ids; --prompt_ids works and has no "text";
-  D  tokenizer.json and tokenizer.model: BOS from tokenizer.json's post_processor, as transformers.
+  D  tokenizer.json and tokenizer.model: BOS from tokenizer.json's post_processor, as transformers;
+  E  zrt-train from folder A as run_clm.py runs (no --deepspeed, --block_size) copies the
+     tokenizer and generation files into its output, which then serves --prompt text with
+     transformers' ids and greedy tokens; a block size past max_position_embeddings is refused.
 transformers 5 reads a tokenizer.model-only folder only through the `sentencepiece` Python
 package, which the venv lacks; the reference tokenizer for A and B is transformers' own
 from_pretrained with that import check lifted (it parses the model with protobuf, which the venv
@@ -208,6 +211,49 @@ def check_c_d(args, tmp, model_dir, pieces_file):
     return ok
 
 
+def check_e(args, tmp, folder):
+    """Fine-tuned and served from text: zrt-train as run_clm.py is run (no --deepspeed: plain
+    data parallel on 2 ranks; no --model: the folder's config.json makes it a LLaMA; --block_size)
+    writes the source's tokenizer and generation files next to the weights, as the HF Trainer's
+    save_model does, so the result serves --prompt text like the source; a block size past
+    max_position_embeddings is refused."""
+    import filecmp
+    import torch
+    from transformers import LlamaForCausalLM
+    out = os.path.join(tmp, "E")
+    train = [os.path.join(args.bin, "zrt-launch"), "--np", "2", "--timeout", "200", "--",
+             os.path.join(args.bin, "zrt-train"), "--model_name_or_path", folder,
+             "--output_dir", out, "--max_steps", "2", "--save_strategy", "no",
+             "--per_device_train_batch_size", "2", "--learning_rate", "1e-3"]
+    run = subprocess.run(train + ["--block_size", "16"], capture_output=True, text=True,
+                         timeout=300)
+    if run.returncode != 0:
+        print(run.stdout + run.stderr)
+        raise SystemExit(f"zrt-train exited {run.returncode}")
+    files = ["tokenizer.model", "tokenizer_config.json", "generation_config.json"]
+    copied = all(os.path.exists(os.path.join(out, f)) and
+                 filecmp.cmp(os.path.join(folder, f), os.path.join(out, f), shallow=False)
+                 for f in files)
+    rows = zrt_generate(args, out, 1, os.path.join(tmp, "e.jsonl"),
+                        sum((["--prompt", p] for p in PROMPTS), []))
+    tok = hf_tokenizer(out)
+    model = LlamaForCausalLM.from_pretrained(out).eval()
+    model.config._attn_implementation = "eager"
+    same_ids = all(row["prompt"] == tok(text)["input_ids"] for text, row in zip(PROMPTS, rows))
+    same_tokens = all(tokens_agree(row["generated"], *greedy(model, row["prompt"])) for row in rows)
+    long = subprocess.run(train + ["--block_size", "65"], capture_output=True, text=True,
+                          timeout=300)
+    refused = (long.returncode != 0 and
+               "--block_size 65 is larger than the model's max_position_embeddings 64" in long.stderr)
+    ok = copied and same_ids and same_tokens and refused and "text" in rows[0]
+    print(f"hf_llama_text: E fine-tuned on 2 ranks without --deepspeed: {', '.join(files)} "
+          f"{'copied' if copied else 'NOT COPIED'}; --prompt on the result: ids "
+          f"{'as' if same_ids else 'DIFFERENT FROM'} transformers' tokenizer of it, greedy tokens "
+          f"{'as' if same_tokens else 'DIFFERENT FROM'} its from_pretrained model; --block_size 65 "
+          f"{'refused' if refused else 'NOT REFUSED'} (max_position_embeddings 64)")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True, help="ZeroRT's build/bin")
@@ -231,6 +277,7 @@ def main():
         ok = check_a(args, base, model, a)
         ok &= check_b(args, base, b)
         ok &= check_c_d(args, base, a, os.path.join(a, "tokenizer.model"))
+        ok &= check_e(args, base, a)
     print("hf_llama_text: " + ("OK" if ok else "FAILED"))
     return 0 if ok else 1
 
