@@ -330,6 +330,24 @@ void predict_and_save(Trainer& trainer, const ExampleModel& m, const std::string
   std::fflush(stdout);
 }
 
+// trainer.save_model() for --model llama: HF-format weights and config.json in output_dir, and
+// the source folder's tokenizer and generation files, as the HF Trainer's save_model writes them.
+void save_llama(Trainer& trainer, const cxxopts::ParseResult& result, const LlamaConfig& config,
+                const std::string& output_dir) {
+  SavePretrainedOptions so;
+  so.config = config.to_json();
+  so.max_shard_size = result["max_shard_size"].as<int64_t>();
+  std::error_code ec;
+  for (const char* flag : {"model_name_or_path", "config_name"}) {
+    if (so.extra_files_from.empty() && result.count(flag) &&
+        std::filesystem::is_directory(result[flag].as<std::string>(), ec)) {
+      so.extra_files_from = result[flag].as<std::string>();
+    }
+  }
+  so.extra_files = hf_tokenizer_and_generation_files();
+  save_pretrained(trainer.engine(), output_dir, so);
+}
+
 // Without --deepspeed, what the HF Trainer runs without DeepSpeed: plain data parallel (every rank
 // the whole model and optimizer, gradients averaged) with the optimizer and schedule the
 // TrainingArguments name, built as HF builds them (no "optimizer"/"scheduler" section), every
@@ -435,21 +453,7 @@ int run(int argc, char** argv) {
     const TrainOutput out = trainer.train();
     const comm::CommTimes comm_after = comm->times();
     trainer.save_state();  // output_dir/trainer_state.json, as HF's scripts do
-    if (llama) {  // trainer.save_model(): HF-format weights and config.json in output_dir
-      SavePretrainedOptions so;
-      so.config = llama->llama->to_json();
-      so.max_shard_size = result["max_shard_size"].as<int64_t>();
-      // The tokenizer and generation files, as the HF Trainer's save_model writes them.
-      std::error_code ec;
-      for (const char* flag : {"model_name_or_path", "config_name"}) {
-        if (so.extra_files_from.empty() && result.count(flag) &&
-            std::filesystem::is_directory(result[flag].as<std::string>(), ec)) {
-          so.extra_files_from = result[flag].as<std::string>();
-        }
-      }
-      so.extra_files = hf_tokenizer_and_generation_files();
-      save_pretrained(trainer.engine(), targs.output_dir, so);
-    }
+    if (llama) save_llama(trainer, result, *llama->llama, targs.output_dir);
     trainer.save_metrics("train", {{"train_loss", out.training_loss},
                                    {"train_runtime", out.train_runtime_s},
                                    {"train_samples_per_second", out.samples_per_second},
