@@ -5,7 +5,7 @@
 //
 //   model.embed_tokens.weight
 //   model.layers.{i}.input_layernorm.weight
-//   model.layers.{i}.self_attn.{q,k,v,o}_proj.weight   (+ .bias with attention_bias)
+//   model.layers.{i}.self_attn.{q,k,v,o}_proj.weight   (+ .bias: Note [LLaMA families])
 //   model.layers.{i}.post_attention_layernorm.weight
 //   model.layers.{i}.mlp.{gate,up,down}_proj.weight    (+ .bias with mlp_bias)
 //   model.norm.weight
@@ -15,6 +15,14 @@
 // region when enabled; the embedding and lm_head are units too. With tie_word_embeddings the
 // projection reads model.embed_tokens.weight (no lm_head.weight, as transformers saves it): a
 // second use of the embedding unit (ShardUnitBase::run), so the tied weight stays partitioned.
+//
+// Note [LLaMA families]
+// transformers' Mistral and Qwen2 are this model with small differences, read from config.json's
+// model_type (and written back by save_pretrained with their architectures):
+// - llama: attention_bias puts biases on q, k, v and o; mlp_bias on the MLP's three projections.
+// - qwen2: biases on q, k and v (always), none on o or the MLP; its sliding-window layers
+//   (use_sliding_window, layer_types) are refused.
+// - mistral: no biases; sliding_window W: a query at position p sees keys p − W + 1 .. p.
 //
 // Note [LLaMA maths, as transformers computes it]
 // - RMSNorm: h = x in fp32; h = h * rsqrt(mean(h²) + eps); out = weight * h.to(x.dtype).
@@ -152,13 +160,13 @@ struct LlamaAttentionImpl : torch::nn::Module {
     using torch::nn::LinearOptions;
     const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
     q_proj = register_module(
-        "q_proj", torch::nn::Linear(LinearOptions(c.hidden_size, q).bias(c.attention_bias)));
+        "q_proj", torch::nn::Linear(LinearOptions(c.hidden_size, q).bias(c.qkv_bias())));
     k_proj = register_module(
-        "k_proj", torch::nn::Linear(LinearOptions(c.hidden_size, kv).bias(c.attention_bias)));
+        "k_proj", torch::nn::Linear(LinearOptions(c.hidden_size, kv).bias(c.qkv_bias())));
     v_proj = register_module(
-        "v_proj", torch::nn::Linear(LinearOptions(c.hidden_size, kv).bias(c.attention_bias)));
+        "v_proj", torch::nn::Linear(LinearOptions(c.hidden_size, kv).bias(c.qkv_bias())));
     o_proj = register_module(
-        "o_proj", torch::nn::Linear(LinearOptions(q, c.hidden_size).bias(c.attention_bias)));
+        "o_proj", torch::nn::Linear(LinearOptions(q, c.hidden_size).bias(c.o_bias())));
   }
   // x: (b, t, hidden); cos/sin: (t, head_dim); `k_cache`/`v_cache` hold earlier positions (or are
   // undefined) and receive this call's keys and values appended.
@@ -186,7 +194,11 @@ struct LlamaAttentionImpl : torch::nn::Module {
     }
     auto scores = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
     // Query i (absolute past + i) sees keys 0 .. past + i.
-    auto mask = torch::ones({t, total}, torch::TensorOptions().dtype(torch::kBool)).triu(past + 1);
+    const auto flags = torch::TensorOptions().dtype(torch::kBool);
+    auto mask = torch::ones({t, total}, flags).triu(past + 1);  // the future
+    if (c.sliding_window > 0) {  // keys at or before query position − window (Mistral)
+      mask = mask.logical_or(torch::ones({t, total}, flags).tril(past - c.sliding_window));
+    }
     scores = scores.to(torch::kFloat).masked_fill(mask, -std::numeric_limits<float>::infinity());
     auto att = torch::softmax(scores, -1).to(x.scalar_type());
     auto y = torch::matmul(att, v).transpose(1, 2).reshape({b, t, heads * d});

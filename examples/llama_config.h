@@ -33,12 +33,18 @@ struct LlamaConfig {
   double rope_high_freq_factor = 4.0;  // llama3
   int64_t rope_original_max_position_embeddings = 0;  // llama3
   bool tie_word_embeddings = false;
-  bool attention_bias = false;
+  bool attention_bias = false;  // llama: biases on q, k, v and o
   bool mlp_bias = false;
+  // The family (Note [LLaMA families] in examples/llama.h): "llama", "mistral" or "qwen2".
+  std::string model_type = "llama";
+  int64_t sliding_window = 0;  // mistral: keys more than this far back are not seen; 0: none
+  bool qkv_bias() const { return attention_bias || model_type == "qwen2"; }
+  bool o_bias() const { return attention_bias; }
   Json extra;  // the config.json as read, written back by save_pretrained
 
   // Reads an HF config.json object; `where` names the file in errors. Refuses what this model
-  // does not implement (another model_type or activation, another rope type) by naming the key.
+  // does not implement (another model_type or activation, another rope type, Qwen2's sliding
+  // window) by naming the key.
   static LlamaConfig from_json(const Json& j, const std::string& where);
   // Reads `path`: a config.json, or a folder (an HF model folder) holding one.
   static LlamaConfig from_file(const std::string& path);
@@ -91,6 +97,32 @@ inline std::optional<double> read_rope_scaling(const Json& j, const std::string&
   return theta;
 }
 
+// model_type and what it changes into `c`: "llama"; "qwen2" (biases on q, k and v; its sliding
+// window is refused); "mistral" (no biases; sliding_window). Other types are refused by name.
+inline void read_family(const Json& j, const std::string& where, LlamaConfig& c) {
+  c.model_type = j.value("model_type", std::string("llama"));
+  ZRT_CHECK_AS(ConfigError,
+               c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2",
+               where, ": model_type '", c.model_type,
+               "' is not supported (this example implements 'llama', 'mistral' and 'qwen2')");
+  if (c.model_type == "qwen2") {
+    bool sliding = j.value("use_sliding_window", false);
+    if (j.contains("layer_types") && j["layer_types"].is_array()) {
+      for (const Json& t : j["layer_types"]) sliding |= t != "full_attention";
+    }
+    ZRT_CHECK_AS(ConfigError, !sliding, where,
+                 ": use_sliding_window / layer_types: Qwen2's sliding-window layers are not "
+                 "supported (only full attention)");
+  }
+  if (c.model_type == "mistral" && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+    ZRT_CHECK_AS(ConfigError,
+                 j["sliding_window"].is_number_integer() && j["sliding_window"].get<int64_t>() > 0,
+                 where, ": 'sliding_window' must be a positive integer or null, got ",
+                 j["sliding_window"].dump());
+    c.sliding_window = j["sliding_window"].get<int64_t>();
+  }
+}
+
 inline LlamaConfig LlamaConfig::from_json(const Json& j, const std::string& where) {
   ZRT_CHECK_AS(ConfigError, j.is_object(), where, ": expected a JSON object");
   auto get_int = [&](const char* key, std::optional<int64_t> fallback) -> int64_t {
@@ -113,13 +145,11 @@ inline LlamaConfig LlamaConfig::from_json(const Json& j, const std::string& wher
     ZRT_CHECK_AS(ConfigError, j[key].is_boolean(), where, ": '", key, "' must be true or false");
     return j[key].get<bool>();
   };
-  const std::string type = j.value("model_type", std::string("llama"));
-  ZRT_CHECK_AS(ConfigError, type == "llama", where, ": model_type '", type,
-               "' is not a LLaMA model (this example implements model_type 'llama')");
   const std::string act = j.value("hidden_act", std::string("silu"));
   ZRT_CHECK_AS(ConfigError, act == "silu", where, ": hidden_act '", act,
                "' is not supported (LLaMA's MLP uses 'silu')");
   LlamaConfig c;
+  read_family(j, where, c);
   std::optional<double> rope_parameters_theta = read_rope_scaling(j, where, c);
   c.vocab_size = get_int("vocab_size", std::nullopt);
   c.hidden_size = get_int("hidden_size", std::nullopt);
@@ -140,8 +170,10 @@ inline LlamaConfig LlamaConfig::from_json(const Json& j, const std::string& wher
   c.rms_norm_eps = get_double("rms_norm_eps", 1e-6);
   c.rope_theta = rope_parameters_theta.value_or(get_double("rope_theta", 10000.0));
   c.tie_word_embeddings = get_bool("tie_word_embeddings", false);
-  c.attention_bias = get_bool("attention_bias", false);
-  c.mlp_bias = get_bool("mlp_bias", false);
+  if (c.model_type == "llama") {
+    c.attention_bias = get_bool("attention_bias", false);
+    c.mlp_bias = get_bool("mlp_bias", false);
+  }
   c.extra = j;
   return c;
 }
@@ -164,8 +196,10 @@ inline LlamaConfig LlamaConfig::from_file(const std::string& path) {
 
 inline Json LlamaConfig::to_json() const {
   Json j = extra.is_object() ? extra : Json::object();
-  j["model_type"] = "llama";
-  j["architectures"] = Json::array({"LlamaForCausalLM"});
+  j["model_type"] = model_type;
+  j["architectures"] = Json::array({model_type == "qwen2"     ? "Qwen2ForCausalLM"
+                                    : model_type == "mistral" ? "MistralForCausalLM"
+                                                              : "LlamaForCausalLM"});
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;
   j["intermediate_size"] = intermediate_size;
@@ -181,8 +215,10 @@ inline Json LlamaConfig::to_json() const {
     j["rope_theta"] = rope_theta;
   }
   j["tie_word_embeddings"] = tie_word_embeddings;
-  j["attention_bias"] = attention_bias;
-  j["mlp_bias"] = mlp_bias;
+  if (model_type == "llama") {
+    j["attention_bias"] = attention_bias;
+    j["mlp_bias"] = mlp_bias;
+  }
   j["hidden_act"] = "silu";
   return j;
 }

@@ -22,7 +22,8 @@ in HF format load in transformers' from_pretrained with the logits zrt-generate 
 same folder; a model trained from its
 config.json alone (--config_name) starts from the same values at every world size; and models
 with LLaMA-3's, linear and dynamic rotary scaling (one with transformers 4's config form) give
-transformers' logits and greedy tokens.
+transformers' logits and greedy tokens; and so do Qwen2 and Mistral models, which zrt-train also
+fine-tunes into folders transformers loads as the same class.
 
     python tests/peers/hf_llama.py --bin build/bin [--keep DIR]
 """
@@ -68,13 +69,14 @@ def describe_files(folder):
     return ", ".join(([f"{len(shards)} shards"] if shards else []) + rest)
 
 
-def make_model(folder, overrides, save_args, seed):
+def make_model(folder, overrides, save_args, seed, model_type="llama"):
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
     torch.manual_seed(seed)
-    cfg = LlamaConfig(**dict(dict(max_position_embeddings=64, bos_token_id=None, eos_token_id=None,
-                                  pad_token_id=None), **overrides))
-    model = LlamaForCausalLM(cfg).eval()
+    cfg = AutoConfig.for_model(model_type, **dict(dict(
+        max_position_embeddings=64, bos_token_id=None, eos_token_id=None, pad_token_id=None),
+        **overrides))
+    model = AutoModelForCausalLM.from_config(cfg).eval()
     model.config._attn_implementation = "eager"
     if save_args.get("bin"):
         # transformers 5 writes only safetensors: the legacy file as torch.save writes it, with
@@ -273,6 +275,64 @@ def check_rope_scaling(args, tmp):
     return ok
 
 
+# LLaMA's relatives (Note [LLaMA families] in examples/llama.h): model_type, config overrides.
+# Mistral's sliding window of 4 is shorter than the prompts, so most keys fall out of it.
+FAMILY_VARIANTS = [
+    ("qwen2", dict(vocab_size=107, hidden_size=48, intermediate_size=60, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                   initializer_range=0.2, rope_theta=30000.0)),
+    ("mistral", dict(vocab_size=109, hidden_size=40, intermediate_size=52, num_hidden_layers=2,
+                     num_attention_heads=5, num_key_value_heads=1, sliding_window=4,
+                     initializer_range=0.2, tie_word_embeddings=False)),
+]
+
+
+def check_families(args, tmp):
+    """Qwen2 (q/k/v biases) and Mistral (sliding window) made by transformers: zrt-generate on 2
+    ranks gives their logits and greedy tokens; zrt-train (no --deepspeed, 2 ranks) fine-tunes
+    each and saves a folder that transformers' from_pretrained loads as the same class, with no
+    missing or unexpected keys and the logits zrt-generate computes from it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    ok = True
+    for seed, (model_type, overrides) in enumerate(FAMILY_VARIANTS):
+        folder = os.path.join(tmp, model_type)
+        model = make_model(folder, overrides, {}, 200 + seed, model_type)
+        logits, tokens, margins = reference(model)
+        rows, logits_file, _ = zrt_generate(args, folder, 2, os.path.join(tmp, f"{model_type}_2"))
+        diff = max((g - t).abs().max().item() for g, t in zip(read_logits(logits_file), logits))
+        same = len(rows) == len(PROMPTS)
+        for b, row in enumerate(rows):
+            for step, (mine, theirs) in enumerate(zip(row["generated"], tokens[b])):
+                if margins[b][step] <= MARGIN:
+                    break
+                same &= mine == theirs
+        out = os.path.join(tmp, f"finetuned_{model_type}")
+        cmd = [os.path.join(args.bin, "zrt-launch"), "--np", "2", "--timeout", "300", "--",
+               os.path.join(args.bin, "zrt-train"), "--model_name_or_path", folder,
+               "--output_dir", out, "--max_steps", "2", "--per_device_train_batch_size", "2",
+               "--learning_rate", "1e-3", "--block_size", "16", "--save_strategy", "no"]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+        if run.returncode != 0:
+            print(run.stdout + run.stderr)
+            raise SystemExit(f"zrt-train failed ({run.returncode}): {' '.join(cmd)}")
+        tuned, info = AutoModelForCausalLM.from_pretrained(out, output_loading_info=True,
+                                                           attn_implementation="eager")
+        clean = (type(tuned) is type(model) and
+                 not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")))
+        with torch.no_grad():
+            after = [tuned.eval()(torch.tensor([p])).logits[0] for p in PROMPTS]
+        _, tuned_file, _ = zrt_generate(args, out, 2, os.path.join(tmp, f"finetuned_{model_type}_2"))
+        tuned_diff = max((g - a).abs().max().item() for g, a in zip(read_logits(tuned_file), after))
+        good = diff <= LOGITS_ATOL and same and clean and tuned_diff <= LOGITS_ATOL
+        ok &= good
+        print(f"hf_llama: {model_type} on 2 ranks: logits max |diff| {diff:.3g}, greedy tokens "
+              f"{'equal' if same else 'DIFFER'}; fine-tuned by zrt-train, transformers loads it as "
+              f"{type(tuned).__name__} {'cleanly' if clean else f'WITH PROBLEMS {info}'}, logits "
+              f"equal zrt-generate's within {tuned_diff:.3g} ({'ok' if good else 'FAILED'})")
+    return ok
+
+
 def check_finetune(args, tmp, index):
     """zrt-train fine-tunes a model (untied and sharded, or tied: its embedding then partitioned
     and used twice per forward) for 3 steps on 2 ranks (ZeRO-3, built partitioned) and saves it
@@ -382,6 +442,7 @@ def main():
         ok &= check_finetune(args, base, 1)
         ok &= check_from_scratch(args, base)
         ok &= check_rope_scaling(args, base)
+        ok &= check_families(args, base)
     print("hf_llama: " + ("OK" if ok else "FAILED"))
     return 0 if ok else 1
 
