@@ -198,6 +198,20 @@ def check_variant(args, tmp, name, overrides, save_args, seed):
     return ok
 
 
+def agrees(args, folder, out_dir, logits, tokens, margins):
+    """zrt-generate on 2 ranks against transformers' reference: the logits' max |diff| and
+    whether the greedy tokens are equal (up to a step whose top-2 margin is within rounding)."""
+    rows, logits_file, _ = zrt_generate(args, folder, 2, out_dir)
+    diff = max((g - t).abs().max().item() for g, t in zip(read_logits(logits_file), logits))
+    same = len(rows) == len(PROMPTS)
+    for b, row in enumerate(rows):
+        for step, (mine, theirs) in enumerate(zip(row["generated"], tokens[b])):
+            if margins[b][step] <= MARGIN:
+                break
+            same &= mine == theirs
+    return diff, same
+
+
 # name, config overrides, whether config.json is rewritten in transformers 4's form ("rope_scaling"
 # with "type", a top-level rope_theta). head_dim 12 with theta 5e5 puts llama3's frequencies in
 # all three bands for original_max_position_embeddings 128 (wavelengths 6.3 < 32, 56 between,
@@ -244,14 +258,7 @@ def check_rope_scaling(args, tmp):
             with open(path, "w") as f:
                 json.dump(cfg, f)
         logits, tokens, margins = reference(model, fresh_rope=rope["rope_type"] == "dynamic")
-        rows, logits_file, _ = zrt_generate(args, folder, 2, os.path.join(tmp, f"{name}_2"))
-        diff = max((g - t).abs().max().item() for g, t in zip(read_logits(logits_file), logits))
-        same = len(rows) == len(PROMPTS)
-        for b, row in enumerate(rows):
-            for step, (mine, theirs) in enumerate(zip(row["generated"], tokens[b])):
-                if margins[b][step] <= MARGIN:
-                    break
-                same &= mine == theirs
+        diff, same = agrees(args, folder, os.path.join(tmp, f"{name}_2"), logits, tokens, margins)
         ok &= diff <= LOGITS_ATOL and same
         print(f"hf_llama: {name} ({rope['rope_type']}"
               f"{', transformers 4 config' if v4_config else ''}), ZeRO-3 on 2 ranks: logits max "
@@ -299,14 +306,8 @@ def check_families(args, tmp):
         folder = os.path.join(tmp, model_type)
         model = make_model(folder, overrides, {}, 200 + seed, model_type)
         logits, tokens, margins = reference(model)
-        rows, logits_file, _ = zrt_generate(args, folder, 2, os.path.join(tmp, f"{model_type}_2"))
-        diff = max((g - t).abs().max().item() for g, t in zip(read_logits(logits_file), logits))
-        same = len(rows) == len(PROMPTS)
-        for b, row in enumerate(rows):
-            for step, (mine, theirs) in enumerate(zip(row["generated"], tokens[b])):
-                if margins[b][step] <= MARGIN:
-                    break
-                same &= mine == theirs
+        diff, same = agrees(args, folder, os.path.join(tmp, f"{model_type}_2"), logits, tokens,
+                            margins)
         out = os.path.join(tmp, f"finetuned_{model_type}")
         cmd = [os.path.join(args.bin, "zrt-launch"), "--np", "2", "--timeout", "300", "--",
                os.path.join(args.bin, "zrt-train"), "--model_name_or_path", folder,
