@@ -15,7 +15,7 @@
 //
 // The corpus is generated in-process (a small grammar, so the loss visibly falls in a minute on
 // two CPU cores) unless --train_file gives a text file, read as bytes. Without --deepspeed the
-// ranks run plain data parallel (ZeRO stage 0), as the HF Trainer does without DeepSpeed; without
+// ranks run plain data parallel (ZeRO stage 0) with HF's optimizer and schedule; without
 // --model a folder with a config.json is a LLaMA. A saved LLaMA gets its source folder's tokenizer
 // and generation files.
 #include <cmath>
@@ -348,9 +348,9 @@ void save_llama(Trainer& trainer, const cxxopts::ParseResult& result, const Llam
   save_pretrained(trainer.engine(), output_dir, so);
 }
 
-// Without --deepspeed, what the HF Trainer runs without DeepSpeed: plain data parallel (every rank
-// the whole model and optimizer, gradients averaged) with the optimizer and schedule the
-// TrainingArguments name, built as HF builds them (no "optimizer"/"scheduler" section), every
+// Without --deepspeed, the counterpart of the HF Trainer without DeepSpeed: plain data parallel
+// (every rank the whole model and optimizer, gradients averaged) with the optimizer and schedule
+// the TrainingArguments name, built as HF builds them (no "optimizer"/"scheduler" section), every
 // other value from the arguments ("auto").
 Json plain_data_parallel_config() {
   return Json::parse(R"({
