@@ -69,10 +69,20 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, config::TrainingArgum
   comm_ = options_.comm ? options_.comm : comm::init_from_env();
 }
 
+DistributedSampler Trainer::train_sampler() const {
+  const auto seed = static_cast<uint64_t>(args_.data_seed.value_or(args_.seed));
+  if (options_.batch_order == TrainerOptions::BatchOrder::kHfTrainer) {
+    return DistributedSampler::hf_trainer(train_->size(), comm_->size(), comm_->rank(), true, seed,
+                                          args_.dataloader_drop_last,
+                                          args_.per_device_train_batch_size);
+  }
+  return DistributedSampler(train_->size(), comm_->size(), comm_->rank(), true, seed,
+                            args_.dataloader_drop_last);
+}
+
 int64_t Trainer::batches_per_epoch() const {
   ZRT_CHECK(train_ != nullptr, "Trainer: no training dataset");
-  const DistributedSampler sampler(train_->size(), comm_->size(), comm_->rank(), true, 0,
-                                   args_.dataloader_drop_last);
+  const DistributedSampler sampler = train_sampler();
   const int64_t micro = args_.per_device_train_batch_size;
   return args_.dataloader_drop_last ? sampler.num_samples() / micro
                                     : (sampler.num_samples() + micro - 1) / micro;
@@ -218,9 +228,13 @@ double Trainer::evaluate() {
   const bool was_training = model_->is_training();
   engine_->eval();
   torch::NoGradGuard no_grad;
-  DistributedSampler sampler(eval_->size(), comm_->size(), comm_->rank(), false, 0, false);
-  const std::vector<int64_t> idx = sampler.indices();
   const int64_t micro = args_.per_device_eval_batch_size;
+  const bool hf_order = options_.batch_order == TrainerOptions::BatchOrder::kHfTrainer;
+  const DistributedSampler sampler =
+      hf_order ? DistributedSampler::hf_trainer(eval_->size(), comm_->size(), comm_->rank(), false,
+                                                0, args_.dataloader_drop_last, micro)
+               : DistributedSampler(eval_->size(), comm_->size(), comm_->rank(), false, 0, false);
+  const std::vector<int64_t> idx = sampler.indices();
   double sum = 0;
   double count = 0;
   const size_t batches = (idx.size() + micro - 1) / micro;
@@ -236,8 +250,14 @@ double Trainer::evaluate() {
     std::vector<int64_t> batch(idx.begin() + b, idx.begin() + std::min(idx.size(), b + micro));
     auto [x, y] = collate(*eval_, batch);
     const double loss = loss_fn_(*model_, engine_->to_model_dtype(x), y).item<double>();
-    sum += loss * batch.size();
-    count += batch.size();
+    // The HF order gathers the ranks' batches round by round and drops the padding past the
+    // dataset's end; each example weighs its batch's mean loss.
+    const int64_t start = (static_cast<int64_t>(b / micro) * comm_->size() + comm_->rank()) * micro;
+    const double weight =
+        hf_order ? static_cast<double>(std::clamp<int64_t>(eval_->size() - start, 0, micro))
+                 : static_cast<double>(batch.size());
+    sum += loss * weight;
+    count += weight;
   }
   at::Tensor t = at::tensor({sum, count}, at::kDouble);
   comm_->all_reduce(t);

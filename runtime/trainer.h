@@ -45,6 +45,11 @@ struct TrainerOptions {
   config::ModelDims model_dims;      // for hidden-size "auto" keys
   std::vector<ParamGroupRule> param_groups;
   bool progress_bar = true;  // a live bar on rank 0 when progress_bar_wanted()
+  // How training and evaluation batches are drawn: torch's DistributedSampler per rank (DDP's
+  // order), or the HF Trainer's (Note [The HF Trainer's batch order] in runtime/sampler.h; its
+  // evaluation loss then counts each example once, as the Trainer's gather_for_metrics does).
+  enum class BatchOrder { kDistributedSampler, kHfTrainer };
+  BatchOrder batch_order = BatchOrder::kDistributedSampler;
   // args.deepspeed already loaded by the caller (e.g. to create `comm` from its "zrt" section);
   // unset: the engine's initialize() loads it.
   std::optional<Json> deepspeed_config;
@@ -159,6 +164,7 @@ class Trainer {
   Run begin_run(const std::optional<std::string>& resume);
   void resume_from(Run& run, const std::string& path);
   void train_epoch(Run& run, DistributedSampler& sampler);
+  DistributedSampler train_sampler() const;
   // One micro-batch's forward, backward and step; whether the optimizer stepped.
   bool micro_step(Run& run, const std::vector<int64_t>& indices, bool epoch_end);
   void after_optimizer_step(Run& run, int64_t batches_done);

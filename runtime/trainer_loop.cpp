@@ -273,9 +273,7 @@ TrainOutput Trainer::train() {
   ensure_engine(false);
   check_trainable();
   Run run = begin_run(resume);
-  DistributedSampler sampler(train_->size(), comm_->size(), comm_->rank(), true,
-                             static_cast<uint64_t>(args_.data_seed.value_or(args_.seed)),
-                             args_.dataloader_drop_last);
+  DistributedSampler sampler = train_sampler();
   while (engine_->global_steps() < run.total) train_epoch(run, sampler);
   return end_run(run);
 }

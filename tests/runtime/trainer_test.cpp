@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -17,6 +18,7 @@
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "tests/support/mpi_world.h"
+#include "tests/support/python.h"
 #include "tests/support/tiny_model.h"
 
 namespace zrt {
@@ -99,6 +101,51 @@ TEST(DistributedSampler, MatchesTorchSemantics) {
   DistributedSampler next(12, 3, 0, true, 42, false);
   next.set_epoch(1);
   EXPECT_NE(next.indices(), first);
+}
+
+// The HF Trainer's order against accelerate's own SeedableRandomSampler + BatchSamplerShard
+// (what transformers' Trainer draws through), short rounds and degenerate sizes included.
+TEST(DistributedSampler, HfTrainerOrderIsAcceleratesBatchSamplerShard) {
+  if (test::world().size() != 1) GTEST_SKIP() << "a single-process check: run at world size 1";
+  ZRT_REQUIRE_PYTHON("accelerate");
+  const auto r = test::run_python(R"(
+import json
+from torch.utils.data import BatchSampler, SequentialSampler
+from accelerate.data_loader import SeedableRandomSampler, BatchSamplerShard
+for n in (1, 5, 7, 8, 12, 13, 30):
+    for world in (1, 2, 3):
+        for batch in (1, 2, 4):
+            for drop in (False, True):
+                for shuffle, epoch in ((False, 0), (True, 0), (True, 3)):
+                    for rank in range(world):
+                        if shuffle:
+                            s = SeedableRandomSampler(range(n), data_seed=42)
+                            s.set_epoch(epoch)
+                        else:
+                            s = SequentialSampler(range(n))
+                        shard = BatchSamplerShard(BatchSampler(s, batch, drop), num_processes=world,
+                                                  process_index=rank, split_batches=False,
+                                                  even_batches=True)
+                        flat = [i for b in shard for i in b]
+                        print(json.dumps([n, world, batch, drop, shuffle, epoch, rank, flat]))
+)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream lines(r.output);
+  std::string line;
+  int cases = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '[') continue;
+    const Json c = Json::parse(line);
+    DistributedSampler s = DistributedSampler::hf_trainer(
+        c[0].get<int64_t>(), c[1].get<int>(), c[6].get<int>(), c[4].get<bool>(), 42,
+        c[3].get<bool>(), c[2].get<int64_t>());
+    s.set_epoch(c[5].get<int64_t>());
+    const auto expected = c[7].get<std::vector<int64_t>>();
+    EXPECT_EQ(s.indices(), expected) << line;
+    EXPECT_EQ(s.num_samples(), static_cast<int64_t>(expected.size())) << line;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 7 * (1 + 2 + 3) * 3 * 2 * 3) << r.output;
 }
 
 // Weights and Adam moments of two Trainers, bit for bit (a resumed job against a straight one).
