@@ -44,6 +44,8 @@
 #include "examples/gpt.h"
 #include "examples/llama.h"
 #include "examples/mlp.h"
+#include "examples/text_data.h"
+#include "examples/tokenizer.h"
 #include "runtime/initialize.h"
 #include "runtime/pretrained.h"
 #include "runtime/trainer.h"
@@ -112,6 +114,7 @@ struct ModelSetup {
   OutputLossFn output_loss;
   std::function<at::Tensor(const at::Tensor&)> forward;
   std::optional<LlamaConfig> llama;  // set for --model llama (saved with save_pretrained)
+  bool text_data = false;            // run_clm's data (Note [run_clm's data])
 };
 
 std::string read_corpus(const cxxopts::ParseResult& result) {
@@ -150,14 +153,66 @@ bool zero_stage3(const Json& ds_config) {
          ds_config["zero_optimization"].value("stage", 0) == 3;
 }
 
+// The tokenizer of --tokenizer_name, else of the model folder, for the data (Note [run_clm's
+// data] 3); its files' contents identify it in the token cache's key.
+DocumentTokenizer data_tokenizer(const cxxopts::ParseResult& result, const std::string& model_dir,
+                                 int64_t vocab) {
+  const std::string dir =
+      result.count("tokenizer_name") ? result["tokenizer_name"].as<std::string>() : model_dir;
+  std::string why;
+  std::shared_ptr<TextTokenizer> tok = TextTokenizer::open(dir, &why);
+  ZRT_CHECK_AS(ConfigError, tok != nullptr, "--train_file ", result["train_file"].as<std::string>(),
+               " is tokenized with the model folder's tokenizer (or --tokenizer_name DIR), but ",
+               dir, " has none usable: ", why);
+  ZRT_CHECK_AS(ConfigError, tok->pieces() <= vocab, "the tokenizer of ", dir, " has ",
+               tok->pieces(), " tokens, more than the model's vocab_size ", vocab);
+  ZRT_LOG_INFO("tokenizer of ", dir, ": ", tok->describe());
+  DocumentTokenizer d;
+  d.encode = [tok](const std::string& text) { return tok->encode(text); };
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+                           "special_tokens_map.json"}) {
+    std::ifstream in(std::filesystem::path(dir) / name, std::ios::binary);
+    if (in.good()) {
+      d.identity += std::string(name) + "\n";
+      d.identity.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+  }
+  return d;
+}
+
+// Note [run_clm's data]: the blocks of --train_file (and --validation_file or the held-out
+// percentage), drawn in the HF Trainer's order.
+void load_clm_data(const cxxopts::ParseResult& result, const DocumentTokenizer& tokenizer,
+                   int64_t context, comm::Comm& comm, std::shared_ptr<Dataset>* train,
+                   std::shared_ptr<Dataset>* eval) {
+  ZRT_CHECK_AS(UsageError, context >= 2, "--block_size must be at least 2 to predict a token, got ",
+               context);
+  TextDataOptions o;
+  o.train_file = result["train_file"].as<std::string>();
+  if (result.count("validation_file")) o.validation_file = result["validation_file"].as<std::string>();
+  o.text_column_name = result["text_column_name"].as<std::string>();
+  o.validation_split_percentage = result["validation_split_percentage"].as<int64_t>();
+  o.keep_linebreaks = result["keep_linebreaks"].as<bool>();
+  o.block_size = context;
+  TextSplits s = load_text_data(o, tokenizer, comm);
+  ZRT_LOG_INFO("data: ", s.train->size(), " training blocks (SHA-1 ", s.train->digest(), ") and ",
+               s.validation->size(), " validation blocks (SHA-1 ", s.validation->digest(), ") of ",
+               context, " tokens");
+  *train = s.train;
+  if (s.validation->size() > 0) *eval = s.validation;
+}
+
 // --model llama: transformers' LlamaForCausalLM from --config_name (a config.json or a folder with
-// one: trained from scratch) or --model_name_or_path's config.json (fine-tuned from its weights),
-// on the corpus's bytes as token ids (modulo the vocabulary: the example has no tokenizer). Under
-// ZeRO-3 the model is built without values (partitioned construction); the weights load into the
-// partitions, or init_deferred gives them transformers' initialisation, the same at every world
-// size.
+// one: trained from scratch) or --model_name_or_path's config.json (fine-tuned from its weights).
+// A .txt/.json/.jsonl --train_file is read as run_clm.py reads it (Note [run_clm's data]): blocks
+// of the folder tokenizer's ids, labels = inputs, the loss on the next token. Another file (or the
+// generated corpus) is taken as bytes, example i the bytes [i*context, (i+1)*context] modulo the
+// vocabulary. Under ZeRO-3 the model is built without values (partitioned construction); the
+// weights load into the partitions, or init_deferred gives them transformers' initialisation, the
+// same at every world size.
 ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config, int64_t context,
-                       std::shared_ptr<Dataset>* train, std::shared_ptr<Dataset>* eval) {
+                       comm::Comm& comm, std::shared_ptr<Dataset>* train,
+                       std::shared_ptr<Dataset>* eval) {
   ZRT_CHECK_AS(UsageError, result.count("model_name_or_path") || result.count("config_name"),
                "--model llama needs --model_name_or_path DIR (a Hugging Face LLaMA folder) or "
                "--config_name CONFIG (a config.json, to train from scratch)");
@@ -176,16 +231,32 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
   ZRT_LOG_INFO("LLaMA from ", dir, ": ", m.llama->num_hidden_layers, " layers, hidden ",
                m.llama->hidden_size, ", ", llama->num_params(), " parameters",
                stage3 ? " (built partitioned: no rank holds the whole model)" : "");
-  const std::string text = read_corpus(result);
-  const size_t split = text.size() * 9 / 10;
-  *train = std::make_shared<ByteDataset>(text.substr(0, split), context);
-  *eval = std::make_shared<ByteDataset>(text.substr(split), context);
   m.model = llama;
-  m.output_loss = [vocab](const at::Tensor& logits, const at::Tensor& y) {
-    return torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
-                                     y.remainder(vocab).reshape({-1}));
-  };
-  m.forward = [llama, vocab](const at::Tensor& x) { return llama->forward(x.remainder(vocab)); };
+  m.text_data = result.count("train_file") && is_text_data_file(result["train_file"].as<std::string>());
+  if (m.text_data) {
+    load_clm_data(result, data_tokenizer(result, dir, vocab), context, comm, train, eval);
+    m.output_loss = [](const at::Tensor& logits, const at::Tensor& y) {  // position t scores t + 1
+      const int64_t n = logits.size(-2) - 1;
+      return torch::cross_entropy_loss(
+          logits.narrow(-2, 0, n).reshape({-1, logits.size(-1)}).to(torch::kFloat),
+          y.narrow(-1, 1, n).reshape({-1}));
+    };
+    m.forward = [llama](const at::Tensor& x) { return llama->forward(x); };
+  } else {
+    if (result.count("train_file")) {
+      ZRT_LOG_WARN("--train_file ", result["train_file"].as<std::string>(),
+                   " is not .txt/.json/.jsonl: its bytes are the token ids (modulo the vocabulary)");
+    }
+    const std::string text = read_corpus(result);
+    const size_t split = text.size() * 9 / 10;
+    *train = std::make_shared<ByteDataset>(text.substr(0, split), context);
+    *eval = std::make_shared<ByteDataset>(text.substr(split), context);
+    m.output_loss = [vocab](const at::Tensor& logits, const at::Tensor& y) {
+      return torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
+                                       y.remainder(vocab).reshape({-1}));
+    };
+    m.forward = [llama, vocab](const at::Tensor& x) { return llama->forward(x.remainder(vocab)); };
+  }
   m.loss_fn = [m](torch::nn::Module&, const at::Tensor& x, const at::Tensor& y) {
     return m.output_loss(m.forward(x), y);
   };
@@ -229,7 +300,8 @@ ExampleModel build_gpt(const cxxopts::ParseResult& result) {
   return m;
 }
 
-ExampleModel build_model(const cxxopts::ParseResult& result, const Json& ds_config) {
+ExampleModel build_model(const cxxopts::ParseResult& result, const Json& ds_config,
+                         comm::Comm& comm) {
   const std::string kind = model_kind(result);
   if (kind == "gpt") return build_gpt(result);
   ExampleModel m;
@@ -249,7 +321,7 @@ ExampleModel build_model(const cxxopts::ParseResult& result, const Json& ds_conf
     return m;
   }
   ZRT_CHECK_AS(UsageError, kind == "llama", "--model must be gpt, mlp or llama, got '", kind, "'");
-  m.llama = setup_llama(result, ds_config, block_size(result), &m.train, &m.eval);
+  m.llama = setup_llama(result, ds_config, block_size(result), comm, &m.train, &m.eval);
   m.hidden_size = m.llama->llama->hidden_size;
   m.model = m.llama->model;
   m.loss_fn = m.llama->loss_fn;
@@ -377,7 +449,22 @@ cxxopts::Options train_options() {
       "context", "tokens per example", cxxopts::value<int64_t>()->default_value("32"))(
       "block_size", "tokens per example (run_clm.py's name for --context)",
       cxxopts::value<int64_t>())(
-      "train_file", "text file to train on (bytes); default: a generated corpus",
+      "train_file",
+      "data to train on: --model llama: a .txt (a document per line) or .json/.jsonl file "
+      "(--text_column_name field), tokenized as run_clm.py does; --model gpt (and other files): "
+      "bytes; default: a generated corpus",
+      cxxopts::value<std::string>())(
+      "validation_file", "--model llama: evaluation data (.txt/.json/.jsonl)",
+      cxxopts::value<std::string>())(
+      "validation_split_percentage",
+      "--model llama without --validation_file: the percentage of --train_file's documents held "
+      "out for evaluation",
+      cxxopts::value<int64_t>()->default_value("5"))(
+      "text_column_name", "the .json/.jsonl field holding a document's text",
+      cxxopts::value<std::string>()->default_value("text"))(
+      "keep_linebreaks", "keep each .txt line's line break",
+      cxxopts::value<bool>()->default_value("true"))(
+      "tokenizer_name", "--model llama: the folder of the tokenizer (default: the model's)",
       cxxopts::value<std::string>())("corpus_bytes", "size of the generated corpus",
                                      cxxopts::value<int64_t>()->default_value("200000"))(
       "model_name_or_path",
@@ -421,12 +508,13 @@ int run(int argc, char** argv) {
   const at::DeviceType device = training_device(targs);
   auto comm = comm::init_from_env(comm_options_for_config(ds_config), device);
   torch::manual_seed(static_cast<uint64_t>(targs.seed));
-  ExampleModel m = build_model(result, ds_config);
+  ExampleModel m = build_model(result, ds_config, *comm);
   if (device == at::kCUDA) move_to_device(m, *comm, ds_config);
   TrainerOptions topts;
   topts.comm = comm;
   topts.deepspeed_config = ds_config;
   topts.model_dims.hidden_size = m.hidden_size;
+  if (m.llama && m.llama->text_data) topts.batch_order = TrainerOptions::BatchOrder::kHfTrainer;
   std::shared_ptr<torch::nn::Module> model = m.model;
   std::shared_ptr<Dataset> eval = m.eval;
   std::optional<ModelSetup>& llama = m.llama;
@@ -461,9 +549,16 @@ int run(int argc, char** argv) {
     if (comm->rank() == 0) print_training(out, comm_before, comm_after);
   }
   if (targs.do_eval) {
+    ZRT_CHECK_AS(UsageError, m.eval != nullptr,
+                 "--do_eval: the validation split has no whole block (give --validation_file or a "
+                 "larger --validation_split_percentage)");
     const double eval_loss = trainer.evaluate();
-    trainer.save_metrics("eval", {{"eval_loss", eval_loss}});
-    if (comm->rank() == 0) std::printf("eval loss %.6f\n", eval_loss);
+    // run_clm's perplexity: exp(eval_loss), infinite when that overflows.
+    const double perplexity = std::exp(eval_loss);
+    trainer.save_metrics("eval", {{"eval_loss", eval_loss},
+                                  {"perplexity", perplexity},
+                                  {"eval_samples", static_cast<double>(m.eval->size())}});
+    if (comm->rank() == 0) std::printf("eval loss %.6f perplexity %.4f\n", eval_loss, perplexity);
   }
   if (targs.do_predict) predict_and_save(trainer, m, targs.output_dir, comm->rank());
   return 0;

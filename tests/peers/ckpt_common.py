@@ -49,8 +49,9 @@ def zrt_train_args(config_path, out, bf16=False, ga=1):
     return args + (["--bf16"] if bf16 else [])
 
 
-def run_zrt(bindir, np, args, timeout=300):
-    """zrt-train on `np` ranks through zrt-launch; raises with its output when it fails."""
+def run_zrt(bindir, np, args, timeout=300, with_log=False):
+    """zrt-train on `np` ranks through zrt-launch; raises with its output when it fails. Returns
+    its standard output (and, with_log, its standard error, where the log goes, appended)."""
     cmd = [os.path.join(bindir, "zrt-launch"), "--np", str(np), "--timeout", str(timeout), "--",
            os.path.join(bindir, "zrt-train")] + list(args)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -59,7 +60,7 @@ def run_zrt(bindir, np, args, timeout=300):
     if run.returncode != 0:
         raise RuntimeError(f"zrt-train failed ({run.returncode}): {' '.join(cmd)}\n"
                            + run.stdout[-3000:] + run.stderr[-3000:])
-    return run.stdout
+    return run.stdout + run.stderr if with_log else run.stdout
 
 
 def zrt_to_fp32(bindir, checkpoint, out):
