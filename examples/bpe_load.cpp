@@ -44,8 +44,8 @@ std::pair<std::string, std::string> merge_pair(const Json& m, const std::string&
                ", neither \"a b\" nor [\"a\", \"b\"]");
   const std::string s = m.get<std::string>();
   const size_t space = s.find(' ');
-  ZRT_CHECK_AS(ConfigError, space != std::string::npos && s.find(' ', space + 1) == s.npos,
-               where, ": the merge \"", s, "\" is not two tokens separated by one space");
+  ZRT_CHECK_AS(ConfigError, space != std::string::npos && s.find(' ', space + 1) == s.npos, where,
+               ": the merge \"", s, "\" is not two tokens separated by one space");
   return {s.substr(0, space), s.substr(space + 1)};
 }
 
@@ -126,7 +126,8 @@ void BpeTokenizer::read_model(const Json& model, const std::string& file) {
   };
   for (const Json& m : model.value("merges", Json::array())) {
     const auto [a, b] = merge_pair(m, where + ".merges");
-    model_.add_merge(id_of(a, "the token"), id_of(b, "the token"), id_of(a + b, "the merged token"));
+    const int32_t left = id_of(a, "the token"), right = id_of(b, "the token");
+    model_.add_merge(left, right, id_of(a + b, "the merged token"));
   }
   model_.set_ignore_merges(flag(model, "ignore_merges", false, where));
   const Json unk = model.value("unk_token", Json());
@@ -168,8 +169,8 @@ void BpeTokenizer::read_pre_tokenizer(const Json& pre, const std::string& file) 
   ZRT_CHECK_AS(ConfigError, type == "Split", where, ": ", type,
                " is not supported (only Split and ByteLevel)");
   const Json pattern = pre.value("pattern", Json());
-  ZRT_CHECK_AS(ConfigError, pattern.is_object() && pattern.contains("Regex"), where,
-               ".pattern is ", pattern.dump(), ": only {\"Regex\": ...} patterns are supported");
+  ZRT_CHECK_AS(ConfigError, pattern.is_object() && pattern.contains("Regex"), where, ".pattern is ",
+               pattern.dump(), ": only {\"Regex\": ...} patterns are supported");
   const std::string regex = pattern["Regex"].get<std::string>();
   step.split = known_split_pattern(regex);
   ZRT_CHECK_AS(ConfigError, step.split.has_value(), where, ".pattern: the regex ", regex,
@@ -238,9 +239,9 @@ void BpeTokenizer::read_post_processor(const Json& tokenizer, const std::string&
   }
   for (const Json* p : parts) {
     const std::string type = type_of(*p);
-    ZRT_CHECK_AS(ConfigError,
-                 type == "null" || type == "ByteLevel" || type == "TemplateProcessing", where,
-                 ": ", type, " is not supported (TemplateProcessing, ByteLevel or a Sequence)");
+    ZRT_CHECK_AS(ConfigError, type == "null" || type == "ByteLevel" || type == "TemplateProcessing",
+                 where, ": ", type,
+                 " is not supported (TemplateProcessing, ByteLevel or a Sequence)");
   }
   if (const auto tokens = template_tokens(pp, where)) {
     for (const TemplateToken& t : *tokens) (t.after_text ? suffix_ : prefix_).push_back(t.id);
@@ -258,8 +259,8 @@ void BpeTokenizer::read_post_processor(const Json& tokenizer, const std::string&
     if (!config_flag(config, config_file, key, false)) continue;
     const char* name_key = bos ? "bos_token" : "eos_token";
     const auto name = token_text(config, name_key);
-    ZRT_CHECK_AS(ConfigError, name.has_value(), config_file.string(), ": ", key,
-                 " is true but ", name_key, " names no token");
+    ZRT_CHECK_AS(ConfigError, name.has_value(), config_file.string(), ": ", key, " is true but ",
+                 name_key, " names no token");
     const auto id = token_id(*name);
     ZRT_CHECK_AS(ConfigError, id.has_value(), config_file.string(), ": ", name_key, " '", *name,
                  "' is not a token of ", file_);

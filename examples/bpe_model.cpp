@@ -66,8 +66,8 @@ void StringTable::put(std::string_view key, uint32_t value) {
     entries_[slots_[i] - 1].value = value;
     return;
   }
-  entries_.push_back({hash, static_cast<uint32_t>(keys_.size()),
-                      static_cast<uint32_t>(key.size()), value});
+  entries_.push_back(
+      {hash, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(key.size()), value});
   keys_.append(key);
   slots_[i] = static_cast<uint32_t>(entries_.size());
 }

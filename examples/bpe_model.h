@@ -96,7 +96,7 @@ class BpeModel {
   int32_t unknown_ = -1;
 
   mutable std::mutex cache_mutex_;
-  mutable StringTable cache_;          // word -> offset in cache_ids_
+  mutable StringTable cache_;               // word -> offset in cache_ids_
   mutable std::vector<int32_t> cache_ids_;  // at each offset: the count, then the ids
 };
 

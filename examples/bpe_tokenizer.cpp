@@ -46,8 +46,7 @@ std::pair<size_t, int32_t> BpeTokenizer::AddedMatcher::longest_at(std::string_vi
   return best;
 }
 
-void BpeTokenizer::AddedMatcher::split(std::string_view text,
-                                       const std::vector<AddedToken>& tokens,
+void BpeTokenizer::AddedMatcher::split(std::string_view text, const std::vector<AddedToken>& tokens,
                                        std::vector<Segment>* out) const {
   size_t done = 0;  // text before it is in segments
   for (size_t i = 0; i < text.size();) {
@@ -65,8 +64,8 @@ void BpeTokenizer::AddedMatcher::split(std::string_view text,
     const AddedToken& t = tokens[token];
     if (t.single_word) {
       size_t before = start, after = stop;
-      const bool word_before = start > 0 && unicode::is_word_char(
-                                                unicode::previous_code_point(text, &before));
+      const bool word_before =
+          start > 0 && unicode::is_word_char(unicode::previous_code_point(text, &before));
       const bool word_after =
           stop < text.size() && unicode::is_word_char(unicode::next_code_point(text, &after));
       if (word_before || word_after) continue;
@@ -187,11 +186,11 @@ std::string BpeTokenizer::describe() const {
                          s.use_regex ? " (GPT-2 split)" : "");
   }
   const auto specials = std::count(kind_.begin(), kind_.end(), uint8_t{2});
-  return str(file_, ": byte-level BPE, ", vocab_size_, " tokens (", model_tokens_, " in the model, ",
-             added_.size(), " added, ", specials, " special), ", model_.merges(), " merges",
-             model_.ignore_merges() ? " (ignore_merges)" : "", "; normalizer ", nfc_ ? "NFC" : "none", "; pre-tokenizer ", pre,
-             "; each text gets ", ids_text(prefix_), " before and ", ids_text(suffix_),
-             " after it (", special_source_, ")");
+  return str(file_, ": byte-level BPE, ", vocab_size_, " tokens (", model_tokens_,
+             " in the model, ", added_.size(), " added, ", specials, " special), ", model_.merges(),
+             " merges", model_.ignore_merges() ? " (ignore_merges)" : "", "; normalizer ",
+             nfc_ ? "NFC" : "none", "; pre-tokenizer ", pre, "; each text gets ", ids_text(prefix_),
+             " before and ", ids_text(suffix_), " after it (", special_source_, ")");
 }
 
 }  // namespace zrt::examples

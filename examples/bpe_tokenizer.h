@@ -7,7 +7,9 @@
 //      in the raw text, leftmost first and the longest at a position, never split further;
 //      single_word (no word character, Rust regex's \w, on either side), lstrip and rstrip (the
 //      token takes the white space before / after it) as tokenizers applies them;
-//   2. normalize each piece between them: none, or NFC (Qwen2);
+//   2. normalize each piece between them: none, or NFC (Qwen2), by Unicode 14 data (unicode_text.h;
+//      tokenizers' own NFC data is older, about Unicode 9: it leaves marks assigned since, such
+//      as U+10F50, in place where canonical ordering moves them);
 //   3. the added tokens with normalized=true (AddedToken's default for non-special tokens), found
 //      the same way in the normalized pieces;
 //   4. pre-tokenize the rest: the pre_tokenizer's steps in order, each on every piece the step

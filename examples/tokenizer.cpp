@@ -48,7 +48,6 @@ bool valid_utf8(const std::string& s) {
 
 #if ZRT_WITH_SENTENCEPIECE
 
-
 namespace {
 
 namespace fs = std::filesystem;
@@ -69,8 +68,8 @@ SpecialTokens template_special(const Json& tokenizer, const fs::path& file,
   if (!tokens) return out;  // no template: transformers adds nothing either
   for (const TemplateToken& t : *tokens) {
     ZRT_CHECK_AS(ConfigError,
-                 t.id >= sp.GetPieceSize() || sp.IdToPiece(static_cast<int>(t.id)) == t.name,
-                 where, ": token '", t.name, "' has id ", t.id, ", which is '",
+                 t.id >= sp.GetPieceSize() || sp.IdToPiece(static_cast<int>(t.id)) == t.name, where,
+                 ": token '", t.name, "' has id ", t.id, ", which is '",
                  sp.IdToPiece(static_cast<int>(t.id)), "' in tokenizer.model");
     (t.after_text ? out.suffix : out.prefix).push_back(t.id);
   }
@@ -206,14 +205,13 @@ std::unique_ptr<TextTokenizer> TextTokenizer::open(const std::string& dir, std::
   impl->bpe = BpeTokenizer::open(dir, &bpe_why);
   if (!impl->bpe) impl->sp = SentencePieceText::open(dir, &sp_why);
   if (!impl->bpe && !impl->sp) {
-    *why = str(sp_why, "; ", bpe_why);
+    *why = str(bpe_why, "; ", sp_why);
     return nullptr;
   }
   return std::unique_ptr<TextTokenizer>(new TextTokenizer(std::move(impl)));
 }
 
-std::vector<int64_t> TextTokenizer::encode(const std::string& text,
-                                           bool add_special_tokens) const {
+std::vector<int64_t> TextTokenizer::encode(const std::string& text, bool add_special_tokens) const {
   if (impl_->bpe) return impl_->bpe->encode(text, add_special_tokens);
   return impl_->sp->encode(text, add_special_tokens);
 }

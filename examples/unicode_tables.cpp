@@ -63,8 +63,7 @@ const char kWordChars[] =
     "10121110201010101011102316131310191h052141h0in4h96h96h9qm69kg6qmtfi0hgj87td2hmo1ehtj0shfihdlu2"
     "hjkaqutr5uf";
 
-const char kWhiteSpace[] =
-    "94h20m40ha0hltf0pnfahd150if0vq00";
+const char kWhiteSpace[] = "94h20m40ha0hltf0pnfahd150if0vq00";
 
 const char kCombiningClasses[] =
     "jg0h4u600u803tc00u800t804tc01sa03tc01sa0atc04103tc07u600v000u602tc02u601tc12u603tc00u600u801tc"

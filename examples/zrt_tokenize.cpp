@@ -60,7 +60,8 @@ Args parse_args(int argc, char** argv) {
     }
   }
   ZRT_CHECK_AS(UsageError, !a.dir.empty(), "no model folder given\n", kUsage);
-  ZRT_CHECK_AS(UsageError, !(a.decode && a.no_special), "--no_special_tokens is for encoding; "
+  ZRT_CHECK_AS(UsageError, !(a.decode && a.no_special),
+               "--no_special_tokens is for encoding; "
                "decoding leaves special tokens out unless --keep_special_tokens");
   ZRT_CHECK_AS(UsageError, a.decode || !a.keep_special, "--keep_special_tokens is for --decode");
   return a;
@@ -120,8 +121,11 @@ int run(const Args& a) {
     std::cout << Json{{"ids", ids}}.dump() << "\n";
   }
   if (a.stats) {
-    std::cerr << Json{{"texts", n}, {"tokens", tokens}, {"bytes", bytes},
-                      {"encode_seconds", seconds}}.dump()
+    std::cerr << Json{{"texts", n},
+                      {"tokens", tokens},
+                      {"bytes", bytes},
+                      {"encode_seconds", seconds}}
+                     .dump()
               << "\n";
   }
   return 0;

@@ -144,6 +144,9 @@ def decomposition_numbers():
 
 def literal(name, numbers):
     text = pack(numbers)
+    one_line = 'const char %s[] = "%s";\n' % (name, text)
+    if len(one_line) <= 101:
+        return one_line
     width = 94
     lines = ['    "%s"' % text[i:i + width] for i in range(0, len(text), width)]
     return "const char %s[] =\n%s;\n" % (name, "\n".join(lines))
