@@ -1,11 +1,12 @@
 #include "examples/tokenizer.h"
 
 #include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include "core/error.h"
 #include "core/json.h"
+#include "examples/bpe_tokenizer.h"
+#include "examples/hf_tokenizer_files.h"
 #include "zrt/build_config.h"
 
 #if ZRT_WITH_SENTENCEPIECE
@@ -45,22 +46,7 @@ bool valid_utf8(const std::string& s) {
   return true;
 }
 
-#if !ZRT_WITH_SENTENCEPIECE
-
-struct TextTokenizer::Impl {};
-
-std::unique_ptr<TextTokenizer> TextTokenizer::open(const std::string&, std::string* why) {
-  *why =
-      "this zrt-generate was built without SentencePiece (install libsentencepiece-dev and "
-      "reconfigure with -DZRT_WITH_SENTENCEPIECE=ON)";
-  return nullptr;
-}
-std::vector<int64_t> TextTokenizer::encode(const std::string&) const { return {}; }
-std::string TextTokenizer::decode(const std::vector<int64_t>&, int64_t*) const { return {}; }
-int64_t TextTokenizer::pieces() const { return 0; }
-std::string TextTokenizer::describe() const { return {}; }
-
-#else  // ZRT_WITH_SENTENCEPIECE
+#if ZRT_WITH_SENTENCEPIECE
 
 namespace {
 
@@ -72,75 +58,20 @@ struct SpecialTokens {
   std::string source;
 };
 
-// The JSON document in `file`, or null when there is no such file.
-Json read_json(const fs::path& file) {
-  std::error_code ec;
-  if (!fs::exists(file, ec)) return nullptr;
-  std::ifstream in(file);
-  ZRT_CHECK_AS(ConfigError, in.good(), file.string(), ": cannot read it");
-  try {
-    return Json::parse(in);
-  } catch (const Json::exception& e) {
-    throw ConfigError(str(file.string(), ": not valid JSON: ", e.what()));
-  }
-}
-
-// A token as tokenizer_config.json writes it: a string or an AddedToken {"content": ...}.
-std::optional<std::string> token_text(const Json& config, const char* key) {
-  if (!config.is_object() || !config.contains(key)) return std::nullopt;
-  const Json& t = config[key];
-  if (t.is_string()) return t.get<std::string>();
-  if (t.is_object() && t.contains("content") && t["content"].is_string())
-    return t["content"].get<std::string>();
-  return std::nullopt;
-}
-
-// The TemplateProcessing of a tokenizers post_processor: itself or one inside a Sequence.
-const Json* find_template(const Json& pp) {
-  if (!pp.is_object()) return nullptr;
-  const std::string type = pp.value("type", "");
-  if (type == "TemplateProcessing") return &pp;
-  if (type == "Sequence" && pp.contains("processors") && pp["processors"].is_array()) {
-    for (const Json& p : pp["processors"]) {
-      if (const Json* t = find_template(p)) return t;
-    }
-  }
-  return nullptr;
-}
-
 // Rule 1 (tokenizer.h): the special tokens around "$A" in tokenizer.json's `single` template.
-SpecialTokens template_tokens(const Json& tokenizer, const fs::path& file,
-                              const sentencepiece::SentencePieceProcessor& sp) {
+SpecialTokens template_special(const Json& tokenizer, const fs::path& file,
+                               const sentencepiece::SentencePieceProcessor& sp) {
   SpecialTokens out;
   out.source = str(file.filename().string(), "'s post_processor");
-  const Json* tp = find_template(tokenizer["post_processor"]);
-  if (tp == nullptr) return out;  // no template: transformers adds nothing either
   const std::string where = str(file.string(), ": post_processor");
-  ZRT_CHECK_AS(ConfigError, tp->contains("single") && (*tp)["single"].is_array(), where,
-               " has no 'single' template");
-  const Json& specials = tp->value("special_tokens", Json::object());
-  bool after_text = false;
-  for (const Json& item : (*tp)["single"]) {
-    if (item.contains("Sequence")) {
-      after_text = true;
-      continue;
-    }
+  const auto tokens = template_tokens(tokenizer["post_processor"], where);
+  if (!tokens) return out;  // no template: transformers adds nothing either
+  for (const TemplateToken& t : *tokens) {
     ZRT_CHECK_AS(ConfigError,
-                 item.contains("SpecialToken") && item["SpecialToken"].contains("id") &&
-                     item["SpecialToken"]["id"].is_string(),
-                 where, ": unexpected template item ", item.dump());
-    const std::string name = item["SpecialToken"]["id"].get<std::string>();
-    ZRT_CHECK_AS(ConfigError, specials.contains(name) && specials[name].contains("ids"), where,
-                 ": the template's token '", name, "' is not among its special_tokens");
-    for (const Json& id : specials[name]["ids"]) {
-      ZRT_CHECK_AS(ConfigError, id.is_number_integer() && id.get<int64_t>() >= 0, where,
-                   ": token '", name, "' has the id ", id.dump());
-      const auto v = id.get<int64_t>();
-      ZRT_CHECK_AS(ConfigError, v >= sp.GetPieceSize() || sp.IdToPiece(static_cast<int>(v)) == name,
-                   where, ": token '", name, "' has id ", v, ", which is '",
-                   sp.IdToPiece(static_cast<int>(v)), "' in tokenizer.model");
-      (after_text ? out.suffix : out.prefix).push_back(v);
-    }
+                 t.id >= sp.GetPieceSize() || sp.IdToPiece(static_cast<int>(t.id)) == t.name, where,
+                 ": token '", t.name, "' has id ", t.id, ", which is '",
+                 sp.IdToPiece(static_cast<int>(t.id)), "' in tokenizer.model");
+    (t.after_text ? out.suffix : out.prefix).push_back(t.id);
   }
   return out;
 }
@@ -164,14 +95,11 @@ SpecialTokens special_tokens(const fs::path& dir, const sentencepiece::SentenceP
   const fs::path tokenizer_json = dir / "tokenizer.json";
   const Json tokenizer = read_json(tokenizer_json);
   if (tokenizer.is_object() && tokenizer.contains("post_processor"))
-    return template_tokens(tokenizer, tokenizer_json, sp);
+    return template_special(tokenizer, tokenizer_json, sp);
   const fs::path config_file = dir / "tokenizer_config.json";
   const Json config = read_json(config_file);
   auto flag = [&](const char* key, bool fallback) {
-    if (!config.is_object() || !config.contains(key) || config[key].is_null()) return fallback;
-    ZRT_CHECK_AS(ConfigError, config[key].is_boolean(), config_file.string(), ": '", key,
-                 "' must be true or false, got ", config[key].dump());
-    return config[key].get<bool>();
+    return config_flag(config, config_file, key, fallback);
   };
   SpecialTokens out;
   const bool ruled =
@@ -184,77 +112,127 @@ SpecialTokens special_tokens(const fs::path& dir, const sentencepiece::SentenceP
   return out;
 }
 
-std::string ids_text(const std::vector<int64_t>& ids) {
-  std::string s = "[";
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
-  return s + "]";
-}
-
-}  // namespace
-
-struct TextTokenizer::Impl {
+// The SentencePiece side of TextTokenizer (the rules of tokenizer.h).
+struct SentencePieceText {
   sentencepiece::SentencePieceProcessor sp;
   SpecialTokens special;
   std::string file;
+
+  static std::unique_ptr<SentencePieceText> open(const std::string& dir, std::string* why) {
+    const fs::path model = fs::path(dir) / "tokenizer.model";
+    std::error_code ec;
+    if (!fs::exists(model, ec)) {
+      *why = str(dir, " has no tokenizer.model (SentencePiece)");
+      return nullptr;
+    }
+    auto t = std::make_unique<SentencePieceText>();
+    t->file = model.string();
+    const auto status = t->sp.Load(t->file);
+    if (!status.ok()) {
+      *why = str(t->file, " is not a SentencePiece model (", status.ToString(), ")");
+      return nullptr;
+    }
+    t->special = special_tokens(dir, t->sp);
+    return t;
+  }
+
+  std::vector<int64_t> encode(const std::string& text, bool add_special_tokens) const {
+    std::vector<int> pieces;
+    const auto status = sp.Encode(text, &pieces);
+    ZRT_CHECK_AS(UsageError, status.ok(), file, ": cannot encode the text: ", status.ToString());
+    std::vector<int64_t> ids;
+    if (add_special_tokens) ids = special.prefix;
+    ids.insert(ids.end(), pieces.begin(), pieces.end());
+    if (add_special_tokens) ids.insert(ids.end(), special.suffix.begin(), special.suffix.end());
+    return ids;
+  }
+
+  std::string decode(const std::vector<int64_t>& ids, int64_t* dropped) const {
+    // libsentencepiece 0.1.97 does not range-check ids in Decode: out-of-range ones are ours to
+    // drop.
+    std::vector<int> known;
+    for (int64_t id : ids) {
+      if (id >= 0 && id < sp.GetPieceSize()) {
+        known.push_back(static_cast<int>(id));
+      } else if (dropped != nullptr) {
+        *dropped += 1;
+      }
+    }
+    std::string text;
+    const auto status = sp.Decode(known, &text);
+    ZRT_CHECK(status.ok(), file, ": cannot decode ", ids_text(ids), ": ", status.ToString());
+    return text;
+  }
+
+  std::string describe() const {
+    return str(file, ": ", sp.GetPieceSize(), " pieces; each text gets ", ids_text(special.prefix),
+               " before and ", ids_text(special.suffix), " after it (", special.source, ")");
+  }
+};
+
+}  // namespace
+
+#else  // !ZRT_WITH_SENTENCEPIECE
+
+namespace {
+// Stands in for the SentencePiece side in a build without it: open() never makes one.
+struct SentencePieceText {
+  static std::unique_ptr<SentencePieceText> open(const std::string&, std::string* why) {
+    *why =
+        "this build has no SentencePiece for tokenizer.model (install libsentencepiece-dev and "
+        "reconfigure with -DZRT_WITH_SENTENCEPIECE=ON)";
+    return nullptr;
+  }
+  std::vector<int64_t> encode(const std::string&, bool) const { return {}; }
+  std::string decode(const std::vector<int64_t>&, int64_t*) const { return {}; }
+  std::string describe() const { return {}; }
+  struct Pieces {
+    int GetPieceSize() const { return 0; }
+  } sp;
+};
+}  // namespace
+
+#endif  // ZRT_WITH_SENTENCEPIECE
+
+struct TextTokenizer::Impl {
+  std::unique_ptr<BpeTokenizer> bpe;      // the folder's byte-level BPE, or
+  std::unique_ptr<SentencePieceText> sp;  // its SentencePiece model
 };
 
 std::unique_ptr<TextTokenizer> TextTokenizer::open(const std::string& dir, std::string* why) {
-  const fs::path model = fs::path(dir) / "tokenizer.model";
-  std::error_code ec;
-  if (!fs::exists(model, ec)) {
-    *why = str(dir, " has no tokenizer.model (SentencePiece)",
-               fs::exists(fs::path(dir) / "tokenizer.json", ec)
-                   ? "; a tokenizer.json alone (e.g. LLaMA 3's byte-level BPE) is not read"
-                   : "");
-    return nullptr;
-  }
   auto impl = std::make_unique<Impl>();
-  impl->file = model.string();
-  const auto status = impl->sp.Load(impl->file);
-  if (!status.ok()) {
-    *why = str(impl->file, " is not a SentencePiece model (", status.ToString(), ")");
+  std::string bpe_why, sp_why;
+  impl->bpe = BpeTokenizer::open(dir, &bpe_why);
+  if (!impl->bpe) impl->sp = SentencePieceText::open(dir, &sp_why);
+  if (!impl->bpe && !impl->sp) {
+    *why = str(bpe_why, "; ", sp_why);
     return nullptr;
   }
-  impl->special = special_tokens(dir, impl->sp);
   return std::unique_ptr<TextTokenizer>(new TextTokenizer(std::move(impl)));
 }
 
-std::vector<int64_t> TextTokenizer::encode(const std::string& text) const {
-  std::vector<int> pieces;
-  const auto status = impl_->sp.Encode(text, &pieces);
-  ZRT_CHECK_AS(UsageError, status.ok(), impl_->file,
-               ": cannot encode the text: ", status.ToString());
-  std::vector<int64_t> ids = impl_->special.prefix;
-  ids.insert(ids.end(), pieces.begin(), pieces.end());
-  ids.insert(ids.end(), impl_->special.suffix.begin(), impl_->special.suffix.end());
-  return ids;
+std::vector<int64_t> TextTokenizer::encode(const std::string& text, bool add_special_tokens) const {
+  if (impl_->bpe) return impl_->bpe->encode(text, add_special_tokens);
+  return impl_->sp->encode(text, add_special_tokens);
 }
 
-std::string TextTokenizer::decode(const std::vector<int64_t>& ids, int64_t* dropped) const {
-  // libsentencepiece 0.1.97 does not range-check ids in Decode: out-of-range ones are ours to drop.
-  std::vector<int> known;
-  for (int64_t id : ids) {
-    if (id >= 0 && id < pieces()) {
-      known.push_back(static_cast<int>(id));
-    } else if (dropped != nullptr) {
-      *dropped += 1;
-    }
-  }
-  std::string text;
-  const auto status = impl_->sp.Decode(known, &text);
-  ZRT_CHECK(status.ok(), impl_->file, ": cannot decode ", ids_text(ids), ": ", status.ToString());
-  return text;
+std::string TextTokenizer::decode(const std::vector<int64_t>& ids, int64_t* dropped,
+                                  bool skip_special_tokens) const {
+  if (impl_->bpe) return impl_->bpe->decode(ids, skip_special_tokens, dropped);
+  ZRT_CHECK_AS(UsageError, skip_special_tokens, impl_->sp->describe(),
+               ": SentencePiece decoding always leaves out the control pieces (BOS, EOS)");
+  return impl_->sp->decode(ids, dropped);
 }
 
-int64_t TextTokenizer::pieces() const { return impl_->sp.GetPieceSize(); }
+int64_t TextTokenizer::pieces() const {
+  if (impl_->bpe) return impl_->bpe->vocab_size();
+  return impl_->sp->sp.GetPieceSize();
+}
 
 std::string TextTokenizer::describe() const {
-  return str(impl_->file, ": ", pieces(), " pieces; each text gets ",
-             ids_text(impl_->special.prefix), " before and ", ids_text(impl_->special.suffix),
-             " after it (", impl_->special.source, ")");
+  if (impl_->bpe) return impl_->bpe->describe();
+  return impl_->sp->describe();
 }
-
-#endif  // ZRT_WITH_SENTENCEPIECE
 
 TextTokenizer::TextTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TextTokenizer::~TextTokenizer() = default;

@@ -1,5 +1,8 @@
-// Text in and out of zrt-generate through a model folder's SentencePiece model (tokenizer.model,
-// as LLaMA 1/2, Mistral and TinyLlama ship it), read by Debian's libsentencepiece.
+// Text in and out of zrt-generate through a model folder's tokenizer: a byte-level BPE
+// tokenizer.json (GPT-2, LLaMA 3, Qwen2: examples/bpe_tokenizer.h, exactly as the tokenizers
+// library encodes and decodes), else a SentencePiece model (tokenizer.model, as LLaMA 1/2, Mistral
+// and TinyLlama ship it), read by Debian's libsentencepiece. The rest of this comment is about
+// SentencePiece.
 //
 // Encoding is SentencePiece's own (the model's normalizer and dummy prefix), with the BOS/EOS
 // tokens a Hugging Face tokenizer loaded from the same folder adds:
@@ -27,24 +30,30 @@ namespace zrt::examples {
 
 class TextTokenizer {
  public:
-  // The tokenizer of the model folder `dir`, or null with the reason in *why: this build has no
-  // SentencePiece, the folder has no tokenizer.model (e.g. LLaMA 3: tokenizer.json only), or the
-  // file is not a SentencePiece model. Throws ConfigError when tokenizer.model loads but the
-  // folder's JSON files contradict it (a BOS/EOS token that is not the model's piece).
+  // The tokenizer of the model folder `dir`: its tokenizer.json when that is a byte-level BPE,
+  // else its tokenizer.model; null with the reason in *why when neither is there or reads (this
+  // build has no SentencePiece, the file is not a SentencePiece model). Throws ConfigError for a
+  // byte-level BPE BpeTokenizer cannot honour, and when tokenizer.model loads but the folder's
+  // JSON files contradict it (a BOS/EOS token that is not the model's piece).
   static std::unique_ptr<TextTokenizer> open(const std::string& dir, std::string* why);
   ~TextTokenizer();
   TextTokenizer(const TextTokenizer&) = delete;
   TextTokenizer& operator=(const TextTokenizer&) = delete;
 
-  // The ids of `text` (valid UTF-8), with the folder's BOS/EOS tokens.
-  std::vector<int64_t> encode(const std::string& text) const;
-  // The text of `ids`; ids outside the model's pieces are left out and added to *dropped.
-  std::string decode(const std::vector<int64_t>& ids, int64_t* dropped = nullptr) const;
+  // The ids of `text` (valid UTF-8), with the folder's BOS/EOS tokens when add_special_tokens
+  // (a BPE also finds its added tokens in the text: "<|endoftext|>" is one id).
+  std::vector<int64_t> encode(const std::string& text, bool add_special_tokens = true) const;
+  // The text of `ids`, special tokens left out unless !skip_special_tokens (a BPE only;
+  // SentencePiece always leaves its control pieces out: UsageError); ids that are no token are
+  // left out and added to *dropped.
+  std::string decode(const std::vector<int64_t>& ids, int64_t* dropped = nullptr,
+                     bool skip_special_tokens = true) const;
   // The text that `generated` adds to `prompt`, with the space that starts its first word (unlike
   // decode(generated) alone, which drops it as transformers' text-generation pipeline does).
   std::string continuation(const std::vector<int64_t>& prompt,
                            const std::vector<int64_t>& generated, int64_t* dropped) const;
-  // The number of pieces of the SentencePiece model (ids 0 .. pieces() - 1).
+  // The number of pieces of the SentencePiece model (ids 0 .. pieces() - 1); a BPE's tokens,
+  // added ones included.
   int64_t pieces() const;
   // A one-line description: the pieces and the BOS/EOS ids added and where that rule came from.
   std::string describe() const;

@@ -11,8 +11,9 @@
 //       --prompt "The capital of France is" --prompt "Once upon a time"
 //
 // Prompts are token ids (--prompt_ids: ',' between ids, ';' between prompts) or text (--prompt,
-// repeated, or --prompts_file: one JSON string per line) where the folder has a SentencePiece
-// tokenizer.model (examples/tokenizer.h: how BOS/EOS are added, what differs from transformers).
+// repeated, or --prompts_file: one JSON string per line) where the folder has a tokenizer: a
+// byte-level BPE tokenizer.json or a SentencePiece tokenizer.model (examples/tokenizer.h: how
+// BOS/EOS are added, what differs from transformers).
 // Each rank generates its share of them (prompt i on rank
 // i mod N), as each DeepSpeed rank feeds its own inputs; --replicate_prompts makes every rank run
 // every prompt instead (rank 0 picks the tokens; the logits are then the same at every N). A
@@ -365,7 +366,7 @@ cxxopts::Options make_options() {
                         cxxopts::value<std::string>())(
       "prompt_ids", "token ids, ',' between ids, ';' between prompts",
       cxxopts::value<std::string>())(
-      "prompt", "a text prompt (repeat for more; needs the folder's tokenizer.model)",
+      "prompt", "a text prompt (repeat for more; needs the folder's tokenizer)",
       cxxopts::value<std::string>())("prompts_file", "text prompts, one JSON string per line",
                                      cxxopts::value<std::string>())(
       "max_new_tokens", "tokens to generate per prompt",
@@ -417,7 +418,8 @@ void read_prompts(const cxxopts::ParseResult& r, Args& a) {
       why = e.what();
     }
     std::error_code ec;
-    if (!a.tokenizer && std::filesystem::exists(a.dir + "/tokenizer.model", ec))
+    if (!a.tokenizer && (std::filesystem::exists(a.dir + "/tokenizer.model", ec) ||
+                         std::filesystem::exists(a.dir + "/tokenizer.json", ec)))
       ZRT_LOG_WARN("no \"text\" in the output: ", why);
     return;
   }
