@@ -4,18 +4,18 @@ same folder, data, block size and seed (issue 39 section 4; label `peer`).
 The inputs, all made here: a LLaMA-3-style tokenizer.json (byte-level BPE behind LLaMA-3's split
 regex, `ignore_merges`, <|begin_of_text|> added by a TemplateProcessing post-processor) trained by
 the `tokenizers` package on a seeded corpus; a LlamaForCausalLM with LLaMA-3's rope scaling made by
-transformers with that tokenizer's vocabulary; a data.jsonl of DOCS short documents (some empty,
+transformers with that tokenizer's vocabulary; a data.jsonl of RUN's `docs` short documents (some empty,
 some non-ASCII) in a "text" field.
 
 The Trainer side is run_clm.py's pipeline: AutoTokenizer.from_pretrained on the folder, every
-document tokenized with its special tokens, the first VAL_PCT percent of the documents held out
+document tokenized with its special tokens, the first `val_pct` percent of the documents held out
 for validation (datasets' "train[:P%]", round(P * N / 100) with Python's rounding; `datasets` is not
 in the venv, so the split and run_clm's group_texts, concatenation and cut of 1000 documents at a
 time, are written out here), default_data_collator, and the Trainer's own sampling (accelerate's
 seeded sampler and batch sharding) at 2 ranks, DeepSpeed ZeRO-3 on gloo.
 
 zrt-train gets the same flags run_clm.py would: --model_name_or_path DIR --train_file data.jsonl
---validation_split_percentage VAL_PCT --block_size BLOCK --deepspeed ds.json --do_train --do_eval.
+--validation_split_percentage P --block_size N --deepspeed ds.json --do_train --do_eval.
 
 Checks: the SHA-1 of every training and validation block in order equals what zrt-train logs;
 the loss and learning rate of every logged step agree (fp32 tolerance of training_parity.py);
@@ -37,14 +37,17 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
 import ckpt_common as cc  # noqa: E402
+import make_tiny_llama  # noqa: E402
 from peer_launch import run_ranks  # noqa: E402
 
-WORLD, MICRO, EVAL_MICRO, STEPS, BLOCK, LR, SEED, VAL_PCT, DOCS = 2, 2, 4, 8, 24, 2e-3, 42, 7, 1310
+# The run: both sides read it from run.json in the work folder (bench/peers/clm.py sizes it up).
+RUN = dict(world=2, micro=2, eval_micro=4, steps=8, block=24, lr=2e-3, seed=42, val_pct=7,
+           docs=1310, vocab=300, doc_words=18,
+           model=dict(hidden_size=32, intermediate_size=56, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
 LOSS_RTOL, EVAL_RTOL, LOGITS_ATOL = 1e-5, 1e-5, 1e-4
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
 DS_CONFIG = {
     "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
     "train_batch_size": "auto", "gradient_clipping": "auto",
@@ -54,7 +57,8 @@ DS_CONFIG = {
                   "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
                              "warmup_num_steps": "auto", "total_num_steps": "auto"}},
     "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
-                          "reduce_bucket_size": 2048, "stage3_prefetch_bucket_size": 2048},
+                          "reduce_bucket_size": 2048, "stage3_prefetch_bucket_size": 2048,
+                          "stage3_gather_16bit_weights_on_model_save": True},
     "steps_per_print": 1000,
 }
 WORDS = ("the cat sat on a warm mat while rain fell over the quiet harbour and gulls cried "
@@ -62,67 +66,48 @@ WORDS = ("the cat sat on a warm mat while rain fell over the quiet harbour and g
          "данные модели 42 1999 3.14159 don't we'll it's I'm they've").split()
 
 
-def documents():
+def documents(run):
     rng = random.Random(11)
     docs = []
-    for i in range(DOCS):
+    for i in range(run["docs"]):
         if i % 97 == 5:
             docs.append("")
             continue
-        words = [rng.choice(WORDS) for _ in range(rng.randint(2, 18))]
+        words = [rng.choice(WORDS) for _ in range(rng.randint(2, run["doc_words"]))]
         docs.append(" ".join(words) + rng.choice([".", "!", "?", ",", "\n", "  "]))
     return docs
 
 
-def make_inputs(tmp):
-    """The model folder (tokenizer, config, weights), data.jsonl and the DeepSpeed config."""
+def make_inputs(tmp, run):
+    """The model folder (tokenizer, config, weights), data.jsonl, the DeepSpeed config and
+    run.json."""
     import torch
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import LlamaConfig, LlamaForCausalLM
     folder = os.path.join(tmp, "llama3")
-    os.makedirs(folder, exist_ok=True)
-    tok = Tokenizer(models.BPE(ignore_merges=True))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(documents(), trainers.BpeTrainer(
-        vocab_size=300, special_tokens=[BOS, EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    bos = tok.token_to_id(BOS)
-    tok.post_processor = processors.Sequence([
-        processors.ByteLevel(trim_offsets=False),
-        processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B",
-                                      special_tokens=[(BOS, bos)])])
-    tok.save(os.path.join(folder, "tokenizer.json"))
-    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
-        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS,
-                   "eos_token": EOS, "model_max_length": 131072}, f)
+    vocab, bos, eos = make_tiny_llama.train_llama3_tokenizer(folder, documents(run), run["vocab"])
     torch.manual_seed(3)
     config = LlamaConfig(
-        vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=56,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=bos,
-        eos_token_id=tok.token_to_id(EOS), initializer_range=0.2,
-        rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0,
-                             low_freq_factor=1.0, high_freq_factor=4.0,
-                             original_max_position_embeddings=16))
+        vocab_size=vocab, **run["model"], tie_word_embeddings=False, bos_token_id=bos,
+        eos_token_id=eos, initializer_range=0.2,
+        rope_parameters=dict(make_tiny_llama.LLAMA3_ROPE, original_max_position_embeddings=16))
     LlamaForCausalLM(config).save_pretrained(folder)
     with open(os.path.join(tmp, "data.jsonl"), "w", encoding="utf-8") as f:
-        for d in documents():
+        for d in documents(run):
             f.write(json.dumps({"id": len(d), "text": d}, ensure_ascii=False) + "\n")
     with open(os.path.join(tmp, "ds.json"), "w") as f:
         json.dump(DS_CONFIG, f)
+    with open(os.path.join(tmp, "run.json"), "w") as f:
+        json.dump(run, f)
     return folder
 
 
-def run_clm_blocks(tokenizer, docs):
+def run_clm_blocks(tokenizer, docs, block):
     """run_clm.py's tokenize_function and group_texts (datasets' map, batches of 1000)."""
     blocks = []
     for lo in range(0, len(docs), 1000):
         ids = [t for d in tokenizer(docs[lo:lo + 1000])["input_ids"] for t in d]
-        total = len(ids) // BLOCK * BLOCK
-        blocks += [ids[i:i + BLOCK] for i in range(0, total, BLOCK)]
+        total = len(ids) // block * block
+        blocks += [ids[i:i + block] for i in range(0, total, block)]
     return blocks
 
 
@@ -139,18 +124,24 @@ def trainer_worker(tmp):
     from transformers import (AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments,
                               default_data_collator)
     torch.set_num_threads(1)
+    with open(os.path.join(tmp, "run.json")) as f:
+        run = json.load(f)
     folder = os.path.join(tmp, "llama3")
+    # Built before the arguments (whose DeepSpeed config would make from_pretrained construct it
+    # under zero.Init before the process group exists), as the other Trainer peers do.
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
     args = TrainingArguments(
         output_dir=os.path.join(tmp, "hf"), deepspeed=os.path.join(tmp, "ds.json"),
-        per_device_train_batch_size=MICRO, per_device_eval_batch_size=EVAL_MICRO,
-        max_steps=STEPS, learning_rate=LR, warmup_steps=2, weight_decay=0.0, max_grad_norm=1.0,
-        seed=SEED, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
-        disable_tqdm=True)
+        per_device_train_batch_size=run["micro"], per_device_eval_batch_size=run["eval_micro"],
+        max_steps=run["steps"], learning_rate=run["lr"], warmup_steps=2, weight_decay=0.0,
+        max_grad_norm=1.0, seed=run["seed"], logging_steps=1, save_strategy="no", report_to=[],
+        use_cpu=True, disable_tqdm=True)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     with open(os.path.join(tmp, "data.jsonl"), encoding="utf-8") as f:
         docs = [json.loads(line)["text"] for line in f if line.strip()]
-    cut = int(round(VAL_PCT * len(docs) / 100.0))  # datasets' "train[:P%]"
-    train, val = run_clm_blocks(tokenizer, docs[cut:]), run_clm_blocks(tokenizer, docs[:cut])
+    cut = int(round(run["val_pct"] * len(docs) / 100.0))  # datasets' "train[:P%]"
+    train = run_clm_blocks(tokenizer, docs[cut:], run["block"])
+    val = run_clm_blocks(tokenizer, docs[:cut], run["block"])
 
     class Blocks(torch.utils.data.Dataset):
         def __init__(self, blocks):
@@ -162,34 +153,31 @@ def trainer_worker(tmp):
         def __getitem__(self, i):
             return {"input_ids": self.blocks[i], "labels": list(self.blocks[i])}
 
-    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
     trainer = Trainer(model=model, args=args, train_dataset=Blocks(train),
                       eval_dataset=Blocks(val), data_collator=default_data_collator)
-    trainer.train()
+    train_metrics = trainer.train().metrics
     trainer.save_model(os.path.join(tmp, "hf_model"))
     metrics = trainer.evaluate()
     metrics["perplexity"] = math.exp(metrics["eval_loss"])
     if int(os.environ["RANK"]) == 0:
         with open(os.path.join(tmp, "hf_result.json"), "w") as f:
-            json.dump({"log": trainer.state.log_history, "eval": metrics,
+            json.dump({"log": trainer.state.log_history, "eval": metrics, "train": train_metrics,
                        "train_digest": digest(train), "val_digest": digest(val),
                        "blocks": [len(train), len(val)]}, f)
 
 
-def zrt_train(args, tmp):
-    out = os.path.join(tmp, "zrt")
-    argv = ["--model_name_or_path", os.path.join(tmp, "llama3"),
+def zrt_argv(tmp, run, out):
+    """zrt-train's flags: the ones run_clm.py would get."""
+    return ["--model_name_or_path", os.path.join(tmp, "llama3"),
             "--train_file", os.path.join(tmp, "data.jsonl"),
-            "--validation_split_percentage", str(VAL_PCT), "--block_size", str(BLOCK),
+            "--validation_split_percentage", str(run["val_pct"]), "--block_size", str(run["block"]),
             "--deepspeed", os.path.join(tmp, "ds.json"), "--output_dir", out,
-            "--do_train", "--do_eval", "--max_steps", str(STEPS),
-            "--per_device_train_batch_size", str(MICRO),
-            "--per_device_eval_batch_size", str(EVAL_MICRO), "--learning_rate", str(LR),
+            "--do_train", "--do_eval", "--max_steps", str(run["steps"]),
+            "--per_device_train_batch_size", str(run["micro"]),
+            "--per_device_eval_batch_size", str(run["eval_micro"]), "--learning_rate", str(run["lr"]),
             "--warmup_steps", "2", "--weight_decay", "0", "--max_grad_norm", "1.0",
-            "--seed", str(SEED), "--logging_steps", "1", "--save_strategy", "no",
+            "--seed", str(run["seed"]), "--logging_steps", "1", "--save_strategy", "no",
             "--report_to", "none"]
-    log = cc.run_zrt(args.bin, WORLD, argv, with_log=True)
-    return out, log
 
 
 def compare_models(zrt_dir, hf_dir):
@@ -221,7 +209,7 @@ def check(tmp, zrt_out, zrt_log):
         zrt = {e["step"]: (e["loss"], e["learning_rate"])
                for e in json.load(f)["log_history"] if "loss" in e}
     ref = {e["step"]: (e["loss"], e["learning_rate"]) for e in hf["log"] if "loss" in e}
-    ok &= sorted(zrt) == sorted(ref) == list(range(1, STEPS + 1))
+    ok &= sorted(zrt) == sorted(ref) == list(range(1, RUN["steps"] + 1))
     worst = 0.0
     for step in sorted(ref):
         (zl, zlr), (hl, hlr) = zrt.get(step, (float("nan"),) * 2), ref[step]
@@ -257,9 +245,10 @@ def main():
     with tempfile.TemporaryDirectory(prefix="zrt_hf_clm_") as scratch:
         tmp = args.keep or scratch
         os.makedirs(tmp, exist_ok=True)
-        make_inputs(tmp)
-        zrt_out, zrt_log = zrt_train(args, tmp)
-        if run_ranks([os.path.abspath(__file__), "--worker", tmp], WORLD, 600, "hf_clm"):
+        make_inputs(tmp, RUN)
+        zrt_out = os.path.join(tmp, "zrt")
+        zrt_log = cc.run_zrt(args.bin, RUN["world"], zrt_argv(tmp, RUN, zrt_out), with_log=True)
+        if run_ranks([os.path.abspath(__file__), "--worker", tmp], RUN["world"], 600, "hf_clm"):
             return 1
         ok = check(tmp, zrt_out, zrt_log)
     print("hf_clm: " + ("OK" if ok else "FAILED"))
