@@ -43,10 +43,13 @@ import make_tiny_llama  # noqa: E402
 from peer_launch import run_ranks  # noqa: E402
 
 # The run: both sides read it from run.json in the work folder (bench/peers/clm.py sizes it up).
-RUN = dict(world=2, micro=2, eval_micro=4, steps=8, block=24, lr=2e-3, seed=42, val_pct=7,
-           docs=1310, vocab=300, doc_words=18,
+RUN = dict(family="llama3", world=2, micro=2, eval_micro=4, steps=8, block=24, lr=2e-3, seed=42,
+           val_pct=7, docs=1310, vocab=300, doc_words=18,
            model=dict(hidden_size=32, intermediate_size=56, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
+# The second run: a Qwen2 folder (NFC tokenizer without BOS, q/k/v biases, tied embeddings) on
+# CRLF .txt files with a validation file, an odd block and world size 3.
+QWEN2_RUN = dict(RUN, family="qwen2", world=3, block=19, docs=700, vocab=280, steps=6)
 LOSS_RTOL, EVAL_RTOL, LOGITS_ATOL = 1e-5, 1e-5, 1e-4
 DS_CONFIG = {
     "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -78,27 +81,80 @@ def documents(run):
     return docs
 
 
+def make_qwen2_tokenizer(folder, texts, vocab):
+    """A Qwen2-style tokenizer.json (NFC, Qwen2's split regex, no BOS) trained by `tokenizers`."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, \
+        processors, trainers
+    os.makedirs(folder, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(make_tiny_llama.LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")),
+                             behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=vocab, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": None,
+                   "eos_token": "<|endoftext|>", "model_max_length": 32768}, f)
+    eos = tok.token_to_id("<|endoftext|>")
+    return tok.get_vocab_size(), None, eos
+
+
 def make_inputs(tmp, run):
-    """The model folder (tokenizer, config, weights), data.jsonl, the DeepSpeed config and
-    run.json."""
+    """The model folder (tokenizer, config, weights), the data, the DeepSpeed config and
+    run.json. family "llama3": data.jsonl, split by percentage; "qwen2": train.txt and
+    validation.txt (the documents as lines)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-    folder = os.path.join(tmp, "llama3")
-    vocab, bos, eos = make_tiny_llama.train_llama3_tokenizer(folder, documents(run), run["vocab"])
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    folder = os.path.join(tmp, "model")
+    docs = documents(run)
     torch.manual_seed(3)
-    config = LlamaConfig(
-        vocab_size=vocab, **run["model"], tie_word_embeddings=False, bos_token_id=bos,
-        eos_token_id=eos, initializer_range=0.2,
-        rope_parameters=dict(make_tiny_llama.LLAMA3_ROPE, original_max_position_embeddings=16))
-    LlamaForCausalLM(config).save_pretrained(folder)
-    with open(os.path.join(tmp, "data.jsonl"), "w", encoding="utf-8") as f:
-        for d in documents(run):
-            f.write(json.dumps({"id": len(d), "text": d}, ensure_ascii=False) + "\n")
+    if run["family"] == "llama3":
+        vocab, bos, eos = make_tiny_llama.train_llama3_tokenizer(folder, docs, run["vocab"])
+        LlamaForCausalLM(LlamaConfig(
+            vocab_size=vocab, **run["model"], tie_word_embeddings=False, bos_token_id=bos,
+            eos_token_id=eos, initializer_range=0.2,
+            rope_parameters=dict(make_tiny_llama.LLAMA3_ROPE, original_max_position_embeddings=16),
+        )).save_pretrained(folder)
+        with open(os.path.join(tmp, "data.jsonl"), "w", encoding="utf-8") as f:
+            for d in docs:
+                f.write(json.dumps({"id": len(d), "text": d}, ensure_ascii=False) + "\n")
+    else:
+        vocab, bos, eos = make_qwen2_tokenizer(folder, docs, run["vocab"])
+        Qwen2ForCausalLM(Qwen2Config(
+            vocab_size=vocab, **run["model"], tie_word_embeddings=True, bos_token_id=bos,
+            eos_token_id=eos, initializer_range=0.2, use_sliding_window=False,
+        )).save_pretrained(folder)
+        cut = len(docs) // 10
+        for name, part in (("validation.txt", docs[:cut]), ("train.txt", docs[cut:])):
+            with open(os.path.join(tmp, name), "w", encoding="utf-8", newline="") as f:
+                f.write("\r\n".join(part))  # CRLF files: run_clm reads them in text mode
     with open(os.path.join(tmp, "ds.json"), "w") as f:
         json.dump(DS_CONFIG, f)
     with open(os.path.join(tmp, "run.json"), "w") as f:
         json.dump(run, f)
     return folder
+
+
+def run_clm_documents(tmp, run):
+    """(train, validation) documents as run_clm's load_dataset gives them: the "json" loader's
+    records, or the "text" loader's lines (text mode, str.splitlines, line breaks kept); without a
+    validation file the first `val_pct` percent (datasets' "train[:P%]": round(P * N / 100))."""
+    if run["family"] == "llama3":
+        with open(os.path.join(tmp, "data.jsonl"), encoding="utf-8") as f:
+            docs = [json.loads(line)["text"] for line in f if line.strip()]
+        cut = int(round(run["val_pct"] * len(docs) / 100.0))
+        return docs[cut:], docs[:cut]
+    lines = []
+    for name in ("train.txt", "validation.txt"):
+        with open(os.path.join(tmp, name), encoding="utf-8") as f:
+            lines.append(f.read().splitlines(keepends=True))
+    return lines[0], lines[1]
 
 
 def run_clm_blocks(tokenizer, docs, block):
@@ -126,7 +182,7 @@ def trainer_worker(tmp):
     torch.set_num_threads(1)
     with open(os.path.join(tmp, "run.json")) as f:
         run = json.load(f)
-    folder = os.path.join(tmp, "llama3")
+    folder = os.path.join(tmp, "model")
     # Built before the arguments (whose DeepSpeed config would make from_pretrained construct it
     # under zero.Init before the process group exists), as the other Trainer peers do.
     model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
@@ -137,11 +193,9 @@ def trainer_worker(tmp):
         max_grad_norm=1.0, seed=run["seed"], logging_steps=1, save_strategy="no", report_to=[],
         use_cpu=True, disable_tqdm=True)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    with open(os.path.join(tmp, "data.jsonl"), encoding="utf-8") as f:
-        docs = [json.loads(line)["text"] for line in f if line.strip()]
-    cut = int(round(run["val_pct"] * len(docs) / 100.0))  # datasets' "train[:P%]"
-    train = run_clm_blocks(tokenizer, docs[cut:], run["block"])
-    val = run_clm_blocks(tokenizer, docs[:cut], run["block"])
+    train_docs, val_docs = run_clm_documents(tmp, run)
+    train = run_clm_blocks(tokenizer, train_docs, run["block"])
+    val = run_clm_blocks(tokenizer, val_docs, run["block"])
 
     class Blocks(torch.utils.data.Dataset):
         def __init__(self, blocks):
@@ -168,9 +222,12 @@ def trainer_worker(tmp):
 
 def zrt_argv(tmp, run, out):
     """zrt-train's flags: the ones run_clm.py would get."""
-    return ["--model_name_or_path", os.path.join(tmp, "llama3"),
-            "--train_file", os.path.join(tmp, "data.jsonl"),
-            "--validation_split_percentage", str(run["val_pct"]), "--block_size", str(run["block"]),
+    data = (["--train_file", os.path.join(tmp, "data.jsonl"),
+             "--validation_split_percentage", str(run["val_pct"])] if run["family"] == "llama3" else
+            ["--train_file", os.path.join(tmp, "train.txt"),
+             "--validation_file", os.path.join(tmp, "validation.txt")])
+    return ["--model_name_or_path", os.path.join(tmp, "model")] + data + [
+            "--block_size", str(run["block"]),
             "--deepspeed", os.path.join(tmp, "ds.json"), "--output_dir", out,
             "--do_train", "--do_eval", "--max_steps", str(run["steps"]),
             "--per_device_train_batch_size", str(run["micro"]),
@@ -194,7 +251,7 @@ def compare_models(zrt_dir, hf_dir):
     return (logits[0] - logits[1]).abs().max().item()
 
 
-def check(tmp, zrt_out, zrt_log):
+def check(tmp, run, zrt_out, zrt_log):
     with open(os.path.join(tmp, "hf_result.json")) as f:
         hf = json.load(f)
     ok = True
@@ -209,7 +266,7 @@ def check(tmp, zrt_out, zrt_log):
         zrt = {e["step"]: (e["loss"], e["learning_rate"])
                for e in json.load(f)["log_history"] if "loss" in e}
     ref = {e["step"]: (e["loss"], e["learning_rate"]) for e in hf["log"] if "loss" in e}
-    ok &= sorted(zrt) == sorted(ref) == list(range(1, RUN["steps"] + 1))
+    ok &= sorted(zrt) == sorted(ref) == list(range(1, run["steps"] + 1))
     worst = 0.0
     for step in sorted(ref):
         (zl, zlr), (hl, hlr) = zrt.get(step, (float("nan"),) * 2), ref[step]
@@ -228,7 +285,7 @@ def check(tmp, zrt_out, zrt_log):
     diff = compare_models(zrt_out, os.path.join(tmp, "hf_model"))
     print(f"saved models: max |logits difference| {diff:.2e} (tolerance {LOGITS_ATOL:g})")
     ok &= diff <= LOGITS_ATOL
-    print(f"hf_clm: blocks {'equal' if same_blocks else 'DIFFERENT'}, losses within {worst:.2e} "
+    print(f"hf_clm {run['family']}: blocks {'equal' if same_blocks else 'DIFFERENT'}, losses within {worst:.2e} "
           f"(tolerance {LOSS_RTOL:g}), eval within {eval_rel:.2e}, logits within {diff:.2e}")
     return ok
 
@@ -242,15 +299,17 @@ def main():
     if args.worker:
         return trainer_worker(args.worker)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    with tempfile.TemporaryDirectory(prefix="zrt_hf_clm_") as scratch:
-        tmp = args.keep or scratch
-        os.makedirs(tmp, exist_ok=True)
-        make_inputs(tmp, RUN)
-        zrt_out = os.path.join(tmp, "zrt")
-        zrt_log = cc.run_zrt(args.bin, RUN["world"], zrt_argv(tmp, RUN, zrt_out), with_log=True)
-        if run_ranks([os.path.abspath(__file__), "--worker", tmp], RUN["world"], 600, "hf_clm"):
-            return 1
-        ok = check(tmp, zrt_out, zrt_log)
+    ok = True
+    for run in (RUN, QWEN2_RUN):
+        with tempfile.TemporaryDirectory(prefix="zrt_hf_clm_") as scratch:
+            tmp = os.path.join(args.keep, run["family"]) if args.keep else scratch
+            os.makedirs(tmp, exist_ok=True)
+            make_inputs(tmp, run)
+            zrt_out = os.path.join(tmp, "zrt")
+            zrt_log = cc.run_zrt(args.bin, run["world"], zrt_argv(tmp, run, zrt_out), with_log=True)
+            if run_ranks([os.path.abspath(__file__), "--worker", tmp], run["world"], 600, "hf_clm"):
+                return 1
+            ok &= check(tmp, run, zrt_out, zrt_log)
     print("hf_clm: " + ("OK" if ok else "FAILED"))
     return 0 if ok else 1
 
