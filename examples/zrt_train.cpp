@@ -13,8 +13,10 @@
 // weights: a checkpoint folder (ZeroRT's or DeepSpeed's, any stage and world size) or a
 // .safetensors/.pt state dict. Prediction alone with a ZeRO-3 config runs ZeRO-3 inference.
 //
-// The corpus is generated in-process (a small grammar, so the loss visibly falls in a minute on
-// two CPU cores) unless --train_file gives a text file, read as bytes. Without --deepspeed the
+// A LLaMA's --train_file .txt/.json/.jsonl is read as run_clm.py reads it (examples/text_data.h:
+// the folder tokenizer's blocks, drawn in the HF Trainer's order). Otherwise the corpus is
+// generated in-process (a small grammar, so the loss visibly falls in a minute on two CPU cores)
+// or --train_file's bytes are the token ids. Without --deepspeed the
 // ranks run plain data parallel (ZeRO stage 0) with HF's optimizer and schedule; without
 // --model a folder with a config.json is a LLaMA. A saved LLaMA gets its source folder's tokenizer
 // and generation files.
