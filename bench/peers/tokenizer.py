@@ -1,6 +1,6 @@
 """Encoding speed of zrt-tokenize (examples/bpe_tokenizer.h) against the tokenizers library.
 
-Usage: python hf_tokenizer_bench.py --bin DIR [--mb 5] [--reps 7] [--vocab 32000] [--kind llama3]
+Usage: python bench/peers/tokenizer.py --bin DIR [--mb 5] [--reps 7] [--vocab 32000] [--kind llama3]
 
 Trains a byte-level BPE with tokenizers (--kind llama3: LLaMA-3 split, ignore_merges; qwen2: NFC and
 Qwen2's split; gpt2: ByteLevel's own split) on a seeded ~--mb MB text of JSON lines (the texts of
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
                                 "peers"))
 import hf_tokenizer as peer  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers  # noqa
