@@ -150,6 +150,33 @@ int64_t block_size(const cxxopts::ParseResult& result) {
   return n;
 }
 
+// run_clm.py's block size: --block_size (or --context) capped at the tokenizer's
+// model_max_length (tokenizer_config.json; unbounded when absent), with a warning; without one,
+// model_max_length, or min(1024, max_position_embeddings) when that is larger.
+int64_t clm_block_size(const cxxopts::ParseResult& result, const std::string& model_dir,
+                       int64_t max_position_embeddings) {
+  const std::string dir =
+      result.count("tokenizer_name") ? result["tokenizer_name"].as<std::string>() : model_dir;
+  std::ifstream in(std::filesystem::path(dir) / "tokenizer_config.json");
+  const Json config = in.good() ? Json::parse(in, nullptr, /*allow_exceptions=*/false) : Json();
+  int64_t model_max = INT64_MAX;
+  if (config.is_object() && config.contains("model_max_length") &&
+      config["model_max_length"].is_number() && config["model_max_length"].get<double>() < 9e18) {
+    model_max = config["model_max_length"].get<int64_t>();
+  }
+  if (!result.count("block_size") && !result.count("context")) {
+    return model_max > max_position_embeddings ? std::min<int64_t>(1024, max_position_embeddings)
+                                               : model_max;
+  }
+  const int64_t asked = block_size(result);
+  if (asked > model_max) {
+    ZRT_LOG_WARN("--block_size ", asked, " is larger than the tokenizer's model_max_length ",
+                 model_max, " (", dir, "/tokenizer_config.json): using ", model_max,
+                 ", as run_clm.py does");
+  }
+  return std::min(asked, model_max);
+}
+
 bool zero_stage3(const Json& ds_config) {
   return ds_config.contains("zero_optimization") &&
          ds_config["zero_optimization"].value("stage", 0) == 3;
@@ -223,6 +250,8 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
                               : result["model_name_or_path"].as<std::string>();
   ModelSetup m;
   m.llama = LlamaConfig::from_file(dir);
+  m.text_data = result.count("train_file") && is_text_data_file(result["train_file"].as<std::string>());
+  if (m.text_data) context = clm_block_size(result, dir, m.llama->max_position_embeddings);
   ZRT_CHECK_AS(UsageError, context <= m.llama->max_position_embeddings, "--block_size ", context,
                " is larger than the model's max_position_embeddings ",
                m.llama->max_position_embeddings, " (", dir,
@@ -234,7 +263,6 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
                m.llama->hidden_size, ", ", llama->num_params(), " parameters",
                stage3 ? " (built partitioned: no rank holds the whole model)" : "");
   m.model = llama;
-  m.text_data = result.count("train_file") && is_text_data_file(result["train_file"].as<std::string>());
   if (m.text_data) {
     load_clm_data(result, data_tokenizer(result, dir, vocab), context, comm, train, eval);
     m.output_loss = [](const at::Tensor& logits, const at::Tensor& y) {  // position t scores t + 1
@@ -449,7 +477,10 @@ cxxopts::Options train_options() {
       "heads", "attention heads", cxxopts::value<int64_t>()->default_value("4"))(
       "width", "hidden width", cxxopts::value<int64_t>()->default_value("64"))(
       "context", "tokens per example", cxxopts::value<int64_t>()->default_value("32"))(
-      "block_size", "tokens per example (run_clm.py's name for --context)",
+      "block_size",
+      "tokens per example (run_clm.py's name for --context; for a LLaMA's text --train_file, "
+      "default as run_clm.py: the tokenizer's model_max_length, or min(1024, "
+      "max_position_embeddings) when that is larger)",
       cxxopts::value<int64_t>())(
       "train_file",
       "data to train on: --model llama: a .txt (a document per line) or .json/.jsonl file "

@@ -48,8 +48,10 @@ RUN = dict(family="llama3", world=2, micro=2, eval_micro=4, steps=8, block=24, l
            model=dict(hidden_size=32, intermediate_size=56, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
 # The second run: a Qwen2 folder (NFC tokenizer without BOS, q/k/v biases, tied embeddings) on
-# CRLF .txt files with a validation file, an odd block and world size 3.
-QWEN2_RUN = dict(RUN, family="qwen2", world=3, block=19, docs=700, vocab=280, steps=6)
+# CRLF .txt files with a validation file, at world size 3, without --block_size: run_clm's
+# default, the tokenizer's model_max_length (an odd 19 here).
+QWEN2_RUN = dict(RUN, family="qwen2", world=3, block=None, model_max_length=19, docs=700,
+                 vocab=280, steps=6)
 LOSS_RTOL, EVAL_RTOL, LOGITS_ATOL = 1e-5, 1e-5, 1e-4
 DS_CONFIG = {
     "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -81,7 +83,7 @@ def documents(run):
     return docs
 
 
-def make_qwen2_tokenizer(folder, texts, vocab):
+def make_qwen2_tokenizer(folder, texts, vocab, model_max_length):
     """A Qwen2-style tokenizer.json (NFC, Qwen2's split regex, no BOS) trained by `tokenizers`."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, \
         processors, trainers
@@ -100,7 +102,7 @@ def make_qwen2_tokenizer(folder, texts, vocab):
     tok.save(os.path.join(folder, "tokenizer.json"))
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": None,
-                   "eos_token": "<|endoftext|>", "model_max_length": 32768}, f)
+                   "eos_token": "<|endoftext|>", "model_max_length": model_max_length}, f)
     eos = tok.token_to_id("<|endoftext|>")
     return tok.get_vocab_size(), None, eos
 
@@ -125,7 +127,7 @@ def make_inputs(tmp, run):
             for d in docs:
                 f.write(json.dumps({"id": len(d), "text": d}, ensure_ascii=False) + "\n")
     else:
-        vocab, bos, eos = make_qwen2_tokenizer(folder, docs, run["vocab"])
+        vocab, bos, eos = make_qwen2_tokenizer(folder, docs, run["vocab"], run["model_max_length"])
         Qwen2ForCausalLM(Qwen2Config(
             vocab_size=vocab, **run["model"], tie_word_embeddings=True, bos_token_id=bos,
             eos_token_id=eos, initializer_range=0.2, use_sliding_window=False,
@@ -194,8 +196,13 @@ def trainer_worker(tmp):
         use_cpu=True, disable_tqdm=True)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     train_docs, val_docs = run_clm_documents(tmp, run)
-    train = run_clm_blocks(tokenizer, train_docs, run["block"])
-    val = run_clm_blocks(tokenizer, val_docs, run["block"])
+    block = run["block"]
+    if block is None:  # run_clm's default
+        block = tokenizer.model_max_length
+        if block > model.config.max_position_embeddings:
+            block = min(1024, model.config.max_position_embeddings)
+    train = run_clm_blocks(tokenizer, train_docs, block)
+    val = run_clm_blocks(tokenizer, val_docs, block)
 
     class Blocks(torch.utils.data.Dataset):
         def __init__(self, blocks):
@@ -226,8 +233,8 @@ def zrt_argv(tmp, run, out):
              "--validation_split_percentage", str(run["val_pct"])] if run["family"] == "llama3" else
             ["--train_file", os.path.join(tmp, "train.txt"),
              "--validation_file", os.path.join(tmp, "validation.txt")])
-    return ["--model_name_or_path", os.path.join(tmp, "model")] + data + [
-            "--block_size", str(run["block"]),
+    block = ["--block_size", str(run["block"])] if run["block"] else []
+    return ["--model_name_or_path", os.path.join(tmp, "model")] + data + block + [
             "--deepspeed", os.path.join(tmp, "ds.json"), "--output_dir", out,
             "--do_train", "--do_eval", "--max_steps", str(run["steps"]),
             "--per_device_train_batch_size", str(run["micro"]),
