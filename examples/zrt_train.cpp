@@ -43,11 +43,10 @@
 #include "core/logging.h"
 #include "core/malloc_tuning.h"
 #include "core/tool_main.h"
+#include "examples/clm_data.h"
 #include "examples/gpt.h"
 #include "examples/llama.h"
 #include "examples/mlp.h"
-#include "examples/text_data.h"
-#include "examples/tokenizer.h"
 #include "runtime/initialize.h"
 #include "runtime/pretrained.h"
 #include "runtime/trainer.h"
@@ -150,85 +149,9 @@ int64_t block_size(const cxxopts::ParseResult& result) {
   return n;
 }
 
-// run_clm.py's block size: --block_size (or --context) capped at the tokenizer's
-// model_max_length (tokenizer_config.json; unbounded when absent), with a warning; without one,
-// model_max_length, or min(1024, max_position_embeddings) when that is larger.
-int64_t clm_block_size(const cxxopts::ParseResult& result, const std::string& model_dir,
-                       int64_t max_position_embeddings) {
-  const std::string dir =
-      result.count("tokenizer_name") ? result["tokenizer_name"].as<std::string>() : model_dir;
-  std::ifstream in(std::filesystem::path(dir) / "tokenizer_config.json");
-  const Json config = in.good() ? Json::parse(in, nullptr, /*allow_exceptions=*/false) : Json();
-  int64_t model_max = INT64_MAX;
-  if (config.is_object() && config.contains("model_max_length") &&
-      config["model_max_length"].is_number() && config["model_max_length"].get<double>() < 9e18) {
-    model_max = config["model_max_length"].get<int64_t>();
-  }
-  if (!result.count("block_size") && !result.count("context")) {
-    return model_max > max_position_embeddings ? std::min<int64_t>(1024, max_position_embeddings)
-                                               : model_max;
-  }
-  const int64_t asked = block_size(result);
-  if (asked > model_max) {
-    ZRT_LOG_WARN("--block_size ", asked, " is larger than the tokenizer's model_max_length ",
-                 model_max, " (", dir, "/tokenizer_config.json): using ", model_max,
-                 ", as run_clm.py does");
-  }
-  return std::min(asked, model_max);
-}
-
 bool zero_stage3(const Json& ds_config) {
   return ds_config.contains("zero_optimization") &&
          ds_config["zero_optimization"].value("stage", 0) == 3;
-}
-
-// The tokenizer of --tokenizer_name, else of the model folder, for the data (Note [run_clm's
-// data] 3); its files' contents identify it in the token cache's key.
-DocumentTokenizer data_tokenizer(const cxxopts::ParseResult& result, const std::string& model_dir,
-                                 int64_t vocab) {
-  const std::string dir =
-      result.count("tokenizer_name") ? result["tokenizer_name"].as<std::string>() : model_dir;
-  std::string why;
-  std::shared_ptr<TextTokenizer> tok = TextTokenizer::open(dir, &why);
-  ZRT_CHECK_AS(ConfigError, tok != nullptr, "--train_file ", result["train_file"].as<std::string>(),
-               " is tokenized with the model folder's tokenizer (or --tokenizer_name DIR), but ",
-               dir, " has none usable: ", why);
-  ZRT_CHECK_AS(ConfigError, tok->pieces() <= vocab, "the tokenizer of ", dir, " has ",
-               tok->pieces(), " tokens, more than the model's vocab_size ", vocab);
-  ZRT_LOG_INFO("tokenizer of ", dir, ": ", tok->describe());
-  DocumentTokenizer d;
-  d.encode = [tok](const std::string& text) { return tok->encode(text); };
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
-                           "special_tokens_map.json"}) {
-    std::ifstream in(std::filesystem::path(dir) / name, std::ios::binary);
-    if (in.good()) {
-      d.identity += std::string(name) + "\n";
-      d.identity.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
-  }
-  return d;
-}
-
-// Note [run_clm's data]: the blocks of --train_file (and --validation_file or the held-out
-// percentage), drawn in the HF Trainer's order.
-void load_clm_data(const cxxopts::ParseResult& result, const DocumentTokenizer& tokenizer,
-                   int64_t context, comm::Comm& comm, std::shared_ptr<Dataset>* train,
-                   std::shared_ptr<Dataset>* eval) {
-  ZRT_CHECK_AS(UsageError, context >= 2, "--block_size must be at least 2 to predict a token, got ",
-               context);
-  TextDataOptions o;
-  o.train_file = result["train_file"].as<std::string>();
-  if (result.count("validation_file")) o.validation_file = result["validation_file"].as<std::string>();
-  o.text_column_name = result["text_column_name"].as<std::string>();
-  o.validation_split_percentage = result["validation_split_percentage"].as<int64_t>();
-  o.keep_linebreaks = result["keep_linebreaks"].as<bool>();
-  o.block_size = context;
-  TextSplits s = load_text_data(o, tokenizer, comm);
-  ZRT_LOG_INFO("data: ", s.train->size(), " training blocks (SHA-1 ", s.train->digest(), ") and ",
-               s.validation->size(), " validation blocks (SHA-1 ", s.validation->digest(), ") of ",
-               context, " tokens");
-  *train = s.train;
-  if (s.validation->size() > 0) *eval = s.validation;
 }
 
 // --model llama: transformers' LlamaForCausalLM from --config_name (a config.json or a folder with
@@ -251,7 +174,11 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
   ModelSetup m;
   m.llama = LlamaConfig::from_file(dir);
   m.text_data = result.count("train_file") && is_text_data_file(result["train_file"].as<std::string>());
-  if (m.text_data) context = clm_block_size(result, dir, m.llama->max_position_embeddings);
+  if (m.text_data) {
+    const std::optional<int64_t> asked =
+        result.count("block_size") || result.count("context") ? std::optional<int64_t>(block_size(result)) : std::nullopt;
+    context = clm_block_size(result, asked, dir, m.llama->max_position_embeddings);
+  }
   ZRT_CHECK_AS(UsageError, context <= m.llama->max_position_embeddings, "--block_size ", context,
                " is larger than the model's max_position_embeddings ",
                m.llama->max_position_embeddings, " (", dir,
