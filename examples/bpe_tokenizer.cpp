@@ -103,6 +103,7 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int64_t>* id
   for (const PreTokenizeStep& step : steps_) {
     next.clear();
     for (std::string_view w : words) {
+      if (w.empty()) continue;  // nothing to split or prefix (split_words makes no empty words)
       if (step.split) {
         split_words(*step.split, w, &next);
         continue;
