@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # zrt-generate's text prompts refuse clearly, before loading any weights, whatever the build:
-# without SentencePiece in the build, without tokenizer.model in the folder, with a file that is
-# not a SentencePiece model, and with no or two prompt sources. Runs in every build (the system
+# without tokenizer.json and without SentencePiece in the build, without tokenizer.model in the
+# folder, with a file that is not a SentencePiece model, and with no or two prompt sources. Runs in every build (the system
 # LibTorch one has no SentencePiece); the text itself is tests/peers/hf_llama_text.py's.
 set -euo pipefail
 GENERATE="$1"  # build/bin/zrt-generate
@@ -26,7 +26,7 @@ expect() {
     echo "ok: $* -> exit $rc: ${err##*error: }"
   fi
 }
-without="built without SentencePiece"
+without="this build has no SentencePiece for tokenizer.model"
 expect 1 "$([[ $WITH_SPM == 1 ]] && echo "has no tokenizer.model" || echo "$without")" -- --prompt hi
 expect 1 "give token ids with --prompt_ids" -- --prompt hi
 echo "not a model" >"$dir/tokenizer.model"
