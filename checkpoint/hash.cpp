@@ -243,14 +243,16 @@ std::array<uint8_t, 20> sha1(const std::string& text) {
   return s.finish();
 }
 
-std::string sha1_hex(const std::string& text) {
+std::string sha1_hex(const std::array<uint8_t, 20>& digest) {
   static const char* kDigits = "0123456789abcdef";
   std::string out;
-  for (uint8_t b : sha1(text)) {
+  for (uint8_t b : digest) {
     out += kDigits[b >> 4];
     out += kDigits[b & 0xF];
   }
   return out;
 }
+
+std::string sha1_hex(const std::string& text) { return sha1_hex(sha1(text)); }
 
 }  // namespace zrt::ckpt

@@ -35,5 +35,7 @@ class Sha1 {
 
 std::array<uint8_t, 20> sha1(const std::string& text);
 std::string sha1_hex(const std::string& text);
+// A digest as 40 lowercase hex digits.
+std::string sha1_hex(const std::array<uint8_t, 20>& digest);
 
 }  // namespace zrt::ckpt

@@ -144,13 +144,6 @@ void for_each_document(const std::string& path, const TextDataOptions& options,
   ZRT_CHECK_AS(ConfigError, count > 0, path, ": the file has no documents (it is empty)");
 }
 
-std::string hex(const std::array<uint8_t, 20>& digest) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (uint8_t b : digest) out += {digits[b >> 4], digits[b & 15]};
-  return out;
-}
-
 // The cache key: SHA-1 of the format, the reading options, the tokenizer and the data.
 std::string cache_key(const std::string& path, const TextDataOptions& options,
                       const DocumentTokenizer& tokenizer) {
@@ -166,7 +159,7 @@ std::string cache_key(const std::string& path, const TextDataOptions& options,
     in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
     sha.update(buffer.data(), static_cast<size_t>(in.gcount()));
   }
-  return hex(sha.finish());
+  return ckpt::sha1_hex(sha.finish());
 }
 
 // The cache file: a 64-byte header ("ZRTTOK01", documents, tokens as u64, the 40-character key),
@@ -296,7 +289,6 @@ std::shared_ptr<TokenizedFile> TokenizedFile::open(const std::string& path,
 void TokenizedFile::map(const std::string& cache_path, const std::string& key) {
   ZRT_CHECK_AS(ConfigError, cache_valid(cache_path, key), cache_path,
                ": the token cache is incomplete or not this data's (delete it to tokenize again)");
-  cache_path_ = cache_path;
   const int fd = ::open(cache_path.c_str(), O_RDONLY);
   ZRT_CHECK_AS(ConfigError, fd >= 0, cache_path, ": cannot open it");
   mapped_bytes_ = fs::file_size(cache_path);
@@ -341,7 +333,7 @@ std::string TokenBlocks::digest() const {
   static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the digest hashes little-endian ids");
   ckpt::Sha1 sha;
   for (int64_t s : starts_) sha.update(file_->ids() + s, static_cast<size_t>(block_size_) * 4);
-  return hex(sha.finish());
+  return ckpt::sha1_hex(sha.finish());
 }
 
 TextSplits load_text_data(const TextDataOptions& options, const DocumentTokenizer& tokenizer,

@@ -86,12 +86,10 @@ class TokenizedFile {
   // Token offset of document d (d = documents() gives tokens()).
   int64_t offset(int64_t d) const { return static_cast<int64_t>(offsets_[d]); }
   const int32_t* ids() const { return ids_; }
-  const std::string& path() const { return cache_path_; }
 
  private:
   TokenizedFile() = default;
   void map(const std::string& cache_path, const std::string& key);
-  std::string cache_path_;
   void* mapping_ = nullptr;
   size_t mapped_bytes_ = 0;
   int64_t documents_ = 0, tokens_ = 0;
