@@ -414,17 +414,17 @@ cxxopts::Options train_options() {
       "(--text_column_name field), tokenized as run_clm.py does; --model gpt (and other files): "
       "bytes; default: a generated corpus",
       cxxopts::value<std::string>())(
-      "validation_file", "--model llama: evaluation data (.txt/.json/.jsonl)",
+      "validation_file", "--model llama: evaluation data (.txt/.json/.jsonl); no effect otherwise",
       cxxopts::value<std::string>())(
       "validation_split_percentage",
       "--model llama without --validation_file: the percentage of --train_file's documents held "
-      "out for evaluation",
+      "out for evaluation; no effect otherwise",
       cxxopts::value<int64_t>()->default_value("5"))(
-      "text_column_name", "the .json/.jsonl field holding a document's text",
+      "text_column_name", "the .json/.jsonl field holding a document's text (--model llama; no effect otherwise)",
       cxxopts::value<std::string>()->default_value("text"))(
-      "keep_linebreaks", "keep each .txt line's line break",
+      "keep_linebreaks", "keep each .txt line's line break (--model llama; no effect otherwise)",
       cxxopts::value<bool>()->default_value("true"))(
-      "tokenizer_name", "--model llama: the folder of the tokenizer (default: the model's)",
+      "tokenizer_name", "--model llama: the folder of the tokenizer (default: the model's); no effect otherwise",
       cxxopts::value<std::string>())("corpus_bytes", "size of the generated corpus",
                                      cxxopts::value<int64_t>()->default_value("200000"))(
       "model_name_or_path",
