@@ -16,10 +16,17 @@ enum {
   ZRT_PMPI_P2P_SEND_BYTES,      // count x MPI_Type_size of those sends (not to MPI_PROC_NULL)
   ZRT_PMPI_COLL_CALLS,          // collective calls (Allreduce, Bcast, Barrier, ...)
   ZRT_PMPI_COLL_BYTES,          // bytes handed to them, per call as written in zrt_pmpi_count.c
+  // The same bytes split by host (Note [Same host or other host] in zrt_pmpi_count.c); each pair
+  // sums to the total above.
+  ZRT_PMPI_P2P_SEND_BYTES_SAME_HOST,   // sends to a process on this rank's host
+  ZRT_PMPI_P2P_SEND_BYTES_OTHER_HOST,  // sends to a process on another host
+  ZRT_PMPI_COLL_BYTES_ONE_HOST,        // collectives on a communicator within one host
+  ZRT_PMPI_COLL_BYTES_CROSS_HOST,      // collectives on a communicator spanning hosts
   ZRT_PMPI_NUM_TOTALS
 };
 
-// Fills `out[ZRT_PMPI_NUM_TOTALS]` with this rank's totals since MPI_Init. Thread-safe.
+// Fills `out[ZRT_PMPI_NUM_TOTALS]` with this rank's totals since MPI_Init. Thread-safe. The
+// caller's array must be as long as the library's: build both from the same tree.
 typedef void (*zrt_pmpi_totals_fn)(long long* out);
 void zrt_pmpi_totals(long long* out);
 
