@@ -12,8 +12,9 @@ OUT.jsonl   the file ZRT_PMPI_OUT named: one line per rank and label ("finalize"
             --mca pml_monitoring_enable_output 3`: PREFIX.<rank>.prof, whose "E" lines are the
             bytes Open MPI's point-to-point layer sent for user messages and "I" lines those it
             sent inside collectives, per peer.
---check     exit 1 unless every rank has a "finalize" line (N ranks with --ranks) and, with
-            --prof, its p2p_send_bytes equals the transport's "E" bytes.
+--check     exit 1 unless every rank has a "finalize" line (N ranks with --ranks), its host
+            split adds up (same + other host = p2p_send_bytes, one + cross host = coll_bytes)
+            and, with --prof, its p2p_send_bytes equals the transport's "E" bytes.
 --window    also print, per rank, the difference END - BEGIN of two labels divided by K.
 """
 import argparse
@@ -23,6 +24,10 @@ import re
 import sys
 
 MIB = float(1 << 20)
+# The host split of each total (Note [Same host or other host] in zrt_pmpi_count.c); absent from
+# lines written before the split existed.
+SPLIT = {"p2p_send_bytes": ("p2p_send_bytes_same_host", "p2p_send_bytes_other_host"),
+         "coll_bytes": ("coll_bytes_one_host", "coll_bytes_cross_host")}
 
 
 def read_lines(path):
@@ -49,8 +54,19 @@ def read_prof(prefix, rank):
 
 def window(lines, begin, end, steps):
     a, b = lines[begin], lines[end]
-    keys = ("p2p_send_calls", "p2p_send_bytes", "coll_calls", "coll_bytes")
+    keys = ["p2p_send_calls", "p2p_send_bytes", "coll_calls", "coll_bytes"]
+    keys += [k for pair in SPLIT.values() for k in pair if k in a and k in b]
     return {k: (b[k] - a[k]) / steps for k in keys}
+
+
+def split_text(d):
+    """ " (same host X B, other host Y B)" for p2p, likewise for collectives, or "" """
+    if "p2p_send_bytes_same_host" not in d:
+        return "", ""
+    return (f" (same host {d['p2p_send_bytes_same_host']:.0f} B, other host "
+            f"{d['p2p_send_bytes_other_host']:.0f} B)",
+            f" (on one host {d['coll_bytes_one_host']:.0f} B, spanning hosts "
+            f"{d['coll_bytes_cross_host']:.0f} B)")
 
 
 def main():
@@ -76,6 +92,15 @@ def main():
             continue
         row = {"rank": rank, "p2p_send_bytes": fin["p2p_send_bytes"],
                "coll_bytes": fin["coll_bytes"], "functions": fin["functions"]}
+        if "hosts" in fin:
+            row["hosts"] = fin["hosts"]
+        for total, pair in SPLIT.items():
+            if not all(k in fin for k in pair):
+                continue
+            row.update({k: fin[k] for k in pair})
+            if fin[pair[0]] + fin[pair[1]] != fin[total]:
+                failures.append(f"rank {rank}: {pair[0]} + {pair[1]} = "
+                                f"{fin[pair[0]] + fin[pair[1]]}, {total} = {fin[total]}")
         if args.prof and not os.path.exists(f"{args.prof}.{rank}.prof"):
             failures.append(f"rank {rank}: no {args.prof}.{rank}.prof (pml monitoring off?)")
         elif args.prof:
@@ -91,17 +116,21 @@ def main():
         if args.json:
             print(json.dumps(row))
             continue
-        text = (f"rank {row['rank']}: whole run: p2p sent {row['p2p_send_bytes']} B, "
-                f"handed to collectives {row['coll_bytes']} B")
+        p2p_split, coll_split = split_text(row)
+        text = (f"rank {row['rank']}: whole run: p2p sent {row['p2p_send_bytes']} B{p2p_split}, "
+                f"handed to collectives {row['coll_bytes']} B{coll_split}")
+        if "hosts" in row:
+            text += f"; {row['hosts']} host(s)"
         if "pml_user_bytes" in row:
             text += (f"; Open MPI pml sent {row['pml_user_bytes']} B user + "
                      f"{row['pml_coll_internal_bytes']} B inside collectives")
         if "window" in row:
             w = row["window"]
+            p2p_split, coll_split = split_text(w)
             text += (f"\n  {args.window[0]}..{args.window[1]} per step: p2p sent "
                      f"{w['p2p_send_bytes']:.0f} B = {w['p2p_send_bytes'] / MIB:.3f} MiB "
-                     f"({w['p2p_send_calls']:g} calls), handed to collectives "
-                     f"{w['coll_bytes']:.0f} B ({w['coll_calls']:g} calls)")
+                     f"({w['p2p_send_calls']:g} calls){p2p_split}, handed to collectives "
+                     f"{w['coll_bytes']:.0f} B ({w['coll_calls']:g} calls){coll_split}")
         print(text)
         for name, c in sorted(row["functions"].items()):
             print(f"  {name:28s} {c['calls']:8d} calls {c['bytes']:16d} B")
