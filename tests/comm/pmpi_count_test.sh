@@ -8,10 +8,17 @@
 # With --netns (opt-in: root, and it takes over scripts/netns_cluster.sh's emulated hosts, so it
 # must not run next to multinode_e2e) the probe's rings also run on 2 emulated hosts x 2 ranks,
 # where each rank must count exactly the bytes its ring steps sent to the other host.
-# Usage: pmpi_count_test.sh [--netns] LIB PROBE REPORT_PY PYTHON
+# Usage: pmpi_count_test.sh [--netns] LIB PROBE REPORT_PY PYTHON   (exit 77: --netns without root)
 set -euo pipefail
 NETNS=0
-if [[ "${1:-}" == --netns ]]; then NETNS=1; shift; fi
+if [[ "${1:-}" == --netns ]]; then
+  NETNS=1
+  shift
+  if [[ $(id -u) -ne 0 ]] || ! ip netns list >/dev/null 2>&1; then
+    echo "SKIP: --netns needs root and iproute2's ip netns"
+    exit 77
+  fi
+fi
 LIB="$1" PROBE="$2" REPORT="$3" PYTHON="$4"
 CLUSTER="$(dirname "$(readlink -f "$0")")/../../scripts/netns_cluster.sh"
 TMP="$(mktemp -d)"
