@@ -29,6 +29,7 @@ inline constexpr const char* kCommTimeout = "ZRT_COMM_TIMEOUT";  // seconds, def
 inline constexpr const char* kDebugCollectives = "ZRT_DEBUG_COLLECTIVES";  // 1: fingerprint check
 inline constexpr const char* kNumThreads = "ZRT_NUM_THREADS";              // CPU kernel threads
 inline constexpr const char* kCpuAdamIsa = "ZRT_CPU_ADAM_ISA";             // avx512|avx2|scalar
+inline constexpr const char* kCpuQuantIsa = "ZRT_CPU_QUANT_ISA";           // avx512|avx2|scalar
 
 // The variable's value, or nullopt when unset or empty.
 std::optional<std::string> get_string(const char* name);

@@ -6,16 +6,7 @@
 
 #include "core/error.h"
 #include "kernels/adam_cuda.h"
-
-// The one checking macro for CUDA runtime return codes in kernels/.
-#define ZRT_KERNELS_CUDA_CHECK(call)                                                             \
-  do {                                                                                           \
-    const cudaError_t zrt_cuda_rc = (call);                                                      \
-    if (zrt_cuda_rc != cudaSuccess) {                                                            \
-      throw ::zrt::Error(::zrt::str("CUDA call ", #call, " failed at ", __FILE__, ":", __LINE__, \
-                                    ": ", cudaGetErrorString(zrt_cuda_rc)));                     \
-    }                                                                                            \
-  } while (false)
+#include "kernels/cuda_check.h"
 
 namespace zrt::kernels {
 namespace {
