@@ -37,6 +37,8 @@ const char* op_type_name(OpType op) {
       return "reduce_scatter_v";
     case OpType::kAllGatherV:
       return "all_gather_v";
+    case OpType::kAllToAll:
+      return "all_to_all";
   }
   return "?";
 }
@@ -248,6 +250,37 @@ std::shared_ptr<Work> Comm::all_gather_v_async(const at::Tensor& output, const a
   return all_gather_v_impl(output, input, info);
 }
 
+std::shared_ptr<Work> Comm::all_to_all_async(const at::Tensor& output, const at::Tensor& input) {
+  const char* name = "all_to_all";
+  check_tensor(*this, name, "output", output);
+  check_tensor(*this, name, "input", input);
+  check_same_dtype(name, output, input);
+  ZRT_CHECK_AS(CommError, output.numel() == input.numel() && input.numel() % size() == 0, name,
+               ": input and output must have the same number of elements, a multiple of the world "
+               "size: input numel ",
+               input.numel(), ", output numel ", output.numel(), ", world size ", size());
+  ZRT_CHECK_AS(CommError, !overlaps(output, input), name, ": output and input must not overlap");
+  const OpInfo info = next_info(OpType::kAllToAll, &input, ReduceOp::kSum);
+  before_collective(info);
+  return all_to_all_impl(output, input, info);
+}
+
+std::shared_ptr<Comm> Comm::split(int color, int key) {
+  ZRT_CHECK_AS(CommError, color >= 0, "split: color must be >= 0, got ", color);
+  return split_impl(color, key);
+}
+
+std::shared_ptr<Comm> Comm::split_by_host() { return split_by_host_impl(); }
+
+std::shared_ptr<Comm> Comm::split_impl(int, int) {
+  throw CommError(str("split: the ", backend_name(), " communicator has no sub-communicators"));
+}
+
+std::shared_ptr<Comm> Comm::split_by_host_impl() {
+  throw CommError(
+      str("split_by_host: the ", backend_name(), " communicator has no sub-communicators"));
+}
+
 std::shared_ptr<Work> Comm::broadcast_async(const at::Tensor& tensor, int root) {
   check_tensor(*this, "broadcast", "the", tensor);
   ZRT_CHECK_AS(CommError, root >= 0 && root < size(), "broadcast: root ", root,
@@ -292,6 +325,10 @@ void Comm::all_gather_v(const at::Tensor& output, const at::Tensor& input,
                         std::vector<int64_t> counts) {
   const BlockingCall blocking;
   all_gather_v_async(output, input, std::move(counts))->wait();
+}
+void Comm::all_to_all(const at::Tensor& output, const at::Tensor& input) {
+  const BlockingCall blocking;
+  all_to_all_async(output, input)->wait();
 }
 void Comm::broadcast(const at::Tensor& tensor, int root) {
   const BlockingCall blocking;

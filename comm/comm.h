@@ -26,8 +26,9 @@ enum class OpType {
   kBarrier,
   kReduceScatterV,
   kAllGatherV,
+  kAllToAll,
 };
-inline constexpr int kNumOpTypes = 7;
+inline constexpr int kNumOpTypes = 8;
 const char* op_type_name(OpType op);
 
 // What one collective call is, for error messages, byte counting and desync checks.
@@ -121,6 +122,10 @@ class Comm {
   // `input` may be the view of `output` at this rank's offset (in-place).
   std::shared_ptr<Work> all_gather_v_async(const at::Tensor& output, const at::Tensor& input,
                                            std::vector<int64_t> counts);
+  // Collective. `input` and `output` have size()·k elements; chunk r of this rank's input goes to
+  // rank r, and chunk q of the output receives rank q's chunk for this rank (MPI_Alltoall). The
+  // two must not overlap.
+  std::shared_ptr<Work> all_to_all_async(const at::Tensor& output, const at::Tensor& input);
   // Collective. Copies `tensor` of rank `root` into `tensor` on every other rank.
   std::shared_ptr<Work> broadcast_async(const at::Tensor& tensor, int root = 0);
   // Collective. Completes once every rank has entered it.
@@ -134,8 +139,22 @@ class Comm {
   void reduce_scatter_v(const at::Tensor& output, const at::Tensor& input,
                         std::vector<int64_t> counts, ReduceOp op = ReduceOp::kSum);
   void all_gather_v(const at::Tensor& output, const at::Tensor& input, std::vector<int64_t> counts);
+  void all_to_all(const at::Tensor& output, const at::Tensor& input);
   void broadcast(const at::Tensor& tensor, int root = 0);
   void barrier();
+
+  // Note [Sub-communicators]
+  // split() and split_by_host() are collectives over this communicator (every rank calls them,
+  // with no collective of its own in flight) and return this rank's new communicator: the ranks
+  // that passed the same `color`, ranked by (key, rank), or the ranks on this rank's host as the
+  // backend sees hosts (MPI: MPI_COMM_TYPE_SHARED; ZeRO++'s node-local groups come from here,
+  // not from an assumption about how ranks are numbered). A sub-communicator's collectives are
+  // ordered with its parent's on each rank (the MPI backend runs both on one queue), so a
+  // program that issues the same sequence on every rank cannot deadlock across them. It may
+  // outlive nothing: destroy it before its parent. Backends without sub-communicators throw
+  // CommError.
+  std::shared_ptr<Comm> split(int color, int key);
+  std::shared_ptr<Comm> split_by_host();
 
  protected:
   virtual std::shared_ptr<Work> all_reduce_impl(const at::Tensor& tensor, const OpInfo& info) = 0;
@@ -150,7 +169,12 @@ class Comm {
                                                       const OpInfo& info) = 0;
   virtual std::shared_ptr<Work> all_gather_v_impl(const at::Tensor& output, const at::Tensor& input,
                                                   const OpInfo& info) = 0;
+  virtual std::shared_ptr<Work> all_to_all_impl(const at::Tensor& output, const at::Tensor& input,
+                                                const OpInfo& info) = 0;
   virtual std::shared_ptr<Work> broadcast_impl(const at::Tensor& tensor, const OpInfo& info) = 0;
+  // Sub-communicators (Note [Sub-communicators]); the defaults throw CommError.
+  virtual std::shared_ptr<Comm> split_impl(int color, int key);
+  virtual std::shared_ptr<Comm> split_by_host_impl();
   virtual std::shared_ptr<Work> barrier_impl(const OpInfo& info) = 0;
 
   // Hook run after validation and before *_impl: the desync checker (issue: debug collectives)

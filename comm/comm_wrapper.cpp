@@ -43,6 +43,11 @@ std::shared_ptr<Work> CommWrapper::all_gather_v_impl(const at::Tensor& out, cons
                    [&] { return inner_->all_gather_v_async(out, in, info.counts); });
 }
 
+std::shared_ptr<Work> CommWrapper::all_to_all_impl(const at::Tensor& out, const at::Tensor& in,
+                                                   const OpInfo& info) {
+  return intercept(info, {out, in}, [&] { return inner_->all_to_all_async(out, in); });
+}
+
 std::shared_ptr<Work> CommWrapper::broadcast_impl(const at::Tensor& t, const OpInfo& info) {
   return intercept(info, {t, t}, [&] { return inner_->broadcast_async(t, info.root); });
 }

@@ -51,7 +51,14 @@ class CommWrapper : public Comm {
                                               const OpInfo& info) final;
   std::shared_ptr<Work> all_gather_v_impl(const at::Tensor& out, const at::Tensor& in,
                                           const OpInfo& info) final;
+  std::shared_ptr<Work> all_to_all_impl(const at::Tensor& out, const at::Tensor& in,
+                                        const OpInfo& info) final;
   std::shared_ptr<Work> broadcast_impl(const at::Tensor& t, const OpInfo& info) final;
+  // A decorator's sub-communicators are the wrapped communicator's, undecorated.
+  std::shared_ptr<Comm> split_impl(int color, int key) override {
+    return inner_->split(color, key);
+  }
+  std::shared_ptr<Comm> split_by_host_impl() override { return inner_->split_by_host(); }
   std::shared_ptr<Work> barrier_impl(const OpInfo& info) final;
 
   std::shared_ptr<Comm> inner_;

@@ -27,6 +27,8 @@ double CountingComm::wire_bytes(OpType type, double full_bytes, int n) {
     case OpType::kReduceScatter:
     case OpType::kAllGather:
       return static_cast<double>(n - 1) / n * full_bytes;
+    case OpType::kAllToAll:
+      return static_cast<double>(n - 1) / n * full_bytes;
     case OpType::kBroadcast:
       return n > 1 ? full_bytes : 0.0;
     case OpType::kBarrier:

@@ -4,7 +4,8 @@
 //
 // For a collective over S bytes on n ranks (S = the full tensor: the all_reduce tensor, the
 // reduce_scatter input, the all_gather output):
-//   all_reduce 2(n−1)/n·S, reduce_scatter (n−1)/n·S, all_gather (n−1)/n·S, broadcast S,
+//   all_reduce 2(n−1)/n·S, reduce_scatter (n−1)/n·S, all_gather (n−1)/n·S, all_to_all (n−1)/n·S
+//   (S = its output), broadcast S,
 //   barrier 0; the variable-size reduce_scatter_v and all_gather_v count S minus this rank's own
 //   piece (what a ring sends; equal to (n−1)/n·S for equal pieces, and summing to (n−1)·S over
 //   ranks in every case).

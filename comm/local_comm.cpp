@@ -1,5 +1,6 @@
 #include "comm/local_comm.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -26,10 +27,26 @@ class LocalWorld {
     const uint8_t* partial = nullptr;  // all_reduce: this rank's reduced slice
   };
 
-  LocalWorld(int size, double timeout_seconds)
-      : size_(size), timeout_(timeout_seconds), slots_(size), partials_(size), arrived_(size) {}
+  // `host_of[r]`: the emulated host of rank r.
+  LocalWorld(std::vector<int> host_of, double timeout_seconds)
+      : size_(static_cast<int>(host_of.size())),
+        timeout_(timeout_seconds),
+        host_of_(std::move(host_of)),
+        slots_(size_),
+        partials_(size_),
+        requests_(size_),
+        made_(size_),
+        arrived_(size_) {}
 
   int size() const { return size_; }
+  int host_of(int rank) const { return host_of_[rank]; }
+  // Rank's index among the ranks of its host, and their number.
+  int local_rank(int rank) const {
+    return static_cast<int>(std::count(host_of_.begin(), host_of_.begin() + rank, host_of_[rank]));
+  }
+  int local_size(int rank) const {
+    return static_cast<int>(std::count(host_of_.begin(), host_of_.end(), host_of_[rank]));
+  }
 
   void abort(const std::string& why) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -111,6 +128,41 @@ class LocalWorld {
     rendezvous(rank, info, "finish");
   }
 
+  // Chunk r of rank k's input lands in chunk k of rank r's output.
+  void run_all_to_all(int rank, const at::Tensor& out, const at::Tensor& in, const OpInfo& info) {
+    publish(rank, info, in.data_ptr(), out.data_ptr());
+    const int64_t chunk = info.numel / size_ * static_cast<int64_t>(in.element_size());
+    auto* o = static_cast<uint8_t*>(out.data_ptr());
+    for (int k = 0; k < size_ && chunk > 0; ++k) {
+      std::memcpy(o + k * chunk, slots_[k].in + rank * chunk, chunk);
+    }
+    rendezvous(rank, info, "finish");
+  }
+
+  // Note [Sub-communicators]: the ranks of `color`, ranked by (key, rank); the first of them
+  // makes the new world, the others pick it up. Returns it and this rank's rank in it.
+  std::pair<std::shared_ptr<LocalWorld>, int> run_split(int rank, int color, int key,
+                                                        const OpInfo& info) {
+    requests_[rank] = {color, key};
+    publish(rank, info, nullptr, nullptr);
+    std::vector<int> members;
+    for (int k = 0; k < size_; ++k) {
+      if (requests_[k].first == color) members.push_back(k);
+    }
+    std::stable_sort(members.begin(), members.end(),
+                     [&](int a, int b) { return requests_[a].second < requests_[b].second; });
+    if (members.front() == rank) {
+      std::vector<int> hosts;
+      for (int k : members) hosts.push_back(host_of_[k]);
+      made_[rank] = std::make_shared<LocalWorld>(std::move(hosts), timeout_);
+    }
+    rendezvous(rank, info, "create");
+    std::shared_ptr<LocalWorld> world = made_[members.front()];
+    rendezvous(rank, info, "finish");
+    const auto at = std::find(members.begin(), members.end(), rank) - members.begin();
+    return {std::move(world), static_cast<int>(at)};
+  }
+
   // The second phase keeps fast ranks from republishing their slot while slower ones still
   // compare slots in publish().
   void run_barrier(int rank, const OpInfo& info) {
@@ -142,7 +194,7 @@ class LocalWorld {
                         other.numel == first.numel && other.root == first.root &&
                         other.counts == first.counts &&
                         (other.type == OpType::kAllGather || other.type == OpType::kAllGatherV ||
-                         other.type == OpType::kBroadcast || other.type == OpType::kBarrier ||
+                         other.type == OpType::kAllToAll || other.type == OpType::kBroadcast || other.type == OpType::kBarrier ||
                          other.reduce_op == first.reduce_op);
       ZRT_CHECK_AS(CommError, same, "[rank ", rank,
                    "] collective mismatch between ranks: rank 0 called ", first.describe(),
@@ -182,8 +234,11 @@ class LocalWorld {
 
   const int size_;
   const double timeout_;
+  const std::vector<int> host_of_;
   std::vector<Slot> slots_;
   std::vector<std::vector<uint8_t>> partials_;
+  std::vector<std::pair<int, int>> requests_;        // run_split: (color, key) per rank
+  std::vector<std::shared_ptr<LocalWorld>> made_;  // run_split: the worlds made
 
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -198,12 +253,15 @@ namespace {
 class LocalComm final : public Comm {
  public:
   LocalComm(std::shared_ptr<LocalWorld> world, int rank, const CommOptions& options)
-      : world_(std::move(world)), rank_(rank), queue_("local", rank, options.timeout_seconds) {}
+      : world_(std::move(world)),
+        rank_(rank),
+        options_(options),
+        queue_("local", rank, options.timeout_seconds) {}
 
   int rank() const override { return rank_; }
   int size() const override { return world_->size(); }
-  int local_rank() const override { return rank_; }
-  int local_size() const override { return world_->size(); }
+  int local_rank() const override { return world_->local_rank(rank_); }
+  int local_size() const override { return world_->local_size(rank_); }
   std::string backend_name() const override { return "local"; }
   at::DeviceType device_type() const override { return at::kCPU; }
   double timeout_seconds() const override { return queue_.timeout_seconds(); }
@@ -256,18 +314,51 @@ class LocalComm final : public Comm {
     return queue_.submit(info, [w = world_.get(), r = rank_, info] { w->run_barrier(r, info); },
                          {});
   }
+  std::shared_ptr<Work> all_to_all_impl(const at::Tensor& out, const at::Tensor& in,
+                                        const OpInfo& info) override {
+    return queue_.submit(
+        info, [w = world_.get(), r = rank_, out, in, info] { w->run_all_to_all(r, out, in, info); },
+        {out, in});
+  }
+  std::shared_ptr<Comm> split_impl(int color, int key) override {
+    OpInfo info;
+    info.type = OpType::kBarrier;
+    info.root = -1;  // tells a split from a barrier in the mismatch check
+    std::pair<std::shared_ptr<LocalWorld>, int> made;
+    queue_.submit(info, [&, w = world_.get(), r = rank_] { made = w->run_split(r, color, key, info); },
+                  {})
+        ->wait();
+    return std::make_shared<LocalComm>(std::move(made.first), made.second, options_);
+  }
+  std::shared_ptr<Comm> split_by_host_impl() override {
+    return split_impl(world_->host_of(rank_), rank_);
+  }
 
  private:
   std::shared_ptr<LocalWorld> world_;  // outlives queue_ (declared first, destroyed last)
   int rank_;
+  CommOptions options_;
   OpQueue queue_;
 };
 
 }  // namespace
 
-std::vector<std::shared_ptr<Comm>> make_local_world(int size, const CommOptions& options) {
+namespace {
+
+std::shared_ptr<LocalWorld> new_world(int size, const CommOptions& options) {
   ZRT_CHECK_AS(ConfigError, size >= 1, "local world size must be >= 1, got ", size);
-  auto world = std::make_shared<LocalWorld>(size, options.timeout_seconds);
+  const int per_host = options.local_ranks_per_host > 0 ? options.local_ranks_per_host : size;
+  ZRT_CHECK_AS(ConfigError, size % per_host == 0, "local world of ", size,
+               " ranks cannot be cut into hosts of local_ranks_per_host = ", per_host);
+  std::vector<int> host_of(size);
+  for (int r = 0; r < size; ++r) host_of[r] = r / per_host;
+  return std::make_shared<LocalWorld>(std::move(host_of), options.timeout_seconds);
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<Comm>> make_local_world(int size, const CommOptions& options) {
+  auto world = new_world(size, options);
   std::vector<std::shared_ptr<Comm>> comms;
   comms.reserve(size);
   for (int r = 0; r < size; ++r) comms.push_back(std::make_shared<LocalComm>(world, r, options));
@@ -275,8 +366,7 @@ std::vector<std::shared_ptr<Comm>> make_local_world(int size, const CommOptions&
 }
 
 void run_local_world(int size, const std::function<void(Comm&)>& fn, const CommOptions& options) {
-  ZRT_CHECK_AS(ConfigError, size >= 1, "local world size must be >= 1, got ", size);
-  auto world = std::make_shared<LocalWorld>(size, options.timeout_seconds);
+  auto world = new_world(size, options);
   std::vector<std::shared_ptr<Comm>> comms;
   for (int r = 0; r < size; ++r) comms.push_back(std::make_shared<LocalComm>(world, r, options));
   std::vector<std::exception_ptr> errors(size);

@@ -19,6 +19,7 @@
 #include <mpi.h>
 
 #include "comm/op_queue.h"
+#include "comm/setup_deadline.h"
 #include "comm/reduce_kernels.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -168,6 +169,7 @@ MpiAlgo algo_from_env() {
 }
 
 constexpr int kTagRing = 7301;
+constexpr int kTagAllToAll = 7302;
 // ZRT_MPI_ALGO=auto uses the point-to-point ring for reduce-scatters and all-gathers of at least
 // these many bytes (whole array) and Open MPI's own collectives below. Measured with
 // bench/comm_bench on the 2-core development machine, Open MPI 4.1.4 (docs/PERFORMANCE.md,
@@ -176,49 +178,6 @@ constexpr int kTagRing = 7301;
 constexpr int64_t kRingMinBytesReduceScatter = 32 * 1024;
 constexpr int64_t kRingMinBytesAllGather = 4 * 1024 * 1024;
 constexpr int64_t kRingMinBytesAllReduce = 1024 * 1024;
-
-// Note [Deadline of the communicator's set-up]
-// MPI_Comm_dup and MPI_Comm_split_type are collectives: with a peer that cannot be reached (a
-// firewall between hosts, a wrong interface) they block forever, before the OpQueue that enforces
-// Note [Collective deadlines] exists. A blocked MPI call cannot be interrupted, so a watchdog
-// thread ends the process with the communication exit code and a message naming what hung.
-class SetupDeadline {
- public:
-  SetupDeadline(int rank, double seconds) {
-    watchdog_ = std::thread([this, rank, seconds] {
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) {
-        return;
-      }
-      const std::string message = str(
-          "zrt: error: [rank ", rank, "] communication timeout: setting up the MPI communicator "
-          "(MPI_Comm_dup, MPI_Comm_split_type over all ranks) did not complete after ", seconds,
-          " s (ZRT_COMM_TIMEOUT or zrt.comm_timeout). Some rank cannot reach another: a firewall "
-          "between the hosts, or Open MPI using an interface the others cannot reach "
-          "(btl_tcp_if_include).");
-      std::fprintf(stderr, "%s\n", message.c_str());
-      std::fflush(stderr);
-      append_to_rank_log_file(message);
-      std::_Exit(static_cast<int>(ExitCode::kComm));
-    });
-  }
-  ~SetupDeadline() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    watchdog_.join();
-  }
-  SetupDeadline(const SetupDeadline&) = delete;
-  SetupDeadline& operator=(const SetupDeadline&) = delete;
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread watchdog_;
-};
 
 class MpiComm final : public Comm {
  public:
@@ -231,11 +190,7 @@ class MpiComm final : public Comm {
     ZRT_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     ZRT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     ZRT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-    MPI_Comm node = MPI_COMM_NULL;
-    ZRT_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-    ZRT_MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
-    ZRT_MPI_CHECK(MPI_Comm_size(node, &local_size_));
-    ZRT_MPI_CHECK(MPI_Comm_free(&node));
+    set_local_layout();
     const int64_t max_count = env::get_int("ZRT_MPI_MAX_COUNT").value_or(INT_MAX);
     ZRT_CHECK_AS(ConfigError, max_count > 0 && max_count <= INT_MAX,
                  "ZRT_MPI_MAX_COUNT must be in [1, ", INT_MAX, "], got ", max_count);
@@ -243,11 +198,24 @@ class MpiComm final : public Comm {
     // Note [The caller runs what it waits for] (comm/op_queue.h); ZRT_MPI_CALLER_RUNS=0 hands
     // every collective to the queue's thread (for comparison).
     const bool caller_runs = env::get_bool("ZRT_MPI_CALLER_RUNS").value_or(true);
-    queue_ = std::make_unique<OpQueue>("mpi", rank_, options.timeout_seconds, caller_runs);
+    queue_ = std::make_shared<OpQueue>("mpi", rank_, options.timeout_seconds, caller_runs);
+  }
+
+  // A sub-communicator over `comm` (owned), run on its parent's queue (Note [Sub-communicators]).
+  MpiComm(const MpiComm& parent, MPI_Comm comm)
+      : runtime_(parent.runtime_),
+        algo_(parent.algo_),
+        comm_(comm),
+        max_count_(parent.max_count_),
+        queue_(parent.queue_) {
+    ZRT_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    ZRT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+    ZRT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    set_local_layout();
   }
 
   ~MpiComm() override {
-    queue_.reset();  // joins the thread (or detaches it if a collective hung)
+    queue_.reset();  // joins the thread (or detaches it if a collective hung) once unshared
     if (!any_comm_broken()) MPI_Comm_free(&comm_);
   }
 
@@ -293,8 +261,66 @@ class MpiComm final : public Comm {
   std::shared_ptr<Work> barrier_impl(const OpInfo& info) override {
     return queue_->submit(info, [this] { ZRT_MPI_CHECK(MPI_Barrier(comm_)); }, {});
   }
+  std::shared_ptr<Work> all_to_all_impl(const at::Tensor& out, const at::Tensor& in,
+                                        const OpInfo& info) override {
+    return queue_->submit(info, [this, out, in] { run_all_to_all(out, in); }, {out, in});
+  }
+  std::shared_ptr<Comm> split_impl(int color, int key) override {
+    return make_sub([color, key](MPI_Comm parent, MPI_Comm* sub) {
+      return MPI_Comm_split(parent, color, key, sub);
+    });
+  }
+  std::shared_ptr<Comm> split_by_host_impl() override {
+    return make_sub([rank = rank_](MPI_Comm parent, MPI_Comm* sub) {
+      return MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, sub);
+    });
+  }
 
  private:
+  // The ranks on this rank's host (MPI_COMM_TYPE_SHARED).
+  void set_local_layout() {
+    MPI_Comm node = MPI_COMM_NULL;
+    ZRT_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    ZRT_MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
+    ZRT_MPI_CHECK(MPI_Comm_size(node, &local_size_));
+    ZRT_MPI_CHECK(MPI_Comm_free(&node));
+  }
+
+  // Runs `create(comm_, &sub)` on the queue, in order with this communicator's collectives.
+  template <typename F>
+  std::shared_ptr<Comm> make_sub(F create) {
+    OpInfo info;
+    info.type = OpType::kBarrier;
+    MPI_Comm sub = MPI_COMM_NULL;
+    queue_->submit(info, [this, &sub, create] { ZRT_MPI_CHECK(create(comm_, &sub)); }, {})->wait();
+    return std::make_shared<MpiComm>(*this, sub);
+  }
+
+  // Pairwise exchange of point-to-point messages (MPI_Alltoall's counts are int; this is not,
+  // and every byte it moves is a send that the PMPI counter attributes to its peer).
+  void run_all_to_all(const at::Tensor& out, const at::Tensor& in) {
+    const int64_t chunk = in.numel() / size_ * static_cast<int64_t>(in.element_size());
+    const auto* src = static_cast<const uint8_t*>(in.data_ptr());
+    auto* dst = static_cast<uint8_t*>(out.data_ptr());
+    if (chunk > 0) std::memcpy(dst + rank_ * chunk, src + rank_ * chunk, chunk);
+    requests_.clear();
+    for (int step = 1; step < size_ && chunk > 0; ++step) {
+      const int to = (rank_ + step) % size_;
+      const int from = (rank_ - step + size_) % size_;
+      for (int64_t off = 0; off < chunk; off += max_count_) {
+        const int n = static_cast<int>(std::min(max_count_, chunk - off));
+        requests_.emplace_back();
+        ZRT_MPI_CHECK(MPI_Irecv(dst + from * chunk + off, n, MPI_BYTE, from, kTagAllToAll, comm_,
+                                &requests_.back()));
+        requests_.emplace_back();
+        ZRT_MPI_CHECK(MPI_Isend(src + to * chunk + off, n, MPI_BYTE, to, kTagAllToAll, comm_,
+                                &requests_.back()));
+      }
+    }
+    ZRT_MPI_CHECK(
+        MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+  }
+
   // ---- run by whichever thread runs the collective (one at a time, Note [The caller runs what
   // it waits for]) ----
 
@@ -493,7 +519,7 @@ class MpiComm final : public Comm {
   std::vector<uint8_t> send_buf_;
   std::vector<uint8_t> recv_buf_;
   std::vector<MPI_Request> requests_;
-  std::unique_ptr<OpQueue> queue_;
+  std::shared_ptr<OpQueue> queue_;  // shared with sub-communicators
 };
 
 }  // namespace

@@ -181,14 +181,15 @@ class NcclWork final : public Work {
 
 class NcclComm final : public Comm {
  public:
-  explicit NcclComm(const CommOptions& options) : state_(std::make_shared<NcclState>()) {
-    bootstrap_ = make_mpi_comm(options);
+  // Over the ranks of `bootstrap` (MPI); device -1: local_rank % the visible devices.
+  NcclComm(std::shared_ptr<Comm> bootstrap, double timeout_seconds, int device)
+      : state_(std::make_shared<NcclState>()), bootstrap_(std::move(bootstrap)) {
     int devices = 0;
     ZRT_CUDA_CHECK(cudaGetDeviceCount(&devices));
     ZRT_CHECK_AS(CommError, devices > 0, "the NCCL backend needs a CUDA device; none is visible");
     state_->rank = bootstrap_->rank();
-    state_->device = bootstrap_->local_rank() % devices;
-    state_->timeout_seconds = options.timeout_seconds;
+    state_->device = device >= 0 ? device : bootstrap_->local_rank() % devices;
+    state_->timeout_seconds = timeout_seconds;
     ZRT_CUDA_CHECK(cudaSetDevice(state_->device));
     ncclUniqueId id;
     at::Tensor id_bytes = at::zeros({static_cast<int64_t>(sizeof(id))}, at::kByte);
@@ -298,6 +299,35 @@ class NcclComm final : public Comm {
                            c, s);
     });
   }
+  // One grouped send and receive per peer.
+  std::shared_ptr<Work> all_to_all_impl(const at::Tensor& out, const at::Tensor& in,
+                                        const OpInfo& info) override {
+    return launch(info, {out, in}, [&](ncclComm_t c, cudaStream_t s) {
+      const int64_t chunk = in.numel() / size();
+      const size_t bytes = static_cast<size_t>(chunk) * in.element_size();
+      ncclResult_t rc = ncclGroupStart();
+      for (int r = 0; r < size() && rc == ncclSuccess && chunk > 0; ++r) {
+        const auto* src = static_cast<const char*>(in.data_ptr()) + r * bytes;
+        char* dst = static_cast<char*>(out.data_ptr()) + r * bytes;
+        rc = ncclSend(src, chunk, nccl_type(info.dtype), r, c, s);
+        if (rc == ncclSuccess) rc = ncclRecv(dst, chunk, nccl_type(info.dtype), r, c, s);
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return rc != ncclSuccess ? rc : end;
+    });
+  }
+  // Sub-communicators: the MPI bootstrap splits, and the new ranks make a NCCL communicator of
+  // their own on this rank's device (Note [Sub-communicators]).
+  std::shared_ptr<Comm> split_impl(int color, int key) override {
+    ZRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return std::make_shared<NcclComm>(bootstrap_->split(color, key), state_->timeout_seconds,
+                                      state_->device);
+  }
+  std::shared_ptr<Comm> split_by_host_impl() override {
+    ZRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return std::make_shared<NcclComm>(bootstrap_->split_by_host(), state_->timeout_seconds,
+                                      state_->device);
+  }
   // A host-level barrier: pending device work is flushed first, then the MPI ranks meet.
   std::shared_ptr<Work> barrier_impl(const OpInfo&) override {
     ZRT_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -356,7 +386,7 @@ std::string nccl_version() {
 }
 
 std::shared_ptr<Comm> make_nccl_comm(const CommOptions& options) {
-  return std::make_shared<NcclComm>(options);
+  return std::make_shared<NcclComm>(make_mpi_comm(options), options.timeout_seconds, -1);
 }
 
 }  // namespace zrt::comm

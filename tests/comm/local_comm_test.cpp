@@ -18,6 +18,7 @@
 #include "comm/op_queue.h"
 #include "core/error.h"
 #include "tests/comm/collective_checks.h"
+#include "tests/comm/sub_comm_checks.h"
 
 namespace zrt::comm {
 namespace {
@@ -26,6 +27,39 @@ class LocalWorldTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(LocalWorldTest, EveryCollectiveMatchesClosedForm) {
   run_local_world(GetParam(), [](Comm& comm) { test::check_everything(comm); });
+}
+
+TEST_P(LocalWorldTest, AllToAllAndSubCommunicators) {
+  run_local_world(GetParam(), [](Comm& comm) {
+    test::check_all_to_all_everywhere(comm);
+    test::check_split(comm);
+  });
+}
+
+// Emulated hosts: consecutive ranks share one; split_by_host() gives them.
+TEST(LocalWorld, EmulatedHostsSplitByHost) {
+  CommOptions options;
+  options.local_ranks_per_host = 3;
+  run_local_world(
+      6,
+      [](Comm& comm) {
+        EXPECT_EQ(comm.local_size(), 3);
+        EXPECT_EQ(comm.local_rank(), comm.rank() % 3);
+        test::check_split(comm);
+        std::shared_ptr<Comm> host = comm.split_by_host();
+        at::Tensor ranks = at::empty({3}, at::kInt);
+        host->all_gather(ranks, at::full({1}, comm.rank(), at::kInt));
+        const int first = comm.rank() / 3 * 3;
+        EXPECT_TRUE(at::equal(ranks, at::arange(first, first + 3, at::kInt)));
+      },
+      options);
+  EXPECT_THROW(
+      {
+        CommOptions bad;
+        bad.local_ranks_per_host = 4;
+        make_local_world(6, bad);
+      },
+      ConfigError);
 }
 
 TEST_P(LocalWorldTest, AsyncCollectivesOverlapAndComplete) {

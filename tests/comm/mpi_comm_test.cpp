@@ -13,6 +13,7 @@
 #include "comm/local_comm.h"
 #include "core/error.h"
 #include "tests/comm/collective_checks.h"
+#include "tests/comm/sub_comm_checks.h"
 #include "tests/support/mpi_world.h"
 
 namespace zrt::comm {
@@ -47,6 +48,22 @@ TEST(MpiComm, WorldMatchesLauncher) {
 TEST(MpiComm, EveryCollectiveNativeAlgorithm) {
   auto comm = mpi_comm_with("native", nullptr);
   test::check_everything(*comm);
+}
+
+TEST(MpiComm, AllToAllAndSubCommunicators) {
+  test::check_all_to_all_everywhere(test::world());
+  test::check_split(test::world());
+  // A sub-communicator's collectives queue behind its parent's (one queue): asynchronous
+  // collectives on both, in the same order everywhere, complete.
+  std::shared_ptr<Comm> part = test::world().split(0, test::world().rank());
+  at::Tensor a = at::ones({1000}, at::kFloat);
+  at::Tensor b = at::ones({1000}, at::kFloat);
+  auto wa = test::world().all_reduce_async(a);
+  auto wb = part->all_reduce_async(b);
+  wb->wait();
+  wa->wait();
+  EXPECT_EQ(a[0].item<float>(), test::world().size());
+  EXPECT_EQ(b[0].item<float>(), test::world().size());
 }
 
 TEST(MpiComm, EveryCollectiveRingAlgorithm) {

@@ -23,6 +23,30 @@ std::string skip_reason() {
   return "";
 }
 
+// all_to_all (grouped sends and receives) and a sub-communicator of each parity (ZeRO++).
+TEST(NcclComm, AllToAllAndSubCommunicators) {
+  const std::string reason = skip_reason();
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  auto comm = make_nccl_comm(CommOptions{60.0, false});
+  const int r = comm->rank();
+  const int w = comm->size();
+  at::Tensor in = at::arange(3 * w, at::kFloat).add(100 * r).cuda();
+  at::Tensor out = at::empty_like(in);
+  comm->all_to_all(out, in);
+  for (int q = 0; q < w; ++q) {
+    test::expect_equal(out.cpu().narrow(0, 3 * q, 3),
+                       at::arange(3 * r, 3 * r + 3, at::kFloat).add(100 * q), "nccl all_to_all");
+  }
+  std::shared_ptr<Comm> part = comm->split(r % 2, r);
+  at::Tensor x = at::full({5}, r, at::kFloat).cuda();
+  part->all_reduce(x);
+  double sum = 0;
+  for (int k = r % 2; k < w; k += 2) sum += k;
+  test::expect_equal(x.cpu(), at::full({5}, sum, at::kFloat), "nccl split all_reduce");
+  std::shared_ptr<Comm> host = comm->split_by_host();
+  EXPECT_EQ(host->size(), comm->local_size());
+}
+
 TEST(NcclComm, CollectivesOnCudaTensors) {
   const std::string reason = skip_reason();
   if (!reason.empty()) GTEST_SKIP() << reason;
