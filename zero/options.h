@@ -44,6 +44,20 @@ struct ActivationCheckpointOptions {
   bool profile = false;            // time the recomputes (wall_clock_breakdown's "recompute")
 };
 
+// ZeRO++ (zero/zeropp.h, Note [ZeRO++]): DeepSpeed's zero_hpz_partition_size,
+// zero_quantized_weights, zero_quantized_nontrainable_weights and zero_quantized_gradients.
+struct ZeroPPOptions {
+  int64_t hpz_partition_size = 1;  // ranks per secondary partition group; 1: no hpZ
+  bool quantized_weights = false;
+  // ZeroRT keeps frozen parameters whole on every rank (they are never gathered), so this has
+  // nothing to quantize; accepted with a warning (config/KEYS.md).
+  bool quantized_nontrainable_weights = false;
+  bool quantized_gradients = false;
+
+  bool hpz() const { return hpz_partition_size > 1; }
+  bool any() const { return hpz() || quantized_weights || quantized_gradients; }
+};
+
 struct ZeroOptions {
   int stage = 0;
   bool contiguous_gradients = true;
@@ -65,6 +79,7 @@ struct ZeroOptions {
   bool gather_16bit_weights_on_model_save = false;
   bool ignore_unused_parameters = true;
   bool round_robin_gradients = false;
+  ZeroPPOptions zeropp;
 
   bool effective_overlap_comm() const { return overlap_comm.value_or(stage == 3); }
   bool offload_optimizer_enabled() const {

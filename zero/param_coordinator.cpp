@@ -14,6 +14,7 @@ CoordinatorOptions CoordinatorOptions::from(const ZeroOptions& zero,
   o.reduce_bucket_size = zero.reduce_bucket_size;
   o.comm_dtype = scalar_type_of(gradients.comm_dtype);
   o.accum_dtype = scalar_type_of(gradients.accum_dtype);
+  o.zeropp = zero.zeropp;
   return o;
 }
 
@@ -25,8 +26,9 @@ std::vector<int64_t> unit_numels(const Stage3Layout& layout) {
   return n;
 }
 
-UnitGradReducer::Options reducer_options(const CoordinatorOptions& o) {
+UnitGradReducer::Options reducer_options(const CoordinatorOptions& o, const ZeroPPGroups& groups) {
   UnitGradReducer::Options r;
+  r.quantized = o.zeropp.quantized_gradients ? &groups : nullptr;
   r.reduce_bucket_size = o.reduce_bucket_size;
   r.comm_dtype = o.comm_dtype;
   r.accum_dtype = o.accum_dtype;
@@ -46,9 +48,10 @@ ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::C
                                    CoordinatorOptions options)
     : layout_(layout),
       options_(options),
-      gatherer_(layout, comm, pooled_outputs(options)),
+      zeropp_(ZeroPPGroups::make(*comm, options.zeropp)),
+      gatherer_(layout, comm, pooled_outputs(options), zeropp_.hpz, options.zeropp.quantized_weights),
       trace_(unit_numels(layout)),
-      grads_(layout, comm, reducer_options(options),
+      grads_(layout, comm, reducer_options(options, zeropp_),
              [this](int unit) { gatherer_.release(unit); }) {}
 
 ParamCoordinator::~ParamCoordinator() = default;
@@ -64,6 +67,9 @@ CoordinatorStats ParamCoordinator::stats() const {
   s.peak_reducing_elements = grads_.stats().peak_reducing_elements;
   s.gather_buffer_bytes = gatherer_.output_bytes();
   s.parameter_slab_bytes = gatherer_.storage().bytes();
+  s.secondary_bytes = g.secondary_bytes;
+  s.secondary_gathers = g.secondary_gathers;
+  s.quantized_gathers = g.quantized_gathers;
   return s;
 }
 
@@ -125,7 +131,7 @@ void ParamCoordinator::end_backward() {
 }
 
 void ParamCoordinator::gather_all() {
-  for (int u = 0; u < layout_.num_units(); ++u) gatherer_.wait(u);
+  for (int u = 0; u < layout_.num_units(); ++u) gatherer_.wait_exact(u);
 }
 
 void ParamCoordinator::release_all() {

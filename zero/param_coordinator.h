@@ -35,6 +35,7 @@ struct CoordinatorOptions {
   at::ScalarType accum_dtype = at::kFloat;  // gradient partition dtype
   // false: forward only (inference): no gradient partitions; a gradient arriving is an error.
   bool gradients = true;
+  ZeroPPOptions zeropp;  // hpZ, qwZ, qgZ (Note [ZeRO++] in zero/zeropp.cpp)
 
   // The stage3_* prefetch and reuse limits of a config and its gradient dtypes.
   static CoordinatorOptions from(const ZeroOptions& zero, const GradientOptions& gradients);
@@ -54,6 +55,11 @@ struct CoordinatorStats {
   // Bytes of the pooled slabs that gathered parameters live in, in use or idle (the same Note);
   // the parameters in use are also counted in gathered_bytes.
   int64_t parameter_slab_bytes = 0;
+  // ZeRO++ (Note [ZeRO++]): hpZ's secondary partitions held now, unit gathers within the hpZ
+  // group, and gathers sent quantized (qwZ).
+  int64_t secondary_bytes = 0;
+  int64_t secondary_gathers = 0;
+  int64_t quantized_gathers = 0;
 };
 
 // Composes the three parts of the stage-3 data path: UnitGatherer (gather, release, storage),
@@ -107,6 +113,7 @@ class ParamCoordinator final : public UnitHooks {
 
   Stage3Layout& layout_;
   CoordinatorOptions options_;
+  ZeroPPGroups zeropp_;  // before the parts that use its communicators
   UnitGatherer gatherer_;
   UseTrace trace_;
   UnitGradReducer grads_;

@@ -29,20 +29,32 @@ struct UnitGatherer::InFlight {
   int unit = -1;  // -1: the persistent parameters
   std::vector<int> params;
   std::vector<int64_t> offsets;
-  int64_t chunk = 0;
+  std::vector<int64_t> parts;  // each parameter's piece per rank: pn, or hpZ's ceil(numel / K)
+  int64_t chunk = 0;           // Σ parts: one rank's contribution
+  int ranks = 0;               // the ranks gathered from: the world, or the hpZ group
+  int64_t stride = 0;          // elements between consecutive ranks' chunks in `out`
+  bool secondary = false;      // from hpZ's secondary partitions
+  bool exact = true;           // the values are the partitions' (not qwZ's)
+  QuantizedChunk quant;        // qwZ's wire layout (quant.bytes == 0: not quantized)
   at::Tensor send;
   at::Tensor out;
+  at::Tensor wire;  // qwZ: every rank's quantized chunk
   std::shared_ptr<comm::Work> work;
 };
 
 UnitGatherer::UnitGatherer(Stage3Layout& layout, std::shared_ptr<comm::Comm> comm,
-                           size_t pooled_outputs)
+                           size_t pooled_outputs, std::shared_ptr<comm::Comm> hpz,
+                           bool quantized_weights)
     : layout_(layout),
       comm_(std::move(comm)),
       outputs_(pooled_outputs),
-      storage_(layout, pooled_outputs) {
+      storage_(layout, pooled_outputs),
+      hpz_(std::move(hpz)),
+      quantized_(quantized_weights && comm_->size() > 1) {
   state_.assign(layout_.units().size(), State::kReleased);
   state_.back() = State::kGathered;  // the root unit's parameters are persistent
+  secondary_.resize(layout_.units().size());
+  exact_.assign(layout_.units().size(), 1);
 }
 
 UnitGatherer::~UnitGatherer() {
@@ -53,17 +65,23 @@ UnitGatherer::~UnitGatherer() {
   }
 }
 
-void UnitGatherer::start(int unit, bool prefetch) {
+void UnitGatherer::start(int unit, bool prefetch, bool exact) {
   auto g = std::make_unique<InFlight>();
   g->unit = unit;
+  // With qwZ a secondary partition holds the dequantized values the forward used.
+  g->secondary = hpz_ && unit >= 0 && secondary_[unit].defined() && !(exact && quantized_);
+  g->exact = !quantized_ || exact;
+  g->ranks = g->secondary ? hpz_->size() : comm_->size();
   const auto& params = layout_.params();
   auto consider = [&](int i) {
     const Stage3Param& p = params[i];
     const bool wanted = unit >= 0 ? !p.persistent : (p.persistent && p.group >= 0);
     if (!wanted || p.numel == 0) return;
+    const int64_t part = g->secondary ? (p.numel + g->ranks - 1) / g->ranks : p.pn;
     g->offsets.push_back(g->chunk);
     g->params.push_back(i);
-    g->chunk += p.pn;
+    g->parts.push_back(part);
+    g->chunk += part;
   };
   if (unit >= 0) {
     for (int i : layout_.units()[unit].params) consider(i);
@@ -71,30 +89,69 @@ void UnitGatherer::start(int unit, bool prefetch) {
   } else {
     for (size_t i = 0; i < params.size(); ++i) consider(static_cast<int>(i));
   }
+  if (unit >= 0) exact_[unit] = g->exact;
   if (g->chunk == 0 || comm_->size() == 1) {
     if (g->chunk > 0) copy_alone(*g);
     if (unit >= 0) state_[unit] = State::kGathered;
     return;
   }
-  // Collectives run on the parameters' device, wherever the partitions live (offload_param).
-  const at::Tensor& first = params[g->params.front()].param;
-  const auto opts = layout_.partition_flat(params[g->params.front()].group)
-                        .options()
-                        .device(first.device())
-                        .pinned_memory(false);
-  // In place: this rank's partitions go straight into its own chunk of the output.
-  g->out = outputs_.acquire(g->chunk * comm_->size(), opts);
-  g->send = g->out.narrow(0, comm_->rank() * g->chunk, g->chunk);
-  for (size_t k = 0; k < g->params.size(); ++k) {
-    g->send.narrow(0, g->offsets[k], params[g->params[k]].pn)
-        .copy_(layout_.partition_of(g->params[k]));
+  if (g->secondary) {
+    start_plain(*g, *hpz_);
+    stats_.secondary_gathers += 1;
+  } else if (!g->exact && unit >= 0) {
+    start_quantized(*g);
+    stats_.quantized_gathers += 1;
+  } else {
+    start_plain(*g, *comm_);
   }
-  g->work = comm_->all_gather_async(g->out, g->send);
   stats_.all_gathers += 1;
   if (prefetch) stats_.prefetches += 1;
   stats_.gathered_bytes += g->out.nbytes();
   stats_.peak_gathered_bytes = std::max(stats_.peak_gathered_bytes, stats_.gathered_bytes);
   in_flight_.push_back(std::move(g));
+}
+
+namespace {
+
+// Collectives run on the parameters' device, wherever the partitions live (offload_param).
+at::TensorOptions gather_options(const Stage3Layout& layout, int first_param) {
+  const Stage3Param& p = layout.params()[first_param];
+  return layout.partition_flat(p.group).options().device(p.param.device()).pinned_memory(false);
+}
+
+}  // namespace
+
+// In place: this rank's pieces go straight into its own chunk of the output.
+void UnitGatherer::start_plain(InFlight& g, comm::Comm& group) {
+  g.stride = g.chunk;
+  g.out = outputs_.acquire(g.chunk * g.ranks, gather_options(layout_, g.params.front()));
+  g.send = g.out.narrow(0, group.rank() * g.chunk, g.chunk);
+  if (g.secondary) {
+    g.send.copy_(secondary_[g.unit]);
+  } else {
+    for (size_t k = 0; k < g.params.size(); ++k) {
+      g.send.narrow(0, g.offsets[k], g.parts[k]).copy_(layout_.partition_of(g.params[k]));
+    }
+  }
+  g.work = group.all_gather_async(g.out, g.send);
+}
+
+// qwZ (Note [ZeRO++]): the chunk is staged in this rank's slot of the output, zero-padded,
+// quantized into this rank's slot of the wire buffer, and the wire buffer all-gathered.
+void UnitGatherer::start_quantized(InFlight& g) {
+  g.quant = QuantizedChunk::for_numel(g.chunk);
+  g.stride = g.quant.padded;
+  const int rank = comm_->rank();
+  g.out = outputs_.acquire(g.stride * g.ranks, gather_options(layout_, g.params.front()));
+  at::Tensor staged = g.out.narrow(0, rank * g.stride, g.stride);
+  for (size_t k = 0; k < g.params.size(); ++k) {
+    staged.narrow(0, g.offsets[k], g.parts[k]).copy_(layout_.partition_of(g.params[k]));
+  }
+  staged.narrow(0, g.chunk, g.stride - g.chunk).zero_();
+  g.wire = at::empty({g.quant.bytes * g.ranks}, g.out.options().dtype(at::kByte));
+  g.send = g.wire.narrow(0, rank * g.quant.bytes, g.quant.bytes);
+  g.quant.pack(staged, g.send);
+  g.work = comm_->all_gather_async(g.wire, g.send);
 }
 
 void UnitGatherer::copy_alone(const InFlight& g) {
@@ -117,7 +174,13 @@ void UnitGatherer::finish(InFlight& g) {
   at::NoGradGuard no_grad;
   g.work->wait();
   const auto& params = layout_.params();
-  const int w = comm_->size();
+  if (g.quant.bytes > 0) {  // every rank's chunk, this rank's too: all see the same values
+    for (int r = 0; r < g.ranks; ++r) {
+      g.quant.unpack(g.wire.narrow(0, r * g.quant.bytes, g.quant.bytes),
+                     g.out.narrow(0, r * g.stride, g.stride));
+    }
+    g.wire = at::Tensor();
+  }
   const int64_t placed = storage_.place(g.unit, g.params);
   if (g.unit >= 0) stats_.gathered_bytes += placed;
   for (size_t k = 0; k < g.params.size(); ++k) {
@@ -127,17 +190,45 @@ void UnitGatherer::finish(InFlight& g) {
     at::Tensor flat =
         at::from_blob(p.param.data_ptr(), {p.numel},
                       at::TensorOptions().dtype(p.param.scalar_type()).device(p.param.device()));
-    for (int r = 0; r < w; ++r) {
-      const int64_t n = std::min(p.pn, p.numel - r * p.pn);
+    for (int r = 0; r < g.ranks; ++r) {
+      const int64_t n = std::min(g.parts[k], p.numel - r * g.parts[k]);
       if (n <= 0) break;
-      flat.narrow(0, r * p.pn, n).copy_(g.out.narrow(0, r * g.chunk + g.offsets[k], n));
+      flat.narrow(0, r * g.parts[k], n).copy_(g.out.narrow(0, r * g.stride + g.offsets[k], n));
     }
   }
+  // A secondary keeps what the compute gathers give (an exact gather's values would differ).
+  if (hpz_ && g.unit >= 0 && !g.secondary && g.exact == !quantized_) keep_secondary(g);
   stats_.peak_gathered_bytes = std::max(stats_.peak_gathered_bytes, stats_.gathered_bytes);
   stats_.gathered_bytes -= g.out.nbytes();
   g.out = at::Tensor();
   g.send = at::Tensor();
   if (g.unit >= 0) state_[g.unit] = State::kGathered;
+}
+
+// hpZ: piece j (this rank's index in the group) of each parameter just gathered, in the order
+// and at the offsets a secondary gather's chunk uses.
+void UnitGatherer::keep_secondary(const InFlight& g) {
+  const int k_ranks = hpz_->size();
+  const int j = hpz_->rank();
+  std::vector<int64_t> pieces;
+  int64_t total = 0;
+  for (int i : g.params) {
+    pieces.push_back((layout_.params()[i].numel + k_ranks - 1) / k_ranks);
+    total += pieces.back();
+  }
+  at::Tensor& sec = secondary_[g.unit];
+  const at::Tensor& first = layout_.params()[g.params.front()].param;
+  sec = at::empty({total}, first.options().requires_grad(false));
+  stats_.secondary_bytes += sec.nbytes();
+  int64_t offset = 0;
+  for (size_t k = 0; k < g.params.size(); ++k) {
+    const Stage3Param& p = layout_.params()[g.params[k]];
+    const int64_t n = std::min(pieces[k], p.numel - j * pieces[k]);
+    if (n > 0) {
+      sec.narrow(0, offset, n).copy_(p.param.detach().reshape({-1}).narrow(0, j * pieces[k], n));
+    }
+    offset += pieces[k];
+  }
 }
 
 void UnitGatherer::wait(int unit) {
@@ -152,6 +243,15 @@ void UnitGatherer::wait(int unit) {
   }
 }
 
+void UnitGatherer::wait_exact(int unit) {
+  if (state_[unit] != State::kReleased && !exact_[unit]) {
+    wait(unit);
+    release(unit);
+  }
+  if (state_[unit] == State::kReleased) start(unit, /*prefetch=*/false, /*exact=*/true);
+  wait(unit);
+}
+
 void UnitGatherer::release(int unit) {
   if (unit >= layout_.num_units() || state_[unit] != State::kGathered) return;
   stats_.gathered_bytes -= storage_.release(unit);
@@ -159,6 +259,10 @@ void UnitGatherer::release(int unit) {
 }
 
 void UnitGatherer::refresh_persistent() {
+  for (at::Tensor& sec : secondary_) {
+    if (sec.defined()) stats_.secondary_bytes -= sec.nbytes();
+    sec = at::Tensor();
+  }
   start(-1, /*prefetch=*/false);
   while (!in_flight_.empty()) {
     std::unique_ptr<InFlight> g = std::move(in_flight_.front());

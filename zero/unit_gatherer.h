@@ -13,6 +13,7 @@
 #include "zero/buffer_pool.h"
 #include "zero/param_storage.h"
 #include "zero/stage3_layout.h"
+#include "zero/zeropp.h"
 
 namespace zrt::zero {
 
@@ -21,6 +22,9 @@ struct GatherStats {
   int64_t peak_gathered_bytes = 0;  // since the last reset_peak()
   int64_t all_gathers = 0;          // unit gathers issued (prefetches included)
   int64_t prefetches = 0;
+  int64_t secondary_bytes = 0;     // hpZ: the secondary partitions held (Note [ZeRO++])
+  int64_t secondary_gathers = 0;   // hpZ: unit gathers within the hpZ group
+  int64_t quantized_gathers = 0;   // qwZ: unit gathers sent quantized
 };
 
 class UnitGatherer {
@@ -29,14 +33,19 @@ class UnitGatherer {
 
   // `layout` must be partitioned already and outlive the gatherer. `pooled_outputs`: all-gather
   // outputs kept for reuse (1 without prefetch, 2 with; Note [Reusing gather buffers]).
-  UnitGatherer(Stage3Layout& layout, std::shared_ptr<comm::Comm> comm, size_t pooled_outputs);
+  // `zeropp`: hpZ's group (groups.hpz) and whether gathers from the primary partitions are
+  // quantized (qwZ); Note [ZeRO++].
+  UnitGatherer(Stage3Layout& layout, std::shared_ptr<comm::Comm> comm, size_t pooled_outputs,
+               std::shared_ptr<comm::Comm> hpz = nullptr, bool quantized_weights = false);
   ~UnitGatherer();  // waits for gathers in flight
   UnitGatherer(const UnitGatherer&) = delete;
   UnitGatherer& operator=(const UnitGatherer&) = delete;
 
   State state(int unit) const { return state_[unit]; }
-  // Collective: starts gathering a released unit (a prefetch when `prefetch`).
-  void start(int unit, bool prefetch);
+  // Collective: starts gathering a released unit (a prefetch when `prefetch`). `exact`: the
+  // partitions' own values, whatever qwZ does to the gathers for compute (whole-model access:
+  // saving, GatheredParameters).
+  void start(int unit, bool prefetch, bool exact = false);
   // Collective: makes `unit` gathered, starting its gather if needed and finishing gathers in
   // issue order up to it.
   void wait(int unit);
@@ -46,7 +55,11 @@ class UnitGatherer {
   }
   // Releases a gathered unit's non-persistent parameters (nothing otherwise).
   void release(int unit);
-  // Collective: gathers the persistent trainable parameters from the (updated) partitions.
+  // Collective: makes `unit` gathered with the partitions' exact values (re-gathering it if it
+  // holds qwZ's quantized ones).
+  void wait_exact(int unit);
+  // Collective: gathers the persistent trainable parameters from the (updated) partitions, and
+  // forgets hpZ's secondary partitions (they hold the values before the update).
   void refresh_persistent();
   // Elements of the units whose gathers are in flight, and of the units gathered now.
   int64_t in_flight_numel() const;
@@ -69,6 +82,9 @@ class UnitGatherer {
   struct InFlight;
   void finish(InFlight& g);
   void copy_alone(const InFlight& g);  // one rank: partitions straight into parameters
+  void start_plain(InFlight& g, comm::Comm& group);
+  void start_quantized(InFlight& g);
+  void keep_secondary(const InFlight& g);  // hpZ: this rank's share of the gathered unit
 
   Stage3Layout& layout_;
   std::shared_ptr<comm::Comm> comm_;
@@ -77,6 +93,10 @@ class UnitGatherer {
   BufferPool outputs_;  // Note [Reusing gather buffers]
   ParamStorage storage_;
   GatherStats stats_;
+  std::shared_ptr<comm::Comm> hpz_;  // hpZ's group; null without hpZ
+  bool quantized_ = false;           // qwZ
+  std::vector<at::Tensor> secondary_;  // hpZ: per unit, undefined when not valid
+  std::vector<char> exact_;            // per unit: gathered (or in flight) with exact values
 };
 
 }  // namespace zrt::zero

@@ -13,6 +13,7 @@ struct UnitGradReducer::Pending {
   at::Tensor out;
   std::vector<char> arrived;  // per trainable param of the unit
   std::shared_ptr<comm::Work> work;
+  std::unique_ptr<QuantizedReduceScatter::InFlight> quantized;  // qgZ
 };
 
 namespace {
@@ -38,6 +39,9 @@ struct UnitGradReducer::HookHandle : AccumulatorHook {};
 UnitGradReducer::UnitGradReducer(Stage3Layout& layout, std::shared_ptr<comm::Comm> comm,
                                  Options options, std::function<void(int unit)> unit_done)
     : layout_(layout), comm_(std::move(comm)), options_(options), unit_done_(std::move(unit_done)) {
+  if (options_.quantized != nullptr && comm_->size() > 1) {
+    qgz_ = std::make_unique<QuantizedReduceScatter>(*options_.quantized);
+  }
   const size_t units = layout_.units().size();
   open_.resize(units);
   pending_grads_.assign(units, 0);
@@ -59,7 +63,7 @@ UnitGradReducer::UnitGradReducer(Stage3Layout& layout, std::shared_ptr<comm::Com
 UnitGradReducer::~UnitGradReducer() {
   for (HookHandle& h : hooks_) h.remove();
   try {
-    for (auto& r : reduces_) r->work->wait();
+    for (auto& r : reduces_) (r->quantized ? r->quantized->work : r->work)->wait();
   } catch (...) {
     // The communicator reports its failure elsewhere.
   }
@@ -137,7 +141,11 @@ void UnitGradReducer::launch(int unit) {
   }
   if (comm_->size() > 1) r->send.div_(comm_->size());
   r->out = at::empty({u.reduce_partition}, r->send.options());
-  r->work = comm_->reduce_scatter_async(r->out, r->send);
+  if (qgz_) {
+    r->quantized = qgz_->start(r->send);
+  } else {
+    r->work = comm_->reduce_scatter_async(r->out, r->send);
+  }
   stats_.reduce_scatters += 1;
   pending_grads_[unit] = 0;
   reducing_elements_ += r->send.numel();
@@ -156,7 +164,11 @@ void UnitGradReducer::finish_oldest() {
   reduces_.pop_front();
   reducing_elements_ -= r->send.numel();
   at::NoGradGuard no_grad;
-  r->work->wait();
+  if (r->quantized) {
+    qgz_->finish(*r->quantized, r->out);
+  } else {
+    r->work->wait();
+  }
   int64_t offset = 0;
   for (int i : layout_.units()[r->unit].trainable) {
     const Stage3Param& p = layout_.params()[i];

@@ -15,6 +15,7 @@
 
 #include "comm/comm.h"
 #include "zero/stage3_layout.h"
+#include "zero/zeropp.h"
 
 namespace zrt::zero {
 
@@ -32,6 +33,8 @@ class UnitGradReducer {
     at::ScalarType accum_dtype = at::kFloat;  // gradient partition dtype
     // false: no gradient partitions; a gradient arriving is an error (inference).
     bool gradients = true;
+    // qgZ (Note [ZeRO++]): reduce-scatters quantized over these groups; null: plain.
+    const ZeroPPGroups* quantized = nullptr;
   };
 
   // Installs a hook on every trainable parameter's gradient accumulator. `unit_done(u)` runs
@@ -79,6 +82,7 @@ class UnitGradReducer {
   ReduceStats stats_;
   struct HookHandle;
   std::vector<HookHandle> hooks_;
+  std::unique_ptr<QuantizedReduceScatter> qgz_;
 };
 
 }  // namespace zrt::zero
