@@ -108,22 +108,33 @@ void read_deprecated_offload(SectionReader& r, std::string_view old_key, std::st
   }
 }
 
-// ZeRO++ / MiCS / legacy switches: accepted only at their defaults.
+// ZeRO++ (zero/zeropp.h): DeepSpeed reads the keys at every stage and uses them in its stage-3
+// code only.
+void read_zeropp(SectionReader& r, int stage, zero::ZeroPPOptions& z) {
+  // 0 and 1 both mean no hpZ (DeepSpeed's check is `> 1`); the value is kept as written.
+  if (auto hpz = r.get_int("zero_hpz_partition_size", 0)) z.hpz_partition_size = *hpz;
+  read_flag(r, "zero_quantized_weights", z.quantized_weights);
+  read_flag(r, "zero_quantized_nontrainable_weights", z.quantized_nontrainable_weights);
+  read_flag(r, "zero_quantized_gradients", z.quantized_gradients);
+  if (stage != 3 && (z.any() || z.quantized_nontrainable_weights)) {
+    r.diag().warn(str(r.key_path("zero_hpz_partition_size"),
+                      ", zero_quantized_*: ZeRO++ works on ZeRO stage 3; no effect at stage ",
+                      stage));
+  }
+  if (stage == 3 && z.quantized_nontrainable_weights) {
+    r.diag().warn(str(r.key_path("zero_quantized_nontrainable_weights"),
+                      ": ZeroRT keeps parameters that do not require grad whole on every rank "
+                      "(never partitioned or gathered), so there is nothing to quantize: no "
+                      "effect"));
+  }
+}
+
+// Legacy switches: accepted only at their defaults.
 void reject_unsupported(SectionReader& r, int stage, ZeroExtraOptions& extra) {
-  struct Flag {
-    const char* key;
-    const char* what;
-  };
-  const Flag flags[] = {
-      {"zero_quantized_weights", "ZeRO++ quantized weights"},
-      {"zero_quantized_nontrainable_weights", "ZeRO++ quantized non-trainable weights"},
-      {"zero_quantized_gradients", "ZeRO++ quantized gradients"},
-      {"elastic_checkpoint", "elastic_checkpoint (DeepSpeed no longer supports it either)"},
-  };
-  for (const Flag& f : flags) {
-    if (auto on = r.get_bool(f.key); on && *on) {
-      r.error(f.key, str(f.what, " is not supported by ZeroRT; remove it or set false"));
-    }
+  if (auto on = r.get_bool("elastic_checkpoint"); on && *on) {
+    r.error("elastic_checkpoint",
+            "elastic_checkpoint (DeepSpeed no longer supports it either) is not supported by "
+            "ZeroRT; remove it or set false");
   }
   // DeepSpeed checks it when it builds a ZeRO optimizer (stage > 0).
   if (auto on = r.get_bool("legacy_stage1"); on && *on) {
@@ -133,11 +144,12 @@ void reject_unsupported(SectionReader& r, int stage, ZeroExtraOptions& extra) {
     }
     extra.legacy_stage1 = true;
   }
-  if (auto hpz = r.get_int("zero_hpz_partition_size", 0); hpz && *hpz > 1) {
-    r.error("zero_hpz_partition_size",
-            str("ZeRO++ hierarchical partitioning (hpZ) is not supported by ZeroRT; got ", *hpz,
-                ", expected 0 or 1"));
-  }
+}
+
+void read_zeropp_and_reject_unsupported(SectionReader& r, zero::ZeroOptions& z,
+                                        ZeroExtraOptions& extra) {
+  read_zeropp(r, z.stage, z.zeropp);
+  reject_unsupported(r, z.stage, extra);
 }
 
 void resolve_legacy_bool(const Json& root, bool enabled, Diagnostics& diag, zero::ZeroOptions& z) {
@@ -301,7 +313,7 @@ void resolve_zero_section(const Json& root, Diagnostics& diag, ResolvedConfig& o
                 z.gather_16bit_weights_on_model_save);
     }
   }
-  reject_unsupported(r, z.stage, extra);
+  read_zeropp_and_reject_unsupported(r, z, extra);
   apply_stage_rules(diag, z);
 }
 

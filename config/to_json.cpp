@@ -85,10 +85,11 @@ Json zero_json(const zero::ZeroOptions& z, const ZeroExtraOptions& extra) {
   // Features ZeroRT does not implement, at the only values it accepts.
   j["elastic_checkpoint"] = false;
   j["legacy_stage1"] = extra.legacy_stage1;
-  j["zero_hpz_partition_size"] = 1;
-  j["zero_quantized_weights"] = false;
-  j["zero_quantized_nontrainable_weights"] = false;
-  j["zero_quantized_gradients"] = false;
+  // ZeRO++.
+  j["zero_hpz_partition_size"] = z.zeropp.hpz_partition_size;
+  j["zero_quantized_weights"] = z.zeropp.quantized_weights;
+  j["zero_quantized_nontrainable_weights"] = z.zeropp.quantized_nontrainable_weights;
+  j["zero_quantized_gradients"] = z.zeropp.quantized_gradients;
   return j;
 }
 
