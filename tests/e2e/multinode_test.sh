@@ -8,7 +8,10 @@
 #     every rank exits with a named error, the job ends within a stated deadline, no process is
 #     left on any host, every committed checkpoint verifies, and the job resumes from the last one
 #     on 3 hosts (a different world size) with the same result as a 3-rank run on one host;
-#  3. a firewall that blocks the ranks' own connections ends every rank with a named error.
+#  3. a firewall that blocks the ranks' own connections ends every rank with a named error;
+#  4. ZeRO++ on 2 hosts x 2 ranks: hpZ (groups of the 2 ranks of each host) logs the losses of
+#     plain ZeRO-3 and carries fewer bytes across the link; hpZ + qwZ + qgZ stays within 2% of its
+#     final loss with far fewer bytes.
 #   multinode_test.sh BIN_DIR SOURCE_DIR        (exit 77 = skipped: needs root and ip netns)
 set -uo pipefail
 BIN="$1"
@@ -45,9 +48,11 @@ on_hosts() {
   local out="$1" hosts="$2" stage="$3" steps="$4"; shift 4
   "$CLUSTER" exec zrt-h1 "$(printf '%q ' "$BIN/zrt-launch" -H "$hosts" --timeout 300 \
     ${LAUNCH_EXTRA:-} --launcher_args "$MPIRUN_ARGS" -- "$BIN/zrt-train" \
-    --deepspeed "$SRC/examples/configs/zero$stage.json" --output_dir "$out" \
+    --deepspeed "$(config_of "$stage")" --output_dir "$out" \
     --max_steps "$steps" "${MODEL[@]}" "$@")" >"$out.log" 2>&1
 }
+# config_of STAGE|FILE: an example config by stage, or a config file.
+config_of() { if [[ -f "$1" ]]; then echo "$1"; else echo "$SRC/examples/configs/zero$1.json"; fi; }
 # one_host OUT NP STAGE MAX_STEPS [extra...]: the same job on this machine (shared memory).
 one_host() {
   local out="$1" np="$2" stage="$3" steps="$4"; shift 4
@@ -85,7 +90,36 @@ for stage in 2 3; do
   [[ $(grep -c "'loss'" "$WORK/two$stage.log") -eq 6 ]] || fail "stage $stage: not 6 logged losses"
   same_files "$WORK/one$stage/checkpoint-6/global_step6" "$WORK/two$stage/checkpoint-6/global_step6" \
     "stage $stage, 2x2 vs 1x4 ($crossed bytes into zrt-h2)"
+  plain_crossed=$crossed
 done
+
+echo "== ZeRO++ on 2 hosts x 2 ranks"
+# zeropp_config FILE JSON: examples/configs/zero3.json with JSON's keys in zero_optimization.
+zeropp_config() {
+  python3 -c 'import json, sys
+cfg = json.load(open(sys.argv[1])); cfg["zero_optimization"].update(json.loads(sys.argv[3]))
+json.dump(cfg, open(sys.argv[2], "w"))' "$SRC/examples/configs/zero3.json" "$1" "$2"
+}
+final_loss() { grep "'loss'" "$1" | tail -1 | sed -E "s/.*'loss': ([0-9.e+-]+).*/\1/"; }
+zeropp_config "$WORK/hpz.json" '{"zero_hpz_partition_size": 2}'
+zeropp_config "$WORK/zpp.json" \
+  '{"zero_hpz_partition_size": 2, "zero_quantized_weights": true, "zero_quantized_gradients": true}'
+for v in hpz zpp; do
+  before=$(rx_bytes)
+  if on_hosts "$WORK/$v" "$WORK/hosts2x2" "$WORK/$v.json" 6 --save_steps 6; then
+    crossed=$(( $(rx_bytes) - before ))
+    echo "  $v: $crossed bytes into zrt-h2 (plain ZeRO-3: $plain_crossed), final loss" \
+      "$(final_loss "$WORK/$v.log") (plain: $(final_loss "$WORK/two3.log"))"
+    [[ $crossed -lt $plain_crossed ]] || fail "$v: $crossed bytes crossed, plain $plain_crossed"
+  else
+    fail "$v on 2 hosts: $(tail -5 "$WORK/$v.log")"
+  fi
+done
+diff <(grep "'loss'" "$WORK/two3.log") <(grep "'loss'" "$WORK/hpz.log") >/dev/null ||
+  fail "hpZ: losses differ from plain ZeRO-3"
+python3 -c 'import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(a / b - 1) > 0.02)' \
+  "$(final_loss "$WORK/zpp.log")" "$(final_loss "$WORK/two3.log")" ||
+  fail "hpZ + qwZ + qgZ: final loss $(final_loss "$WORK/zpp.log") not within 2% of plain"
 
 # fault_trial NAME ACTION: a ZeRO-3 job on 2x2 with a checkpoint every 4 steps; once checkpoint-8
 # is committed, ACTION hits zrt-h2. Then the guarantees of the file header.
