@@ -273,6 +273,13 @@ def check_adam(rep, env):
               "CPU kernel tests against the float64 reference and the scalar path")
 
 
+def check_quantize(rep, env):
+    gpu_tests(rep, "quantize_kernel", [gtest("kernels_test", "QuantizeCuda.*", env)], 2,
+              "GPU tests bitwise equal to the CPU quantizer")
+    cpu_tests(rep, "quantize_kernel (CPU half)", gtest("kernels_test", "Quantize.*", env),
+              "CPU quantizer tests against the float64 reference and the scalar path")
+
+
 def check_adam_bandwidth(rep, env):
     bench = os.path.join(BUILD, "bench", "adam_bench")
     if not rep.gpu:
@@ -307,7 +314,7 @@ def check_adam_bandwidth(rep, env):
 
 
 def check_nccl(rep, env):
-    gpu_tests(rep, "nccl", [gtest("nccl_comm_test", "*", env, mpirun=True)], 1,
+    gpu_tests(rep, "nccl", [gtest("nccl_comm_test", "*", env, mpirun=True)], 2,
               "NCCL collective tests at world size 1")
     cpu_tests(rep, "nccl (CPU half)", gtest("mpi_comm_test", "*", env, mpirun=True),
               "MPI backend tests at world size 1 (Open MPI from .gpu/)")
@@ -559,7 +566,8 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     t = time.monotonic()
-    for fn in (check_adam, check_adam_bandwidth, check_nccl, check_activation_checkpointing):
+    for fn in (check_adam, check_quantize, check_adam_bandwidth, check_nccl,
+               check_activation_checkpointing):
         fn(rep, env)
     check_gpt_stages(rep, env, work)
     check_fp16(rep, env, work, ["--use_cpu"], "cpu")
