@@ -127,6 +127,7 @@ void Stage3ModelStates::write_whole_params(const WholeParamFn& whole) {
       p.param.detach().copy_(value.view(p.shape));
     }
   }
+  coordinator_->partitions_written();
 }
 
 }  // namespace zrt::runtime

@@ -91,6 +91,9 @@ class ParamCoordinator final : public UnitHooks {
   // Collective: gathers the persistent trainable parameters from the (updated) partitions —
   // after every optimizer step.
   void refresh_persistent() { gatherer_.refresh_persistent(); }
+  // After this rank's partitions were written (whole values loaded into them): hpZ's secondary
+  // partitions are stale and are dropped (every rank writes, so every rank drops).
+  void partitions_written() { gatherer_.drop_secondaries(); }
   // Collective: gathers every unit (for whole-model access); release_all() undoes it.
   void gather_all();
   void release_all();

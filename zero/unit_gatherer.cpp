@@ -258,11 +258,15 @@ void UnitGatherer::release(int unit) {
   state_[unit] = State::kReleased;
 }
 
-void UnitGatherer::refresh_persistent() {
+void UnitGatherer::drop_secondaries() {
   for (at::Tensor& sec : secondary_) {
     if (sec.defined()) stats_.secondary_bytes -= sec.nbytes();
     sec = at::Tensor();
   }
+}
+
+void UnitGatherer::refresh_persistent() {
+  drop_secondaries();
   start(-1, /*prefetch=*/false);
   while (!in_flight_.empty()) {
     std::unique_ptr<InFlight> g = std::move(in_flight_.front());

@@ -61,6 +61,8 @@ class UnitGatherer {
   // Collective: gathers the persistent trainable parameters from the (updated) partitions, and
   // forgets hpZ's secondary partitions (they hold the values before the update).
   void refresh_persistent();
+  // Forgets hpZ's secondary partitions (not collective): after the partitions were written.
+  void drop_secondaries();
   // Elements of the units whose gathers are in flight, and of the units gathered now.
   int64_t in_flight_numel() const;
   int64_t live_numel() const;

@@ -199,6 +199,11 @@ TEST(UnitGatherer, HpzGathersFromTheSecondaryPartitionBitwise) {
         EXPECT_EQ(g.stats().secondary_bytes, 0);
         g.wait(0);
         EXPECT_EQ(g.stats().secondary_gathers, 4);
+        g.release(0);
+        g.drop_secondaries();  // partitions written outside a step: the same
+        EXPECT_EQ(g.stats().secondary_bytes, 0);
+        g.wait(0);
+        EXPECT_EQ(g.stats().secondary_gathers, 4) << "gathered from the primary partitions";
       },
       hosts_of(2));
 }
