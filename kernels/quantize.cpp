@@ -9,6 +9,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "kernels/quantize_args.h"
 #include "kernels/cpu_thread_pool.h"
 #include "kernels/quantize_impl.h"
 
@@ -74,19 +75,6 @@ namespace {
 constexpr int64_t kInlineElems = 64 * 1024;
 // Elements per unit of work a thread claims (rounded to whole groups).
 constexpr int64_t kChunkElems = 64 * 1024;
-
-void check_common(const char* fn, int64_t numel, int64_t group_size, int bits) {
-  ZRT_CHECK(bits == 8 || bits == 4, fn, ": bits=", bits, " must be 8 or 4");
-  ZRT_CHECK(group_size > 0, fn, ": group_size=", group_size, " must be > 0");
-  ZRT_CHECK(numel >= 0, fn, ": numel=", numel, " must be >= 0");
-}
-
-void check_dtype(const char* fn, const char* arg, DType dtype) {
-  const bool known =
-      dtype == DType::kFloat32 || dtype == DType::kBFloat16 || dtype == DType::kFloat16;
-  ZRT_CHECK(known, fn, ": ", arg, " is not a known dtype (value ", static_cast<int>(dtype),
-            "); expected fp32, bf16 or fp16");
-}
 
 CpuIsa choose_isa(const char* fn, const QuantizeConfig& config) {
   if (!config.isa) return cpu_quant_isa();
@@ -164,8 +152,8 @@ DequantizeFn dequantize_function(CpuIsa isa) {
 void dequantize_impl(const char* fn, const uint8_t* q, const float* scales, int64_t numel,
                      int64_t group_size, int bits, void* out, DType out_dtype, bool accumulate,
                      const QuantizeConfig& config) {
-  check_common(fn, numel, group_size, bits);
-  if (!accumulate) check_dtype(fn, "out_dtype", out_dtype);
+  detail::check_quantize_args(fn, numel, group_size, bits);
+  if (!accumulate) detail::check_quantize_dtype(fn, "out_dtype", out_dtype);
   const DequantizeFn kernel = dequantize_function(choose_isa(fn, config));
   if (numel == 0) return;
   ZRT_CHECK(q != nullptr && scales != nullptr && out != nullptr, fn,
@@ -182,8 +170,8 @@ void dequantize_impl(const char* fn, const uint8_t* q, const float* scales, int6
 void quantize_symmetric(const void* x, DType x_dtype, int64_t numel, int64_t group_size, int bits,
                         uint8_t* q, float* scales, const QuantizeConfig& config) {
   constexpr const char* fn = "quantize_symmetric";
-  check_common(fn, numel, group_size, bits);
-  check_dtype(fn, "x_dtype", x_dtype);
+  detail::check_quantize_args(fn, numel, group_size, bits);
+  detail::check_quantize_dtype(fn, "x_dtype", x_dtype);
   const QuantizeFn kernel = quantize_function(choose_isa(fn, config));
   if (numel == 0) return;
   ZRT_CHECK(x != nullptr && q != nullptr && scales != nullptr, fn, ": null pointer (x=", x,

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "core/error.h"
+#include "kernels/quantize_args.h"
 #include "kernels/adam_math.h"  // float_to_bf16_bits / bf16_bits_to_float (host and device)
 #include "kernels/cuda_check.h"
 #include "kernels/quantize_cuda.h"
@@ -136,19 +137,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-void check_args(const char* fn, int64_t numel, int64_t group_size, int bits) {
-  ZRT_CHECK(bits == 8 || bits == 4, fn, ": bits=", bits, " must be 8 or 4");
-  ZRT_CHECK(group_size > 0, fn, ": group_size=", group_size, " must be > 0");
-  ZRT_CHECK(numel >= 0, fn, ": numel=", numel, " must be >= 0");
-}
-
-void check_dtype(const char* fn, const char* arg, DType dtype) {
-  const bool known =
-      dtype == DType::kFloat32 || dtype == DType::kBFloat16 || dtype == DType::kFloat16;
-  ZRT_CHECK(known, fn, ": ", arg, " is not a known dtype (value ", static_cast<int>(dtype),
-            "); expected fp32, bf16 or fp16");
-}
-
 int blocks_for(int64_t work) {
   return static_cast<int>(std::min<int64_t>(kMaxBlocks, std::max<int64_t>(1, work)));
 }
@@ -188,8 +176,8 @@ int kind_of(DType dtype) {
 void cuda_quantize_symmetric(const void* x, DType x_dtype, int64_t numel, int64_t group_size,
                              int bits, uint8_t* q, float* scales, void* stream_ptr) {
   constexpr const char* fn = "cuda_quantize_symmetric";
-  check_args(fn, numel, group_size, bits);
-  check_dtype(fn, "x_dtype", x_dtype);
+  detail::check_quantize_args(fn, numel, group_size, bits);
+  detail::check_quantize_dtype(fn, "x_dtype", x_dtype);
   ZRT_CHECK(bits == 8 || group_size % 2 == 0, fn, ": group_size=", group_size,
             " must be even for 4-bit codes on CUDA (Note [CUDA quantize launch])");
   if (numel == 0) return;
@@ -219,15 +207,15 @@ void cuda_dequantize_symmetric(const uint8_t* q, const float* scales, int64_t nu
                                int64_t group_size, int bits, void* out, DType out_dtype,
                                void* stream) {
   constexpr const char* fn = "cuda_dequantize_symmetric";
-  check_args(fn, numel, group_size, bits);
-  check_dtype(fn, "out_dtype", out_dtype);
+  detail::check_quantize_args(fn, numel, group_size, bits);
+  detail::check_quantize_dtype(fn, "out_dtype", out_dtype);
   dequantize_impl(fn, q, scales, numel, group_size, bits, out, kind_of(out_dtype), stream);
 }
 
 void cuda_dequantize_accumulate(const uint8_t* q, const float* scales, int64_t numel,
                                 int64_t group_size, int bits, float* acc, void* stream) {
   constexpr const char* fn = "cuda_dequantize_accumulate";
-  check_args(fn, numel, group_size, bits);
+  detail::check_quantize_args(fn, numel, group_size, bits);
   dequantize_impl(fn, q, scales, numel, group_size, bits, acc, kAcc, stream);
 }
 
