@@ -12,7 +12,7 @@ get_property(_modules GLOBAL PROPERTY ZRT_MODULES)
 install(TARGETS zrt ${_modules} EXPORT ZeroRTTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(_dir core comm kernels zero checkpoint sched report optim config runtime launch zrt)
+foreach(_dir core comm kernels aio zero checkpoint sched report optim config runtime launch zrt)
   install(DIRECTORY ${ZRT_SOURCE_ROOT}/${_dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/zrt/${_dir}
           FILES_MATCHING PATTERN "*.h")
 endforeach()

@@ -66,12 +66,12 @@ PROCESS_WIDE_ALLOWED = {
 # launch/ is the app row's library (the zrt-launch logic); zrt/ holds the umbrella header zrt.h.
 LAYER = {
     "core": 1,
-    "comm": 2, "kernels": 2, "sched": 2,
+    "comm": 2, "kernels": 2, "sched": 2, "aio": 2,
     "zero": 3, "checkpoint": 3, "optim": 3, "config": 3, "report": 3,
     "runtime": 4,
     "launch": 5, "zrt": 5,
 }
-ALL_MODULES = {"core", "comm", "kernels", "sched", "zero", "checkpoint", "optim", "config",
+ALL_MODULES = {"core", "comm", "kernels", "sched", "aio", "zero", "checkpoint", "optim", "config",
                "report", "runtime", "launch"}
 # DESIGN.md "Layers" table, column "must not include".
 MUST_NOT = {
@@ -79,6 +79,8 @@ MUST_NOT = {
     "comm": ALL_MODULES - {"core", "comm"},
     "kernels": {"comm", "zero", "optim"},
     "sched": ALL_MODULES - {"core", "sched"},
+    # Torch-free asynchronous file I/O (NVMe offload): zero/ streams through it, never the reverse.
+    "aio": ALL_MODULES - {"core", "aio"},
     "optim": {"comm", "zero"},
     "zero": {"optim", "checkpoint", "config", "runtime"},
     "checkpoint": {"zero", "optim"},

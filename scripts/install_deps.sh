@@ -20,6 +20,8 @@ PACKAGES=(
   clang libclang-rt-14-dev
   # zrt-generate's text prompts; spm_train/spm_encode/spm_decode for its test and the README
   libsentencepiece-dev sentencepiece
+  # aio/ (NVMe offload): the io_uring and libaio backends; without them only pread/pwrite
+  liburing-dev libaio-dev
 )
 
 missing=()
