@@ -81,9 +81,11 @@ void check_direct_alignment(const char* kind, const SwapFile& file, int64_t offs
 }  // namespace
 
 void validate(const AioOptions& o) {
-  ZRT_CHECK(o.block_size > 0 && o.block_size % kIoAlignment == 0 && o.block_size <= kMaxBlockSize,
-            "aio.block_size: expected a positive multiple of ", kIoAlignment, " up to ",
-            kMaxBlockSize, ", got ", o.block_size);
+  ZRT_CHECK(o.block_size > 0 && o.block_size % kIoAlignment == 0,
+            "aio.block_size: expected a positive multiple of ", kIoAlignment, ", got ",
+            o.block_size);
+  ZRT_CHECK(o.block_size <= kMaxBlockSize, "aio.block_size: expected at most ", kMaxBlockSize,
+            " (1 GiB), got ", o.block_size);
   ZRT_CHECK(o.queue_depth >= 1 && o.queue_depth <= 4096,
             "aio.queue_depth: expected 1 to 4096, got ", o.queue_depth);
   ZRT_CHECK(o.thread_count >= 1 && o.thread_count <= 256,

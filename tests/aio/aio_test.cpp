@@ -242,8 +242,12 @@ TEST(EngineOptions, InvalidOptionsNameTheOptionAndValue) {
   AioOptions o;
   o.block_size = 1000;
   EXPECT_TRUE(contains(error_of([&] { IoEngine e(o); }),
-                       "aio.block_size: expected a positive multiple of 4096"));
-  EXPECT_TRUE(contains(error_of([&] { IoEngine e(o); }), "got 1000"));
+                       "aio.block_size: expected a positive multiple of 4096, got 1000"));
+  o.block_size = -4096;
+  EXPECT_TRUE(contains(error_of([&] { IoEngine e(o); }), "aio.block_size: expected a positive"));
+  o.block_size = int64_t{2} << 30;
+  EXPECT_TRUE(contains(error_of([&] { IoEngine e(o); }),
+                       "aio.block_size: expected at most 1073741824 (1 GiB), got 2147483648"));
   o = AioOptions{};
   o.queue_depth = 0;
   EXPECT_TRUE(contains(error_of([&] { IoEngine e(o); }), "aio.queue_depth: expected 1"));
