@@ -4,6 +4,12 @@
 //   mpirun -np N build/bench/zero_bench --stage S [--offload] [--dtype bf16|fp32]
 //          [--model blocks|mlp|gpt] [--layers L] [--width W] [--heads H] [--context T]
 //          [--vocab V] [--batch 8] [--steps 10] [--warmup 2] [--lr 1e-4] [--no-prefetch] [--json]
+//          [--nvme DIR [--sub-group-size 16777216] [--pipeline] [--buffer-count C]
+//           [--aio-block-size 1048576] [--aio-queue-depth 8] [--aio-threads 1]]
+//
+// --nvme: the optimizer offloaded to NVMe (ZeRO-Infinity) with its swap folders in DIR; the row
+// adds the swap traffic per step (the I/O engine's completed bytes and the kernel's
+// /proc/self/io count) and the optimizer's streaming time with its I/O wait.
 //
 // Models: `blocks` (default), an MLP of residual blocks (~50M parameters with its defaults
 // --layers 12 --width 2048); `mlp` and `gpt`, the zrt-train example's models (examples/mlp.h,
@@ -38,6 +44,7 @@
 #include "core/tool_main.h"
 #include "examples/gpt.h"
 #include "examples/mlp.h"
+#include "optim/swap_space.h"
 #include "runtime/initialize.h"
 #include "zero/shard_unit.h"
 #include <dlfcn.h>
@@ -138,7 +145,9 @@ Workload mlp_workload(int argc, char** argv, int64_t batch, int rank, int world)
   torch::Tensor y = y_all.narrow(0, rank * batch, batch);
   Workload w;
   w.model = model;
-  w.loss = [model, x, y](Engine& e) { return torch::mse_loss(model->forward(e.to_model_dtype(x)), y); };
+  w.loss = [model, x, y](Engine& e) {
+    return torch::mse_loss(model->forward(e.to_model_dtype(x)), y);
+  };
   w.params = model->num_params();
   w.sizes = str("\"layers\": ", layers, ", \"width\": ", width);
   return w;
@@ -222,12 +231,13 @@ struct Row {
   std::string dtype, model, sizes;
   int64_t params;
   double step_ms, state_mib, wire_mib;
-  std::vector<double> steps_ms;             // the slowest rank's time of each timed step
-  std::vector<std::array<double, 3>> mem;   // per rank: ru_maxrss, VmHWM, RssAnon
-  bool measured;                            // run under libzrt_pmpi_count.so
-  std::array<double, 2> measured_mib;       // sent point-to-point, handed to collectives, per step
+  std::vector<double> steps_ms;            // the slowest rank's time of each timed step
+  std::vector<std::array<double, 3>> mem;  // per rank: ru_maxrss, VmHWM, RssAnon
+  bool measured;                           // run under libzrt_pmpi_count.so
+  std::array<double, 2> measured_mib;      // sent point-to-point, handed to collectives, per step
   double loss_first, loss_last;
   bool ok;
+  std::string swap_text, swap_json;  // NVMe offload: the swap traffic per step (SwapMeter)
   double rss_max() const {
     double m = 0;
     for (const auto& r : mem) m = std::max(m, r[0]);
@@ -263,12 +273,12 @@ void print_json(const Row& r) {
       "\"sizes\": {%s}, \"threads\": %d, \"params\": %lld, \"step_ms\": %.2f, \"steps_ms\": %s, "
       "\"model_state_mib\": %.1f, \"peak_rss_mib\": %.1f, \"rss_per_rank_mib\": %s, "
       "\"vmhwm_per_rank_mib\": %s, \"rss_anon_per_rank_mib\": %s, \"wire_mib_per_step\": %.1f%s, "
-      "\"loss_first\": %.6f, \"loss_last\": %.6f, \"loss_falls\": %s}\n",
+      "\"loss_first\": %.6f, \"loss_last\": %.6f, \"loss_falls\": %s%s}\n",
       r.stage, r.variant, r.ranks, r.dtype.c_str(), r.model.c_str(), r.sizes.c_str(),
       at::get_num_threads(), static_cast<long long>(r.params), r.step_ms,
       json_list(r.steps_ms, 3).c_str(), r.state_mib, r.rss_max(), json_mem(r, 0).c_str(),
-      json_mem(r, 1).c_str(), json_mem(r, 2).c_str(), r.wire_mib, extra, r.loss_first,
-      r.loss_last, r.ok ? "true" : "false");
+      json_mem(r, 1).c_str(), json_mem(r, 2).c_str(), r.wire_mib, extra, r.loss_first, r.loss_last,
+      r.ok ? "true" : "false", r.swap_json.c_str());
 }
 
 void print_row(const Row& r, bool json) {
@@ -284,30 +294,105 @@ void print_row(const Row& r, bool json) {
   }
   std::printf(
       "%s stage %d%-10s N=%d %s %.1fM params: step %.1f ms, model states %.1f MiB/rank, "
-      "peak RSS %.0f MiB/rank, wire %.1f MiB/step/rank%s, loss %.4f -> %.4f\n",
+      "peak RSS %.0f MiB/rank, wire %.1f MiB/step/rank%s, loss %.4f -> %.4f%s\n",
       r.model.c_str(), r.stage, r.variant, r.ranks, r.dtype.c_str(), r.params / 1e6, r.step_ms,
-      r.state_mib, r.rss_max(), r.wire_mib, extra, r.loss_first, r.loss_last);
+      r.state_mib, r.rss_max(), r.wire_mib, extra, r.loss_first, r.loss_last, r.swap_text.c_str());
 }
 
 Json engine_config(int argc, char** argv, int stage, bool offload, bool prefetch,
                    const std::string& dtype) {
   const double lr = std::stod(flag_value(argc, argv, "--lr", "1e-4"));
-  Json cfg = {{"train_micro_batch_size_per_gpu", int_flag(argc, argv, "--batch", 8)},
-              {"gradient_clipping", 0.0},
-              {"optimizer",
-               {{"type", "AdamW"},
-                {"params",
-                 {{"lr", lr}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.01}}}}},
-              {"zero_optimization",
-               {{"stage", stage},
-                {"overlap_comm", true},
-                {"reduce_bucket_size", 25000000},
-                {"allgather_bucket_size", 50000000},
-                {"stage3_prefetch_bucket_size", prefetch ? 50000000 : 0}}}};
+  Json cfg = {
+      {"train_micro_batch_size_per_gpu", int_flag(argc, argv, "--batch", 8)},
+      {"gradient_clipping", 0.0},
+      {"optimizer",
+       {{"type", "AdamW"},
+        {"params", {{"lr", lr}, {"betas", {0.9, 0.999}}, {"eps", 1e-8}, {"weight_decay", 0.01}}}}},
+      {"zero_optimization",
+       {{"stage", stage},
+        {"overlap_comm", true},
+        {"reduce_bucket_size", 25000000},
+        {"allgather_bucket_size", 50000000},
+        {"stage3_prefetch_bucket_size", prefetch ? 50000000 : 0}}}};
   if (dtype == "bf16") cfg["bf16"] = {{"enabled", true}};
   if (offload) cfg["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+  const std::string nvme = flag_value(argc, argv, "--nvme", "");
+  if (!nvme.empty()) {
+    const bool pipeline = has_flag(argc, argv, "--pipeline");
+    cfg["zero_optimization"]["offload_optimizer"] = {
+        {"device", "nvme"},
+        {"nvme_path", nvme},
+        {"buffer_count", int_flag(argc, argv, "--buffer-count", pipeline ? 9 : 4)},
+        {"pipeline_read", pipeline},
+        {"pipeline_write", pipeline}};
+    cfg["zero_optimization"]["sub_group_size"] = int_flag(argc, argv, "--sub-group-size", 1 << 24);
+    cfg["aio"] = {{"block_size", int_flag(argc, argv, "--aio-block-size", 1 << 20)},
+                  {"queue_depth", int_flag(argc, argv, "--aio-queue-depth", 8)},
+                  {"intra_op_parallelism", int_flag(argc, argv, "--aio-threads", 1)}};
+  }
   return cfg;
 }
+
+// /proc/self/io's read_bytes and write_bytes: what this process made the storage layer move, as
+// the kernel counts it (O_DIRECT requests included), not the engine's own bookkeeping.
+std::array<double, 2> storage_io_bytes() {
+  std::ifstream in("/proc/self/io");
+  std::array<double, 2> out{0, 0};
+  std::string key;
+  double value = 0;
+  while (in >> key >> value) {
+    if (key == "read_bytes:") out[0] = value;
+    if (key == "write_bytes:") out[1] = value;
+  }
+  return out;
+}
+
+// The swap traffic of the timed steps with NVMe offload, per step, the largest over ranks: the
+// bytes the I/O engine completed, the bytes the kernel counted, the optimizer's streaming time and
+// the part of it spent waiting for I/O.
+class SwapMeter {
+ public:
+  explicit SwapMeter(Engine& engine) : swap_(engine.model_states().swap_space()) {}
+  void begin() { start_ = sample(); }
+  void end(comm::Comm& comm, int steps, Row& row) {
+    if (swap_ == nullptr) return;
+    const std::array<double, 6> stop = sample();
+    at::Tensor t = at::empty({6}, at::kDouble);
+    for (int i = 0; i < 6; ++i) t[i] = (stop[i] - start_[i]) / steps;
+    comm.all_reduce(t, comm::ReduceOp::kMax);
+    const double mib = 1 << 20;
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  ", swap read %.1f / write %.1f MiB/step (kernel: %.1f / %.1f), optimizer "
+                  "stream %.1f ms/step of which I/O wait %.1f",
+                  t[0].item<double>() / mib, t[1].item<double>() / mib, t[2].item<double>() / mib,
+                  t[3].item<double>() / mib, t[4].item<double>() * 1e3, t[5].item<double>() * 1e3);
+    row.swap_text = text;
+    std::snprintf(text, sizeof text,
+                  ", \"swap_read_mib\": %.2f, \"swap_write_mib\": %.2f, \"kernel_read_mib\": %.2f, "
+                  "\"kernel_write_mib\": %.2f, \"stream_ms\": %.2f, \"io_wait_ms\": %.2f, "
+                  "\"aio_backend\": \"%s\"",
+                  t[0].item<double>() / mib, t[1].item<double>() / mib, t[2].item<double>() / mib,
+                  t[3].item<double>() / mib, t[4].item<double>() * 1e3, t[5].item<double>() * 1e3,
+                  swap_->backend_name());
+    row.swap_json = text;
+  }
+
+ private:
+  std::array<double, 6> sample() const {
+    if (swap_ == nullptr) return {};
+    const optim::SwapStats st = swap_->stats();
+    const std::array<double, 2> io = storage_io_bytes();
+    return {static_cast<double>(st.bytes_read),
+            static_cast<double>(st.bytes_written),
+            io[0],
+            io[1],
+            st.stream_seconds,
+            st.io_wait_seconds};
+  }
+  std::shared_ptr<optim::SwapSpace> swap_;
+  std::array<double, 6> start_{};
+};
 
 int run(int argc, char** argv) {
   const int stage = static_cast<int>(int_flag(argc, argv, "--stage", 0));
@@ -323,13 +408,16 @@ int run(int argc, char** argv) {
   Workload work = make_workload(kind, argc, argv, comm->rank(), comm->size());
   InitializeOptions io;
   io.comm = comm;
-  auto engine = initialize(work.model, engine_config(argc, argv, stage, offload, prefetch, dtype), io);
+  auto engine =
+      initialize(work.model, engine_config(argc, argv, stage, offload, prefetch, dtype), io);
 
   std::vector<double> losses;
   std::vector<double> times;
   engine->reset_comm_stats();  // the wire bytes of the steps only, not of initialize's broadcast
+  SwapMeter swap(*engine);
   PmpiWindow pmpi;
   pmpi.mark("steps_begin", false);
+  if (warmup == 0) swap.begin();
   for (int s = 0; s < steps + warmup; ++s) {
     comm->barrier();
     const double t0 = now_seconds();
@@ -340,6 +428,7 @@ int run(int argc, char** argv) {
     comm->all_reduce(dt, comm::ReduceOp::kMax);
     losses.push_back(loss.item<double>());
     if (s >= warmup) times.push_back(dt.item<double>() * 1e3);
+    if (s + 1 == warmup) swap.begin();
   }
   pmpi.mark("steps_end", true);
   const bool ok = std::isfinite(losses.back()) && losses.back() < losses.front();
@@ -349,13 +438,29 @@ int run(int argc, char** argv) {
   comm->all_reduce(state, comm::ReduceOp::kMax);
   const double wire = engine->comm_stats().total_wire_bytes() / (steps + warmup);
   const std::array<double, 2> measured = pmpi.max_per_step(*comm, steps + warmup);
-  if (comm->rank() == 0) {
-    Row row{stage, offload ? "+offload" : (stage == 3 && !prefetch ? "-prefetch" : ""),
-            comm->size(), dtype, kind, work.sizes, work.params, median(times),
-            state.item<double>() / (1 << 20), wire / (1 << 20), times, mem, pmpi.active(),
-            {measured[0] / (1 << 20), measured[1] / (1 << 20)}, losses.front(), losses.back(), ok};
-    print_row(row, json);
-  }
+  const bool nvme = !flag_value(argc, argv, "--nvme", "").empty();
+  Row row{stage,
+          nvme                        ? "+nvme"
+          : offload                   ? "+offload"
+          : (stage == 3 && !prefetch) ? "-prefetch"
+                                      : "",
+          comm->size(),
+          dtype,
+          kind,
+          work.sizes,
+          work.params,
+          median(times),
+          state.item<double>() / (1 << 20),
+          wire / (1 << 20),
+          times,
+          mem,
+          pmpi.active(),
+          {measured[0] / (1 << 20), measured[1] / (1 << 20)},
+          losses.front(),
+          losses.back(),
+          ok};
+  swap.end(*comm, steps, row);  // collective
+  if (comm->rank() == 0) print_row(row, json);
   return ok ? 0 : 1;
 }
 

@@ -111,10 +111,9 @@ std::optional<std::string> did_you_mean(std::string_view key,
   if (!best) return std::nullopt;
   // Close enough: a few edits, scaled with the length (long DeepSpeed keys get more slack); a key
   // of three letters or fewer only one ("foo" is not a misspelling of "aio").
-  const std::size_t limit =
-      std::min(key.size(), best->size()) <= 3
-          ? 1
-          : std::max<std::size_t>(2, std::max(key.size(), best->size()) / 3);
+  const std::size_t limit = std::min(key.size(), best->size()) <= 3
+                                ? 1
+                                : std::max<std::size_t>(2, std::max(key.size(), best->size()) / 3);
   if (best_distance > limit || *best == key) return std::nullopt;
   return best;
 }

@@ -180,8 +180,8 @@ TrainerConfig prepare_trainer_config(const TrainingArguments& args,
     try {
       resolve_config(hf.json(), as_is);
     } catch (const ConfigError& others) {
-      throw ConfigError(str(mismatch.what(), "\nThe DeepSpeed config also has these problems:\n",
-                            others.what()));
+      throw ConfigError(
+          str(mismatch.what(), "\nThe DeepSpeed config also has these problems:\n", others.what()));
     }
     throw;
   }

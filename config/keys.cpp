@@ -41,6 +41,7 @@ std::vector<std::string> supported_keys() {
   add(out, "tensorboard.", keys::kMonitor);
   add(out, "csv_monitor.", keys::kMonitor);
   add(out, "activation_checkpointing.", keys::kActivationCheckpointing);
+  add(out, "aio.", keys::kAio);
   add(out, "zrt.", keys::kZrt);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());

@@ -38,6 +38,7 @@ inline const KeyList kTopLevel = {"train_batch_size",
                                   "tensorboard",
                                   "csv_monitor",
                                   "activation_checkpointing",
+                                  "aio",
                                   "zrt"};
 
 // Top-level DeepSpeed sections ZeroRT does not use: accepted with a warning.
@@ -46,7 +47,6 @@ inline const KeyList kIgnoredTopLevel = {"flops_profiler",
                                          "wandb",
                                          "comet",
                                          "autotuning",
-                                         "aio",
                                          "timers",
                                          "compile",
                                          "vocabulary_size",
@@ -218,9 +218,15 @@ inline const KeyList kCheckpointParallelWrite = {"pipeline_stage"};
 inline const KeyList kDataTypes = {"grad_accum_dtype"};
 inline const KeyList kMonitor = {"enabled", "output_path", "job_name"};
 inline const KeyList kActivationCheckpointing = {
-    "partition_activations", "contiguous_memory_optimization", "number_checkpoints",
-    "synchronize_checkpoint_boundary", "cpu_checkpointing", "profile"};
+    "partition_activations", "contiguous_memory_optimization",
+    "number_checkpoints",    "synchronize_checkpoint_boundary",
+    "cpu_checkpointing",     "profile"};
 inline const KeyList kZrt = {"comm_timeout", "debug_collectives"};
+// DeepSpeed's asynchronous I/O section (NVMe offload); thread_count is its older name for
+// intra_op_parallelism.
+inline const KeyList kAio = {"block_size",   "queue_depth",   "intra_op_parallelism",
+                             "thread_count", "single_submit", "overlap_events",
+                             "use_gds"};
 
 }  // namespace zrt::config::keys
 

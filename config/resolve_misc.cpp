@@ -114,12 +114,45 @@ void resolve_activation_checkpointing(const Json& root, Diagnostics& diag,
     }
   }
   if (out.synchronize_checkpoint_boundary) {
-    diag.note("activation_checkpointing.synchronize_checkpoint_boundary: no effect (ZeroRT does "
-              "not synchronize a device at region boundaries)");
+    diag.note(
+        "activation_checkpointing.synchronize_checkpoint_boundary: no effect (ZeroRT does "
+        "not synchronize a device at region boundaries)");
   }
   if (out.number_checkpoints) {
-    diag.note("activation_checkpointing.number_checkpoints: sizes DeepSpeed's contiguous "
-              "activation buffers (contiguous_memory_optimization); no effect here");
+    diag.note(
+        "activation_checkpointing.number_checkpoints: sizes DeepSpeed's contiguous "
+        "activation buffers (contiguous_memory_optimization); no effect here");
+  }
+}
+
+// DeepSpeed's "aio" section: how NVMe offload reads and writes (aio/options.h).
+void resolve_aio(const Json& root, Diagnostics& diag, aio::AioOptions& out) {
+  const Json* s = section_object(root, "aio", diag);
+  if (!s) return;
+  SectionReader r(*s, "aio", diag);
+  r.check_unknown_keys(keys::kAio, /*strict=*/true);
+  if (auto v = r.get_int("block_size", 1)) {
+    if (*v % 4096 != 0) {
+      r.error("block_size", str("expected a positive multiple of 4096 (O_DIRECT requests are "
+                                "page-aligned), got ",
+                                *v));
+    } else {
+      out.block_size = *v;
+    }
+  }
+  if (auto v = r.get_int("queue_depth", 1)) out.queue_depth = *v;
+  const std::optional<int64_t> intra = r.get_int("intra_op_parallelism", 1);
+  const std::optional<int64_t> threads = r.get_int("thread_count", 1);
+  if (intra && threads && *intra != *threads) {
+    r.error("thread_count", str("is the older name of intra_op_parallelism; they differ (",
+                                *threads, " and ", *intra, ")"));
+  } else if (intra || threads) {
+    out.thread_count = intra ? *intra : *threads;
+  }
+  if (auto v = r.get_bool("single_submit")) out.single_submit = *v;
+  if (auto v = r.get_bool("overlap_events")) out.overlap_events = *v;
+  if (auto v = r.get_bool("use_gds"); v && *v) {
+    r.error("use_gds", "GPUDirect Storage is not supported by ZeroRT; use false");
   }
 }
 
@@ -152,6 +185,7 @@ void resolve_misc_sections(const Json& root, Diagnostics& diag, ResolvedConfig& 
   resolve_monitor(root, "tensorboard", diag, out.tensorboard);
   resolve_monitor(root, "csv_monitor", diag, out.csv_monitor);
   resolve_activation_checkpointing(root, diag, out.activation_checkpointing);
+  resolve_aio(root, diag, out.aio);
   resolve_zrt(root, diag, out.comm);
 }
 

@@ -1,7 +1,7 @@
 // Resolves "zero_optimization" (spec/deepspeed.md §1.6): DeepSpeed's pydantic model, so unknown
 // keys are errors and "auto" values fall back to the default. Aliases (stage3_*), deprecated
 // keys, the legacy boolean form, stage-dependent defaults and the features ZeroRT does not
-// implement (ZeRO++, MiCS, NVMe offload) are handled here.
+// implement (MiCS, NVMe parameter offload) are handled here.
 #include <string>
 #include <string_view>
 
@@ -53,13 +53,15 @@ void read_flag(SectionReader& r, std::string_view key, bool& target) {
   if (auto v = r.get_bool(key)) target = *v;
 }
 
-std::optional<zero::OffloadDevice> read_device(SectionReader& r) {
+// `nvme_problem`: why "nvme" is refused in this section, or nullptr where it is supported.
+std::optional<zero::OffloadDevice> read_device(SectionReader& r, const char* nvme_problem) {
   auto device = r.get_string("device");
   if (!device) return std::nullopt;
   if (*device == "none") return zero::OffloadDevice::kNone;
   if (*device == "cpu") return zero::OffloadDevice::kCpu;
   if (*device == "nvme") {
-    r.error("device", "NVMe offload (ZeRO-Infinity) is not supported by ZeroRT; use \"cpu\"");
+    if (nvme_problem == nullptr) return zero::OffloadDevice::kNvme;
+    r.error("device", nvme_problem);
     return std::nullopt;
   }
   r.error("device",
@@ -70,7 +72,11 @@ std::optional<zero::OffloadDevice> read_device(SectionReader& r) {
 void read_offload_param(const Json& section, Diagnostics& diag, zero::OffloadParamOptions& o) {
   SectionReader r(section, str(kZeroPath, ".offload_param"), diag);
   r.check_unknown_keys(keys::kOffloadParam, /*strict=*/true);
-  if (auto d = read_device(r)) o.device = *d;
+  if (auto d = read_device(r,
+                           "NVMe parameter offload is not supported by ZeroRT; use \"cpu\" "
+                           "(offload_optimizer supports \"nvme\")")) {
+    o.device = *d;
+  }
   if (auto p = r.get_string("nvme_path")) o.nvme_path = *p;
   read_count(r, "buffer_count", o.buffer_count);
   read_count(r, "buffer_size", o.buffer_size);
@@ -82,8 +88,11 @@ void read_offload_optimizer(const Json& section, Diagnostics& diag,
                             zero::OffloadOptimizerOptions& o) {
   SectionReader r(section, str(kZeroPath, ".offload_optimizer"), diag);
   r.check_unknown_keys(keys::kOffloadOptimizer, /*strict=*/true);
-  if (auto d = read_device(r)) o.device = *d;
+  if (auto d = read_device(r, nullptr)) o.device = *d;
   if (auto p = r.get_string("nvme_path")) o.nvme_path = *p;
+  if (o.device == zero::OffloadDevice::kNvme && (o.nvme_path.empty() || o.nvme_path == "none")) {
+    r.error("nvme_path", "required with device \"nvme\": a folder on the disk to swap to");
+  }
   read_count(r, "buffer_count", o.buffer_count);
   read_flag(r, "pin_memory", o.pin_memory);
   read_flag(r, "pipeline_read", o.pipeline_read);
@@ -161,6 +170,19 @@ void resolve_legacy_bool(const Json& root, bool enabled, Diagnostics& diag, zero
   if (enabled) {
     SectionReader top(root, "", diag);
     read_bucket_size(top, "allgather_size", z.allgather_bucket_size);
+  }
+}
+
+// DeepSpeed steps stage 3's optimizer sub-group by sub-group to bound its temporary fp32 buffers.
+// ZeroRT's fused step reads each group's reduced gradient partition in place and allocates nothing
+// per group on the CPU, so there is nothing for the key to bound, except with NVMe offload, where
+// it is the unit streamed through the swap buffers.
+void read_sub_group_size(SectionReader& r, zero::ZeroOptions& z) {
+  read_count(r, "sub_group_size", z.sub_group_size);
+  if (r.has("sub_group_size") && z.offload_optimizer.device != zero::OffloadDevice::kNvme) {
+    r.diag().warn(str(kZeroPath,
+                      ".sub_group_size: accepted, no effect in ZeroRT without NVMe offload (its "
+                      "fused optimizer step needs no per-sub-group buffer; config/KEYS.md)"));
   }
 }
 
@@ -253,14 +275,7 @@ void resolve_zero_section(const Json& root, Diagnostics& diag, ResolvedConfig& o
   if (const Json* o = r.get_object("offload_optimizer")) {
     read_offload_optimizer(*o, diag, z.offload_optimizer);
   }
-  read_count(r, "sub_group_size", z.sub_group_size);
-  if (r.has("sub_group_size")) {
-    // DeepSpeed steps stage 3's optimizer sub-group by sub-group to bound its temporary fp32
-    // buffers. ZeroRT's fused step reads each group's reduced gradient partition in place and
-    // allocates nothing per group on the CPU, so there is nothing for the key to bound.
-    diag.warn(str(kZeroPath, ".sub_group_size: accepted, no effect in ZeroRT (its fused optimizer "
-                             "step needs no per-sub-group buffer; config/KEYS.md)"));
-  }
+  read_sub_group_size(r, z);
   read_count(r, pick_name(r, "stage3_prefetch_bucket_size", "prefetch_bucket_size"),
              z.prefetch_bucket_size);
   read_count(r, pick_name(r, "stage3_param_persistence_threshold", "param_persistence_threshold"),

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "aio/options.h"
 #include "checkpoint/options.h"
 #include "comm/options.h"
 #include "core/dtype.h"
@@ -89,9 +90,10 @@ struct ResolvedConfig {
   bool zero_allow_untested_optimizer = false;
   bool zero_force_ds_cpu_optimizer = true;
   bool dataloader_drop_last = false;
-  bool client_optimizer = false;      // ResolveOptions::client_optimizer
+  bool client_optimizer = false;                               // ResolveOptions::client_optimizer
   zero::ActivationCheckpointOptions activation_checkpointing;  // the section of that name
-  comm::CommOptions comm;             // the ZeroRT "zrt" section
+  comm::CommOptions comm;                                      // the ZeroRT "zrt" section
+  aio::AioOptions aio;                // the "aio" section (NVMe offload's I/O)
   std::vector<std::string> warnings;  // also logged (rank 0) by resolve_config
   std::vector<std::string> notes;     // also logged at info level
 

@@ -226,6 +226,12 @@ Json to_json(const ResolvedConfig& rc) {
   j["zero_allow_untested_optimizer"] = rc.zero_allow_untested_optimizer;
   j["zero_force_ds_cpu_optimizer"] = rc.zero_force_ds_cpu_optimizer;
   j["dataloader_drop_last"] = rc.dataloader_drop_last;
+  j["aio"] = {{"block_size", rc.aio.block_size},
+              {"queue_depth", rc.aio.queue_depth},
+              {"intra_op_parallelism", rc.aio.thread_count},
+              {"single_submit", rc.aio.single_submit},
+              {"overlap_events", rc.aio.overlap_events},
+              {"use_gds", false}};
   j["zrt"] = {{"comm_timeout", rc.comm.timeout_seconds},
               {"debug_collectives", rc.comm.debug_collectives}};
   return j;

@@ -81,24 +81,24 @@ void TrainingArguments::validate() {
     }
   }
   if (logging_strategy == "steps" && logging_steps == 0) {
-    throw UsageError(
-        "logging strategy IntervalStrategy.STEPS requires non-zero --logging_steps");
+    throw UsageError("logging strategy IntervalStrategy.STEPS requires non-zero --logging_steps");
   }
   if (eval_strategy == "steps" && *eval_steps > 1 && *eval_steps != std::floor(*eval_steps)) {
     throw UsageError(str("--eval_steps must be an integer if bigger than 1: ", *eval_steps));
   }
   if (load_best_model_at_end && save_strategy != "best") {
     if (eval_strategy != save_strategy) {
-      throw UsageError(str(
-          "--load_best_model_at_end requires the save and eval strategy to match, except when "
-          "--save_strategy=\"best\", but found\n- Evaluation strategy: ", eval_strategy,
-          "\n- Save strategy: ", save_strategy));
+      throw UsageError(
+          str("--load_best_model_at_end requires the save and eval strategy to match, except when "
+              "--save_strategy=\"best\", but found\n- Evaluation strategy: ",
+              eval_strategy, "\n- Save strategy: ", save_strategy));
     }
     if (eval_strategy == "steps" && *eval_steps >= 1 && save_steps >= 1 &&
         std::fmod(save_steps, *eval_steps) != 0) {
-      throw UsageError(str("--load_best_model_at_end requires the saving steps to be a round "
-                           "multiple of the evaluation steps, but found ",
-                           save_steps, ", which is not a round multiple of ", *eval_steps, "."));
+      throw UsageError(
+          str("--load_best_model_at_end requires the saving steps to be a round "
+              "multiple of the evaluation steps, but found ",
+              save_steps, ", which is not a round multiple of ", *eval_steps, "."));
     }
   }
   if ((load_best_model_at_end || save_strategy == "best") && !metric_for_best_model) {
@@ -169,12 +169,22 @@ bool parse_hf_bool(const std::string& text) {
 }
 
 const std::vector<std::string>& training_bool_flags() {
-  static const std::vector<std::string> kFlags = {
-      "do_train",        "do_eval",          "do_predict",           "save_on_each_node",
-      "fp16",            "bf16",             "fp16_full_eval",       "bf16_full_eval",
-      "adafactor",       "dataloader_drop_last", "auto_find_batch_size", "logging_first_step",
-      "gradient_checkpointing", "use_cpu",
-      "load_best_model_at_end", "greater_is_better"};
+  static const std::vector<std::string> kFlags = {"do_train",
+                                                  "do_eval",
+                                                  "do_predict",
+                                                  "save_on_each_node",
+                                                  "fp16",
+                                                  "bf16",
+                                                  "fp16_full_eval",
+                                                  "bf16_full_eval",
+                                                  "adafactor",
+                                                  "dataloader_drop_last",
+                                                  "auto_find_batch_size",
+                                                  "logging_first_step",
+                                                  "gradient_checkpointing",
+                                                  "use_cpu",
+                                                  "load_best_model_at_end",
+                                                  "greater_is_better"};
   return kFlags;
 }
 
@@ -484,8 +494,9 @@ TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
     ZRT_CHECK_AS(UsageError, result.count("eval_strategy") == 0,
                  "--evaluation_strategy and --eval_strategy given: --evaluation_strategy is the "
                  "transformers 4.x name of --eval_strategy; give one");
-    ZRT_LOG_WARN("--evaluation_strategy is the transformers 4.x name of --eval_strategy (removed "
-                 "in transformers 5); using it as --eval_strategy");
+    ZRT_LOG_WARN(
+        "--evaluation_strategy is the transformers 4.x name of --eval_strategy (removed "
+        "in transformers 5); using it as --eval_strategy");
     a.eval_strategy = text("evaluation_strategy");
   }
   a.save_strategy = text("save_strategy");

@@ -10,9 +10,6 @@
 #include "kernels/adam_launch.h"
 
 namespace zrt::optim {
-namespace {
-
-}  // namespace
 
 std::string options_problem(const AdamOptions& o) {
   if (!(o.lr >= 0.0)) return str("invalid learning rate ", o.lr, " (must be >= 0)");
@@ -26,9 +23,7 @@ std::string options_problem(const AdamOptions& o) {
   return "";
 }
 
-namespace {
-
-kernels::AdamStepArgs step_args(const AdamOptions& o, int64_t step, double grad_scale) {
+kernels::AdamStepArgs adam_step_args(const AdamOptions& o, int64_t step, double grad_scale) {
   kernels::AdamStepArgs a;
   a.lr = o.lr;
   a.beta1 = o.beta1;
@@ -41,6 +36,8 @@ kernels::AdamStepArgs step_args(const AdamOptions& o, int64_t step, double grad_
   a.grad_scale = grad_scale;
   return a;
 }
+
+namespace {
 
 void check_state_tensor(const at::Tensor& t, const at::Tensor& param, const char* what, size_t g,
                         size_t i) {
@@ -62,6 +59,12 @@ void check_adam_options(const AdamOptions& options) {
 
 FusedAdam::FusedAdam(std::vector<AdamParamGroup> groups)
     : GroupedOptimizer(std::move(groups), /*fp32_params_only=*/true) {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].size(); ++i) {
+      ZRT_CHECK(!groups_[g][i].param.is_meta(), "FusedAdam: param group ", g, " param ", i,
+                " is a meta tensor (swapped masters need SwappedAdam)");
+    }
+  }
   for (const auto& params : groups_) state_.emplace_back(params.size());
 }
 
@@ -88,7 +91,7 @@ void FusedAdam::step(double grad_scale) {
   for (size_t g = 0; g < groups_.size(); ++g) {
     if (groups_[g].empty()) continue;
     ++steps_[g];
-    const kernels::AdamStepArgs args = step_args(options_[g], steps_[g], grad_scale);
+    const kernels::AdamStepArgs args = adam_step_args(options_[g], steps_[g], grad_scale);
     std::vector<kernels::AdamTensors> cpu;
     std::vector<kernels::AdamTensors> cuda;
     for (size_t i = 0; i < groups_[g].size(); ++i) {

@@ -6,11 +6,15 @@
 
 #include <vector>
 
+#include "kernels/adam_math.h"
 #include "optim/grouped_optimizer.h"
 
 namespace zrt::optim {
 
 using AdamParamGroup = OptimizerGroup<AdamOptions>;
+
+// The kernel's arguments for one step of a group (step: t after incrementing).
+kernels::AdamStepArgs adam_step_args(const AdamOptions& options, int64_t step, double grad_scale);
 
 // Throws zrt::Error for invalid hyper-parameters.
 void check_adam_options(const AdamOptions& options);

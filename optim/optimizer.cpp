@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "optim/fused_adam.h"
 #include "optim/sgd.h"
+#include "optim/swapped_adam.h"
 
 namespace zrt::optim {
 namespace {
@@ -17,13 +18,17 @@ bool is_kernel_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
 }
 
+// Note [Swapped params] (optim/optimizer.h): a meta param's companions are on the CPU, and its
+// param_copy may be fp32 (the optimizer copies the updated masters into it).
 void check_companion(const at::Tensor& t, const at::Tensor& param, const char* what, size_t g,
                      size_t i, bool allow_fp32) {
   if (!t.defined()) return;
   ZRT_CHECK(t.numel() == param.numel(), "param group ", g, " param ", i, ": ", what, " has ",
             t.numel(), " elements, the param has ", param.numel());
-  ZRT_CHECK(t.device() == param.device(), "param group ", g, " param ", i, ": ", what, " is on ",
+  const c10::Device device = param.is_meta() ? c10::Device(at::kCPU) : param.device();
+  ZRT_CHECK(t.device() == device, "param group ", g, " param ", i, ": ", what, " is on ",
             t.device(), ", the param on ", param.device());
+  allow_fp32 = allow_fp32 || param.is_meta();
   ZRT_CHECK(is_kernel_dtype(t.scalar_type()) && (allow_fp32 || t.scalar_type() != at::kFloat),
             "param group ", g, " param ", i, ": ", what, " must be ",
             allow_fp32 ? "fp32, bf16 or fp16" : "bf16 or fp16", ", got ", t.scalar_type());
@@ -32,8 +37,9 @@ void check_companion(const at::Tensor& t, const at::Tensor& param, const char* w
 
 void check_param(const OptimParam& p, size_t g, size_t i, bool fp32_only) {
   ZRT_CHECK(p.param.defined(), "param group ", g, " param ", i, ": the param tensor is undefined");
-  ZRT_CHECK(p.param.device().is_cpu() || p.param.device().is_cuda(), "param group ", g, " param ",
-            i, ": tensors must be on CPU or CUDA, got ", p.param.device());
+  ZRT_CHECK(
+      p.param.device().is_cpu() || p.param.device().is_cuda() || (p.param.is_meta() && fp32_only),
+      "param group ", g, " param ", i, ": tensors must be on CPU or CUDA, got ", p.param.device());
   ZRT_CHECK(fp32_only ? p.param.scalar_type() == at::kFloat : p.param.is_floating_point(),
             "param group ", g, " param ", i, ": the param must be ",
             fp32_only ? "fp32 (the master copy)" : "a floating-point tensor", ", got ",
@@ -54,7 +60,7 @@ Optimizer::Optimizer(std::vector<std::vector<OptimParam>> groups, bool fp32_para
       check_param(groups_[g][i], g, i, fp32_params_only_);
       const at::Tensor& p = groups_[g][i].param;
       const bool fresh = seen.insert(p.unsafeGetTensorImpl()).second &&
-                         (p.numel() == 0 || seen.insert(p.data_ptr()).second);
+                         (p.numel() == 0 || p.is_meta() || seen.insert(p.data_ptr()).second);
       ZRT_CHECK(fresh, "param group ", g, " param ", i,
                 ": this tensor (or its memory) appears more than once in the optimizer");
     }
@@ -128,21 +134,36 @@ std::vector<std::vector<const ParamState*>> Optimizer::match_state(
   return out;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec,
-                                          std::vector<ParamGroup> groups) {
+namespace {
+
+std::vector<AdamParamGroup> adam_groups_of(const OptimizerSpec& spec,
+                                           std::vector<ParamGroup> groups) {
+  std::vector<AdamParamGroup> adam_groups;
+  for (ParamGroup& g : groups) {
+    AdamOptions o = spec.adam;
+    if (spec.kind == OptimizerKind::kAdamW) o.adam_w_mode = true;
+    if (g.lr) o.lr = *g.lr;
+    if (g.weight_decay) o.weight_decay = *g.weight_decay;
+    adam_groups.push_back({std::move(g.params), o});
+  }
+  return adam_groups;
+}
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector<ParamGroup> groups,
+                                          std::shared_ptr<SwapSpace> swap) {
+  if (swap != nullptr) {
+    ZRT_CHECK_AS(ConfigError, spec.kind != OptimizerKind::kSgd,
+                 "offload_optimizer.device \"nvme\" supports Adam and AdamW (the optimizer "
+                 "is ",
+                 spec.type_name, ")");
+    return std::make_unique<SwappedAdam>(adam_groups_of(spec, std::move(groups)), std::move(swap));
+  }
   switch (spec.kind) {
     case OptimizerKind::kAdam:
-    case OptimizerKind::kAdamW: {
-      std::vector<AdamParamGroup> adam_groups;
-      for (ParamGroup& g : groups) {
-        AdamOptions o = spec.adam;
-        if (spec.kind == OptimizerKind::kAdamW) o.adam_w_mode = true;
-        if (g.lr) o.lr = *g.lr;
-        if (g.weight_decay) o.weight_decay = *g.weight_decay;
-        adam_groups.push_back({std::move(g.params), o});
-      }
-      return std::make_unique<FusedAdam>(std::move(adam_groups));
-    }
+    case OptimizerKind::kAdamW:
+      return std::make_unique<FusedAdam>(adam_groups_of(spec, std::move(groups)));
     case OptimizerKind::kSgd: {
       std::vector<SgdParamGroup> sgd_groups;
       for (ParamGroup& g : groups) {

@@ -17,6 +17,12 @@
 
 namespace zrt::optim {
 
+// Note [Swapped params]:
+// A param whose fp32 values live outside memory (NVMe offload: optim/swap_space.h) is a meta
+// tensor: numel and dtype, no storage. Only an optimizer that knows where the values are
+// (SwappedAdam) accepts one; its grad and param_copy are CPU tensors, and its param_copy may be
+// fp32 (the partition refreshed from the updated masters).
+//
 // One tensor the optimizer updates. With ZeRO this is a flat fp32 partition; one per group is the
 // common case. `param` is updated in place. `grad` (same numel, fp32/bf16/fp16, same device) is
 // read by step(); an undefined grad skips the parameter that step, as torch does. `param_copy`
@@ -117,10 +123,13 @@ class Optimizer {
   bool fp32_params_only_;
 };
 
+class SwapSpace;
+
 // Builds the optimizer the spec names: kAdam / kAdamW → FusedAdam (adam_w_mode forced on for
-// kAdamW, as DeepSpeed does: effective AdamW = type is AdamW or adam_w_mode), kSgd → SGD.
+// kAdamW, as DeepSpeed does: effective AdamW = type is AdamW or adam_w_mode), kSgd → SGD. With a
+// swap space (NVMe offload), kAdam / kAdamW → SwappedAdam over it and kSgd a ConfigError.
 // Throws zrt::Error for invalid hyper-parameters or tensors.
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec,
-                                          std::vector<ParamGroup> groups);
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, std::vector<ParamGroup> groups,
+                                          std::shared_ptr<SwapSpace> swap = nullptr);
 
 }  // namespace zrt::optim

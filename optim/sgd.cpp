@@ -40,8 +40,8 @@ const at::Tensor& Sgd::momentum_buffer(size_t group, size_t index) const {
 namespace {
 
 // One update of `param` (torch's SGD step; `buf`: the momentum buffer of the same elements).
-void sgd_update(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& buf,
-                bool first, const SgdOptions& o, double grad_scale) {
+void sgd_update(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& buf, bool first,
+                const SgdOptions& o, double grad_scale) {
   at::Tensor d = grad;
   if (d.scalar_type() != param.scalar_type()) d = d.to(param.scalar_type());
   if (grad_scale != 1.0) d = d * grad_scale;

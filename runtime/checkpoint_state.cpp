@@ -140,7 +140,8 @@ Value stage0_per_param(const optim::OptimizerState& state, const ParamShapes& sh
     for (const auto& [name, shape] : shapes[g]) {
       const int64_t n = ckpt::shape_numel(shape);
       if (it != state.state.end()) {
-        per_param.set(k, state_entry(it->second, state.optimizer == "SGD", [&](const at::Tensor& t) {
+        per_param.set(k,
+                      state_entry(it->second, state.optimizer == "SGD", [&](const at::Tensor& t) {
                         return t.reshape({-1}).narrow(0, offset, n).reshape(shape).clone();
                       }));
       }
@@ -181,8 +182,8 @@ Value stage0_optimizer_value(const optim::OptimizerState& state,
     flats.push_back(first_elements(masters[g], n));
     auto it = trimmed.state.find(static_cast<int64_t>(g));
     if (it == trimmed.state.end()) continue;
-    for (at::Tensor* t : {&it->second.exp_avg, &it->second.exp_avg_sq,
-                          &it->second.momentum_buffer}) {
+    for (at::Tensor* t :
+         {&it->second.exp_avg, &it->second.exp_avg_sq, &it->second.momentum_buffer}) {
       if (t->defined()) *t = first_elements(*t, n);
     }
   }
@@ -208,8 +209,8 @@ void reassemble_stage0_per_param(FullState& full, const ParamShapes& shapes,
   for (size_t g = 0; g < shapes.size(); ++g) {
     const optim::ParamGroupState& group = base.param_groups[g];
     ZRT_CHECK_AS(CheckpointError, group.params.size() == shapes[g].size(), opt.where(),
-                 ": optimizer group ", g, " has ", group.params.size(), " parameters, param_shapes ",
-                 shapes[g].size());
+                 ": optimizer group ", g, " has ", group.params.size(),
+                 " parameters, param_shapes ", shapes[g].size());
     full.group_hyper.push_back(group);
     int64_t step = 0;  // the last parameter's with state (DeepSpeed's FusedAdam counts there)
     for (size_t i = 0; i < shapes[g].size(); ++i) {
@@ -224,8 +225,8 @@ void reassemble_stage0_per_param(FullState& full, const ParamShapes& shapes,
       if (it == base.state.end()) continue;
       step = it->second.step;
       auto whole = [&](const at::Tensor& t, const char* what) {
-        ZRT_CHECK_AS(CheckpointError, t.defined() && t.numel() == w.numel(), opt.where(),
-                     ": the ", what, " of '", name, "' (state ", group.params[i],
+        ZRT_CHECK_AS(CheckpointError, t.defined() && t.numel() == w.numel(), opt.where(), ": the ",
+                     what, " of '", name, "' (state ", group.params[i],
                      ") does not have the parameter's ", w.numel(), " elements");
         return t.to(at::kFloat).reshape(shape).clone();
       };
@@ -307,10 +308,11 @@ FullState reassemble_stage0_state(const ParamShapes& shapes, const Value& model_
     auto split = [&](const at::Tensor& t, const char* tensor, at::Tensor FullParamState::*slot) {
       ZRT_CHECK_AS(CheckpointError, t.defined(), context, ": group ", g, " has no ", tensor);
       // Older ZeroRT files pad the moments beyond the flat's elements: the padding is at the end.
-      const at::Tensor part = t.to(at::kFloat).reshape({-1}).narrow(0, 0, std::min(t.numel(), flat.numel()));
-      for (auto& [name, whole] : ckpt::merge_partitions(ckpt::PartitionLayout::kFlat, {part},
-                                                        shapes[g], context, static_cast<int>(g),
-                                                        tensor)) {
+      const at::Tensor part =
+          t.to(at::kFloat).reshape({-1}).narrow(0, 0, std::min(t.numel(), flat.numel()));
+      for (auto& [name, whole] :
+           ckpt::merge_partitions(ckpt::PartitionLayout::kFlat, {part}, shapes[g], context,
+                                  static_cast<int>(g), tensor)) {
         full.params[name].*slot = whole.clone();
       }
     };

@@ -68,9 +68,9 @@ using ParamShapes = std::vector<ckpt::NamedShapes>;
 // `shapes` the groups' parameters in flattening order, `loss_scaler` the scaler's state
 // (optim::LossScaler::state_dict()).
 ckpt::Value stage0_optimizer_value(const optim::OptimizerState& state,
-                                   const std::vector<at::Tensor>& masters, const ParamShapes& shapes,
-                                   at::ScalarType model_dtype, const Json& loss_scaler,
-                                   double clip_grad);
+                                   const std::vector<at::Tensor>& masters,
+                                   const ParamShapes& shapes, at::ScalarType model_dtype,
+                                   const Json& loss_scaler, double clip_grad);
 
 // Reassembles a FullState from the model states of a stage-0 checkpoint, whose "optimizer" is one
 // of Note [Stage 0 layouts] (and whose "module" holds the fp32 layout's masters). Checkpoints of

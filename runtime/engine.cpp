@@ -66,7 +66,8 @@ void cast_model(torch::nn::Module& model, at::ScalarType dtype, int stage) {
   ZRT_CHECK_AS(ConfigError, stage == 3, "the model's parameters were built without storage (",
                deferred.size(), " of them, e.g. '", deferred.front(),
                "': zrt::defer_parameters); only ZeRO stage 3 partitions such a model, the config "
-               "asks for stage ", stage);
+               "asks for stage ",
+               stage);
   at::NoGradGuard no_grad;
   for (const auto& p : model.named_parameters()) {
     at::Tensor t = p.value();
@@ -92,7 +93,8 @@ void check_dtype_supported(at::ScalarType dtype, torch::nn::Module& model) {
   for (const auto& p : model.parameters()) {
     ZRT_CHECK_AS(ConfigError, !p.device().is_cpu(),
                  "fp16 (\"fp16\": {\"enabled\": true} / --fp16) on the CPU needs fp16 CPU "
-                 "kernels, which this LibTorch (", ZRT_TORCH_VERSION,
+                 "kernels, which this LibTorch (",
+                 ZRT_TORCH_VERSION,
                  ") does not have: use bf16 (\"bf16\": {\"enabled\": true} / --bf16), "
                  "or build ZeroRT against LibTorch 2.x");
   }
@@ -185,8 +187,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig 
 
 void Engine::see_memory_usage(const char* where) {
   if (!config_.memory_breakdown) return;
-  const runtime::ModelStateBytes bytes =
-      states_ ? model_state_bytes() : runtime::ModelStateBytes{};
+  const runtime::ModelStateBytes bytes = states_ ? model_state_bytes() : runtime::ModelStateBytes{};
   for (const std::string& line :
        runtime::format_memory_report(where, runtime::read_memory_usage(), bytes)) {
     ZRT_LOG_INFO_ALL(line);
@@ -215,9 +216,8 @@ void Engine::dump_state() const {
       {"reduce_bucket_size", str(config_.zero.reduce_bucket_size)},
       {"allgather_bucket_size", str(config_.zero.allgather_bucket_size)},
       {"offload_optimizer", config_.zero.offload_optimizer_enabled() ? "cpu" : "none"},
-      {"model_state_bytes_rank0",
-       str("params ", bytes.params, ", grads ", bytes.grads, ", master ", bytes.master,
-           ", optimizer ", bytes.optimizer)},
+      {"model_state_bytes_rank0", str("params ", bytes.params, ", grads ", bytes.grads, ", master ",
+                                      bytes.master, ", optimizer ", bytes.optimizer)},
       {"global_steps", str(global_steps_)},
       {"global_samples", str(global_samples_)},
       {"micro_steps", str(micro_steps_)},
@@ -230,7 +230,7 @@ void Engine::dump_state() const {
 
 void Engine::build_flat(std::vector<std::vector<zero::NamedParam>> groups) {
   states_ = std::make_unique<runtime::FlatModelStates>(std::move(groups), comm_, config_.zero,
-                                                       config_.gradient_options());
+                                                       config_.gradient_options(), config_.aio);
 }
 
 void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
@@ -248,8 +248,8 @@ void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
       z.offload_param_enabled());
   layout->partition();
   states_ = std::make_unique<runtime::Stage3ModelStates>(std::move(layout), std::move(found.units),
-                                                         comm_,
-                                                         z, config_.gradient_options(), inference);
+                                                         comm_, z, config_.gradient_options(),
+                                                         inference, config_.aio);
 }
 
 Engine::~Engine() = default;
@@ -301,7 +301,7 @@ void Engine::build_optimizer(const EngineOptions& options) {
     pg.weight_decay = options.param_groups[g].weight_decay;
     groups.push_back(std::move(pg));
   }
-  optimizer_ = optim::make_optimizer(*spec, std::move(groups));
+  optimizer_ = optim::make_optimizer(*spec, std::move(groups), states_->swap_space());
 
   std::optional<sched::SchedulerSpec> sched_spec = config_.scheduler;
   if (!sched_spec) sched_spec = options.client_scheduler;
@@ -343,7 +343,8 @@ at::Tensor Engine::to_model_dtype(const at::Tensor& t) const {
 
 runtime::ModelStateBytes Engine::model_state_bytes() const {
   runtime::ModelStateBytes m = states_->memory();
-  if (optimizer_) {
+  // Swapped moments are on disk (counted in m.swapped); reading them back here would move them all.
+  if (optimizer_ && states_->swap_space() == nullptr) {
     const optim::OptimizerState st = optimizer_->state_dict();
     for (const auto& [index, ps] : st.state) {
       for (const at::Tensor* t : {&ps.exp_avg, &ps.exp_avg_sq, &ps.momentum_buffer}) {
@@ -399,8 +400,7 @@ void CheckpointAccess::load_lr_scheduler_state(const Json& state) const {
 
 }  // namespace runtime
 
-void Engine::restore_counters(int64_t global_steps, int64_t global_samples,
-                              int64_t skipped_steps) {
+void Engine::restore_counters(int64_t global_steps, int64_t global_samples, int64_t skipped_steps) {
   global_steps_ = global_steps;
   global_samples_ = global_samples;
   skipped_steps_ = skipped_steps;

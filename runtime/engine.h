@@ -188,7 +188,8 @@ class Engine {
   void print_progress();
   at::Tensor backward_impl(const at::Tensor& loss);
   void step_impl();
-  // memory_breakdown: every rank logs DeepSpeed's see_memory_usage report (runtime/memory_report.h).
+  // memory_breakdown: every rank logs DeepSpeed's see_memory_usage report
+  // (runtime/memory_report.h).
   void see_memory_usage(const char* where);
   // dump_state: rank 0 logs the engine's state at start, as DeepSpeed's print_configuration.
   void dump_state() const;
@@ -207,8 +208,8 @@ class Engine {
   int64_t global_samples_ = 0;
   int64_t skipped_steps_ = 0;
   std::optional<bool> boundary_override_;
-  bool restart_window_ = false;  // end_accumulation_window() was called for the next step
-  int64_t window_start_ = 0;     // micro_steps_ at which the current accumulation window began
+  bool restart_window_ = false;    // end_accumulation_window() was called for the next step
+  int64_t window_start_ = 0;       // micro_steps_ at which the current accumulation window began
   bool backward_pending_ = false;  // backward() ran since the last step()
   double backward_scale_ = 1.0;    // the loss scale the pending gradients carry
   std::optional<double> global_grad_norm_;

@@ -97,7 +97,8 @@ Value EngineCheckpointer::model_states_value(bool with_module) {
     // DeepSpeed's non-ZeRO layouts: the optimizer inside the model states, as the optimizer it
     // wraps for the model dtype saves itself (Note [Stage 0 layouts]).
     std::vector<at::Tensor> masters;
-    for (const auto& t : states.targets()) masters.push_back(t.master);
+    for (size_t g = 0; g < states.targets().size(); ++g)
+      masters.push_back(master_values(states, g));
     ParamShapes shapes;
     for (const GroupPartition& group : groups) shapes.push_back(group.params);
     d.set("optimizer",
@@ -153,7 +154,7 @@ Value EngineCheckpointer::optim_states_value() {
   std::vector<ckpt::NamedShapes> groups;
   for (const GroupPartition& group : states.group_partitions()) groups.push_back(group.params);
   std::vector<at::Tensor> masters;
-  for (const auto& t : states.targets()) masters.push_back(t.master);
+  for (size_t g = 0; g < states.targets().size(); ++g) masters.push_back(master_values(states, g));
   return file.to_value(engine_.comm().rank(), groups, masters,
                        ckpt::from_json(config::to_json(config)), ds_version());
 }
@@ -173,15 +174,12 @@ std::string EngineCheckpointer::save(const std::string& save_dir,
   ckpt::validate_tag(name);
   const int stage = config.zero.stage;
   const int rank = comm.rank();
-  const bool writer =
-      config.checkpoint.use_node_local_storage ? comm.local_rank() == 0 : rank == 0;
+  const bool writer = config.checkpoint.use_node_local_storage ? comm.local_rank() == 0 : rank == 0;
   std::vector<ckpt::PendingFile> files;
   if (stage == 3 || writer) {
     Value ms = model_states_value(/*with_module=*/true);
     for (const auto& [key, value] : client_state.as_dict()) ms.set(key, value);
-    files.push_back(ckpt::PendingFile::pt(
-        ckpt::model_states_name_of(stage, rank),
-        std::move(ms)));
+    files.push_back(ckpt::PendingFile::pt(ckpt::model_states_name_of(stage, rank), std::move(ms)));
   }
   if (stage >= 1 && optimizer != nullptr) {
     files.push_back(ckpt::PendingFile::pt(ckpt::optim_states_name(rank, dtype == at::kBFloat16),

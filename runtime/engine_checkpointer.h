@@ -56,8 +56,8 @@ class EngineCheckpointer {
   // Weights only from whole-parameter state read by ranges (a stage-3 checkpoint's fp32 flats, a
   // universal folder): each rank reads its partitions' elements (never the whole model), the
   // buffers and frozen parameters come from the model states.
-  void load_partitioned_weights(const ckpt::WholeStateSource& src,
-                                const ckpt::Value& model_states, bool strict);
+  void load_partitioned_weights(const ckpt::WholeStateSource& src, const ckpt::Value& model_states,
+                                bool strict);
   void assign_module_weights(const std::unordered_map<std::string, at::Tensor>& full, bool strict,
                              const std::string& context);
   // Masters, optimizer state and loss scale from the checkpoint; then the parameters from the
@@ -84,7 +84,8 @@ class EngineCheckpointer {
   void load_ranged_state(const ckpt::WholeStateSource& src, const ckpt::Value& model_states);
   // What every load ends with: counters, scheduler, the RNG (`rng_file` when not empty), the
   // client state (the model states' other keys), a barrier.
-  std::optional<LoadedCheckpoint> finish_load(const std::string& dir, const ckpt::Value& model_states,
+  std::optional<LoadedCheckpoint> finish_load(const std::string& dir,
+                                              const ckpt::Value& model_states,
                                               const LoadCheckpointOptions& options,
                                               bool module_only, const std::string& rng_file);
   // This rank's partition of group `group`, `dtype`, from whole tensors by name.

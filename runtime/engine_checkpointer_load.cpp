@@ -1,9 +1,7 @@
 // EngineCheckpointer, the load side: load (checkpoints at the same world size and stage, and
 // stage 0 at any) and load_module_file; loads by ranged reads (another world size or stage,
-// universal checkpoints, ZeRO-3 weights only) are in engine_checkpointer_ranged.cpp. The writer is runtime/engine_checkpointer.cpp; the keys are in
-// checkpoint/FORMAT.md.
-#include "runtime/engine_checkpointer.h"
-
+// universal checkpoints, ZeRO-3 weights only) are in engine_checkpointer_ranged.cpp. The writer is
+// runtime/engine_checkpointer.cpp; the keys are in checkpoint/FORMAT.md.
 #include <map>
 #include <mutex>
 #include <set>
@@ -20,8 +18,8 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/storage.h"
 #include "checkpoint/universal.h"
-#include "checkpoint/zero_folder.h"
 #include "checkpoint/value_view.h"
+#include "checkpoint/zero_folder.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/shard.h"
@@ -29,6 +27,7 @@
 #include "optim/optimizer.h"
 #include "runtime/checkpoint_access.h"
 #include "runtime/checkpoint_state.h"
+#include "runtime/engine_checkpointer.h"
 #include "sched/lr_scheduler.h"
 #include "zero/stage3_layout.h"
 
@@ -172,9 +171,8 @@ void EngineCheckpointer::load_partitioned_state(const std::string& dir, const st
   comm::Comm& comm = engine_.comm();
   // A DeepSpeed-written tag (the transformers Trainer's checkpoint-N) has no manifest: the one
   // its files imply, and its files (DeepSpeed's pickled classes) read in tolerant mode.
-  const ckpt::Manifest manifest = ckpt::open_tag(ckpt::parent_dir(dir), tag,
-                                                 ckpt::VerifyLevel::kSizes,
-                                                 &CheckpointAccess(engine_).storage());
+  const ckpt::Manifest manifest = ckpt::open_tag(
+      ckpt::parent_dir(dir), tag, ckpt::VerifyLevel::kSizes, &CheckpointAccess(engine_).storage());
   ckpt::ReadOptions ro;
   if (manifest.derived) ro.mode = ckpt::ReadMode::kTolerant;
   const bool bf16 = engine_.model_dtype() == at::kBFloat16;
@@ -216,16 +214,16 @@ Value EngineCheckpointer::load_same_layout(const std::string& dir, const std::st
     ZRT_CHECK_AS(CheckpointError, saved.numel() <= targets[g].master.numel(), optim_file,
                  ": fp32 group ", g, " has ", saved.numel(), " elements, the partition ",
                  targets[g].master.numel());
-    targets[g].master.zero_();  // padding
-    targets[g].master.narrow(0, 0, saved.numel()).copy_(saved);
+    at::Tensor master = at::zeros({targets[g].master.numel()}, at::kFloat);  // padding: zeros
+    master.narrow(0, 0, saved.numel()).copy_(saved);
+    store_master(engine_.model_states(), g, master);
   }
-  engine_.optimizer()->load_state_dict(
-      optimizer_state_from_value(file.base_view(optim_file)));
+  engine_.optimizer()->load_state_dict(optimizer_state_from_value(file.base_view(optim_file)));
   return file.loss_scaler;
 }
 
 Value EngineCheckpointer::load_stage0(const std::string& dir, int saved_world,
-                                       const Value& model_states) {
+                                      const Value& model_states) {
   // DeepSpeed without ZeRO writes no param_shapes: its optimizer's groups are the engine's.
   ParamShapes shapes;
   const ValueView ms(model_states, dir);
@@ -260,7 +258,7 @@ Value EngineCheckpointer::load_stage0(const std::string& dir, int saved_world,
   optim::OptimizerState state;
   state.optimizer = full.optimizer;
   for (size_t g = 0; g < targets.size(); ++g) {
-    targets[g].master.copy_(part_of(g, &FullParamState::fp32));
+    store_master(engine_.model_states(), g, part_of(g, &FullParamState::fp32));
     const std::string& first = mine[g].params.front().first;
     optim::ParamState ps;
     ps.step = full.group_steps[g];
@@ -345,11 +343,9 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::load(const std::string& load
   return finish_load(dir, ms, options, module_only, rng ? rng_name : std::string());
 }
 
-std::optional<LoadedCheckpoint> EngineCheckpointer::finish_load(const std::string& dir,
-                                                                const Value& ms,
-                                                                const LoadCheckpointOptions& options,
-                                                                bool module_only,
-                                                                const std::string& rng_file) {
+std::optional<LoadedCheckpoint> EngineCheckpointer::finish_load(
+    const std::string& dir, const Value& ms, const LoadCheckpointOptions& options, bool module_only,
+    const std::string& rng_file) {
   comm::Comm& comm = engine_.comm();
   const ValueView msv(ms, dir);
   bool scheduler_loaded = false;
@@ -381,9 +377,9 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::finish_load(const std::strin
   }
   comm.barrier();
   if (module_only) {
-    ZRT_LOG_INFO("loaded the module weights of checkpoint ", dir,
-                 engine_.optimizer() == nullptr ? " (inference: no optimizer or scheduler state)"
-                                                : "");
+    ZRT_LOG_INFO(
+        "loaded the module weights of checkpoint ", dir,
+        engine_.optimizer() == nullptr ? " (inference: no optimizer or scheduler state)" : "");
   } else {
     ZRT_LOG_INFO("loaded checkpoint ", dir, " (global step ", engine_.global_steps(), ")");
   }
@@ -391,7 +387,8 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::finish_load(const std::strin
 }
 
 void EngineCheckpointer::load_module_file(const std::string& path, bool strict) {
-  ZRT_CHECK(!CheckpointAccess(engine_).backward_pending(), "load_module_file() between backward() and step()");
+  ZRT_CHECK(!CheckpointAccess(engine_).backward_pending(),
+            "load_module_file() between backward() and step()");
   const bool st = path.size() > 12 && path.substr(path.size() - 12) == ".safetensors";
   std::unordered_map<std::string, at::Tensor> full;
   if (st) {

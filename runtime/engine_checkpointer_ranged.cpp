@@ -3,8 +3,6 @@
 // folder of another world size or stage, a universal folder (load_universal), the fp32 flats of a
 // ZeRO-3 checkpoint for a weights-only load. The rest of loading is in
 // engine_checkpointer_load.cpp.
-#include "runtime/engine_checkpointer.h"
-
 #include <set>
 #include <unordered_map>
 
@@ -22,6 +20,7 @@
 #include "optim/optimizer.h"
 #include "runtime/checkpoint_access.h"
 #include "runtime/checkpoint_state.h"
+#include "runtime/engine_checkpointer.h"
 
 namespace zrt::runtime {
 
@@ -42,8 +41,8 @@ bool group_stepped(const ckpt::WholeStateSource& folder, const GroupPartition& g
 
 // Every rank checks every file of every group before any is read, so that all fail alike (a rank
 // that alone missed a file of its partition would leave the others waiting in a collective).
-void check_complete(const ckpt::WholeStateSource& folder,
-                    const std::vector<GroupPartition>& groups, bool sgd) {
+void check_complete(const ckpt::WholeStateSource& folder, const std::vector<GroupPartition>& groups,
+                    bool sgd) {
   const char* moment = sgd ? "momentum_buffer" : ckpt::kExpAvgState;
   for (const GroupPartition& gp : groups) {
     const bool stepped = group_stepped(folder, gp, moment);
@@ -77,8 +76,8 @@ void EngineCheckpointer::load_partitioned_weights(const ckpt::WholeStateSource& 
                    ": the checkpoint has no weights for '", name,
                    "' (load with load_module_strict = false to skip it)");
       ZRT_CHECK_AS(CheckpointError, it == saved.end() || it->second == ckpt::shape_numel(shape),
-                   src.where(), ": '", name, "' has ", it->second, " elements in the checkpoint but ",
-                   c10::IntArrayRef(shape), " in the model");
+                   src.where(), ": '", name, "' has ", it->second,
+                   " elements in the checkpoint but ", c10::IntArrayRef(shape), " in the model");
     }
   }
   std::set<std::string> aliases;
@@ -93,11 +92,11 @@ void EngineCheckpointer::load_partitioned_weights(const ckpt::WholeStateSource& 
   ckpt::RangeReader read = [&](const std::string& name, int64_t numel, ShardInfo range) {
     return saved.count(name) != 0 ? fp32(name, numel, range) : at::Tensor();
   };
-  auto& targets = states.targets();
   for (size_t g = 0; g < groups.size(); ++g) {
     const GroupPartition& gp = groups[g];
-    ckpt::fill_partition(gp.layout, gp.params, gp.rank, gp.world_size, read, targets.at(g).master,
-                         src.where());
+    at::Tensor master = master_values(states, g);
+    ckpt::fill_partition(gp.layout, gp.params, gp.rank, gp.world_size, read, master, src.where());
+    store_master(states, g, master);
   }
   params_from_masters(states);
   restore_whole_tensors(src.where(), model_states);
@@ -155,12 +154,13 @@ void EngineCheckpointer::load_ranged_state(const ckpt::WholeStateSource& src, co
     const GroupPartition& gp = mine[g];
     // This rank's partition of the group's `which`, by ranged reads.
     auto partition = [&](const char* which) {
-      at::Tensor part = at::zeros({targets[g].master.numel()}, at::TensorOptions().dtype(at::kFloat));
+      at::Tensor part =
+          at::zeros({targets[g].master.numel()}, at::TensorOptions().dtype(at::kFloat));
       ckpt::fill_partition(gp.layout, gp.params, gp.rank, gp.world_size, src.reader(which), part,
                            src.where());
       return part;
     };
-    targets[g].master.copy_(partition(ckpt::kFp32State));
+    store_master(engine_.model_states(), g, partition(ckpt::kFp32State));
     const std::string& first = gp.params.front().first;
     if (group_stepped(src, gp, moment)) {
       const std::optional<int64_t> step = src.step(first, g);

@@ -3,8 +3,8 @@
 // schedule, counters). DESIGN.md "One training step".
 #include <cmath>
 
-#include "core/clock.h"
 #include "comm/counting_comm.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "optim/clip.h"
@@ -12,9 +12,9 @@
 #include "optim/optimizer.h"
 #include "runtime/engine.h"
 #include "runtime/fault_injection.h"
-#include "zero/activation_checkpoint.h"
 #include "runtime/monitor.h"
 #include "sched/lr_scheduler.h"
+#include "zero/activation_checkpoint.h"
 
 namespace zrt {
 

@@ -3,14 +3,14 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "optim/swap_space.h"
 #include "zero/param_gather.h"
 
 namespace zrt::runtime {
 
 FlatModelStates::FlatModelStates(std::vector<std::vector<zero::NamedParam>> groups,
-                                 std::shared_ptr<comm::Comm> comm,
-                                 const zero::ZeroOptions& zero,
-                                 const zero::GradientOptions& gradients)
+                                 std::shared_ptr<comm::Comm> comm, const zero::ZeroOptions& zero,
+                                 const zero::GradientOptions& gradients, const aio::AioOptions& aio)
     : comm_(std::move(comm)),
       policy_(zero::StagePolicy::from_stage(zero.stage)),
       allgather_bucket_elements_(std::max<int64_t>(1, zero.allgather_bucket_size)) {
@@ -23,14 +23,24 @@ FlatModelStates::FlatModelStates(std::vector<std::vector<zero::NamedParam>> grou
                                                  zero::ReducerOptions::from(zero, gradients));
   const bool sharded = policy_.shard_optimizer;
   const bool offload = zero.offload_optimizer_enabled();
+  for (const zero::FlatGroup& group : groups_) {
+    device_partitions_.push_back(sharded ? group.partition_view(comm_->rank()) : group.flat());
+  }
+  std::vector<int64_t> numels;
+  for (const at::Tensor& part : device_partitions_) numels.push_back(part.numel());
+  swap_ = make_swap_space(zero, aio, comm_->rank(), numels);
   for (size_t g = 0; g < groups_.size(); ++g) {
-    const zero::FlatGroup& group = groups_[g];
-    at::Tensor part = sharded ? group.partition_view(comm_->rank()) : group.flat();
-    device_partitions_.push_back(part);
+    const at::Tensor& part = device_partitions_[g];
     OptimTarget t;
     const bool alias = part.scalar_type() == at::kFloat && !offload;
     master_aliases_params_.push_back(alias);
-    if (alias) {
+    if (swap_ != nullptr) {
+      // Note [Swapped masters]: the optimizer refreshes the CPU partition (or a CPU staging copy
+      // of a device partition) from the streamed masters.
+      t.master = at::empty({part.numel()}, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
+      swap_->write(static_cast<int>(g), optim::SwapState::kMaster, 0, part);
+      t.lp = part.is_cpu() ? part : at::empty({part.numel()}, part.options().device(at::kCPU));
+    } else if (alias) {
       t.master = part;
     } else {
       at::TensorOptions cpu = at::TensorOptions().dtype(at::kFloat).device(at::kCPU);
@@ -53,8 +63,9 @@ FlatModelStates::FlatModelStates(std::vector<std::vector<zero::NamedParam>> grou
 void FlatModelStates::before_optimizer_step() {
   for (size_t g = 0; g < targets_.size(); ++g) {
     const at::Tensor& reduced = reducer_->grad_partition(static_cast<int>(g));
-    if (reduced.device() != targets_[g].master.device()) {
-      targets_[g].grad = reduced.to(targets_[g].master.device());
+    const c10::Device device = optimizer_device(targets_[g]);
+    if (reduced.device() != device) {
+      targets_[g].grad = reduced.to(device);
     } else {
       targets_[g].grad = reduced;
     }
@@ -85,11 +96,12 @@ ModelStateBytes FlatModelStates::memory() const {
   for (const zero::FlatGroup& g : groups_) m.params += g.flat().nbytes();
   m.grads = reducer_->grad_bytes();
   for (size_t g = 0; g < targets_.size(); ++g) {
-    if (!master_aliases_params_[g]) m.master += targets_[g].master.nbytes();
+    if (!master_aliases_params_[g]) m.master += resident_bytes(targets_[g].master);
     if (targets_[g].lp.defined() && !targets_[g].lp.is_same(device_partitions_[g])) {
       m.master += targets_[g].lp.nbytes();  // offload staging buffers
     }
   }
+  count_swap(swap_.get(), m);
   return m;
 }
 

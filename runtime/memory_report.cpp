@@ -53,15 +53,18 @@ void reset_peak_rss() {
 
 std::vector<std::string> format_memory_report(const std::string& message, const MemoryUsage& u,
                                               const ModelStateBytes& s) {
-  return {message,
-          str("MA ", round2(u.rss_gb), " GB Max_MA ", round2(u.peak_rss_gb), " GB CA ",
-              round2(u.rss_gb), " GB Max_CA ", round2(u.peak_rss_gb), " GB"),
-          str("CPU Virtual Memory:  used = ", round2(u.used_gb), " GB, percent = ",
-              std::round(u.percent * 10) / 10, "%"),
-          str("model states of this rank: params ", round2(s.params / kMiB), " MB, grads ",
-              round2(s.grads / kMiB), " MB, fp32 master ", round2(s.master / kMiB),
-              " MB, optimizer ", round2(s.optimizer / kMiB), " MB, gathered ",
-              round2(s.gathered / kMiB), " MB")};
+  return {
+      message,
+      str("MA ", round2(u.rss_gb), " GB Max_MA ", round2(u.peak_rss_gb), " GB CA ",
+          round2(u.rss_gb), " GB Max_CA ", round2(u.peak_rss_gb), " GB"),
+      str("CPU Virtual Memory:  used = ", round2(u.used_gb),
+          " GB, percent = ", std::round(u.percent * 10) / 10, "%"),
+      str("model states of this rank: params ", round2(s.params / kMiB), " MB, grads ",
+          round2(s.grads / kMiB), " MB, fp32 master ", round2(s.master / kMiB), " MB, optimizer ",
+          round2(s.optimizer / kMiB), " MB, gathered ", round2(s.gathered / kMiB), " MB",
+          s.swapped > 0 ? str(", swap buffers ", round2(s.swap_buffers / kMiB), " MB, on NVMe ",
+                              round2(s.swapped / kMiB), " MB")
+                        : std::string())};
 }
 
 std::vector<std::string> format_state_dump(const std::string& name,

@@ -6,12 +6,19 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 
+#include "aio/options.h"
 #include "checkpoint/reshard.h"
+#include "zero/options.h"
+
+namespace zrt::optim {
+class SwapSpace;
+}  // namespace zrt::optim
 
 namespace zrt::runtime {
 
@@ -19,20 +26,23 @@ namespace zrt::runtime {
 struct OptimTarget {
   // fp32 weights of this rank's partition (on the CPU when offloaded). A stage-3 engine without
   // an optimizer (inference) has no masters: this is the partition itself, in the model's dtype.
+  // With NVMe offload a meta tensor: the values are in the swap space (Note [Swapped masters]).
   at::Tensor master;
   // The reduced gradient of the same elements (grad-accumulation dtype); undefined in inference.
   at::Tensor grad;
-  at::Tensor lp;      // low-precision weights to refresh in the same pass, or undefined
+  at::Tensor lp;  // low-precision weights to refresh in the same pass, or undefined
 };
 
 // Bytes of model states this rank holds, counted from the tensors themselves.
 struct ModelStateBytes {
-  int64_t params = 0;     // trainable parameters (flat buffers or partitions)
-  int64_t grads = 0;      // gradient buffers
-  int64_t master = 0;     // fp32 master weights that are not the parameters themselves
-  int64_t optimizer = 0;  // optimizer state (Adam moments)
-  int64_t gathered = 0;   // stage 3: parameters currently gathered beyond the persistent ones
-  int64_t total() const { return params + grads + master + optimizer; }
+  int64_t params = 0;        // trainable parameters (flat buffers or partitions)
+  int64_t grads = 0;         // gradient buffers
+  int64_t master = 0;        // fp32 master weights that are not the parameters themselves
+  int64_t optimizer = 0;     // optimizer state (Adam moments)
+  int64_t gathered = 0;      // stage 3: parameters currently gathered beyond the persistent ones
+  int64_t swap_buffers = 0;  // NVMe offload: the aligned buffers sub-groups are streamed through
+  int64_t swapped = 0;       // NVMe offload: bytes of masters and moments on disk (not in memory)
+  int64_t total() const { return params + grads + master + optimizer + swap_buffers; }
 };
 
 // One optimizer group as checkpoints and whole-tensor loads see it: its parameters in flattening
@@ -59,6 +69,9 @@ class ModelStates {
   // The optimizer's inputs, one per group. Valid between the boundary micro-step's
   // end_backward() and zero_grad().
   virtual std::vector<OptimTarget>& targets() = 0;
+  // With offload_optimizer.device "nvme": where the masters (and the optimizer's moments) live.
+  // Null otherwise.
+  virtual std::shared_ptr<optim::SwapSpace> swap_space() const { return nullptr; }
   // Before the optimizer pass (e.g. copy gradients to the CPU when the optimizer is offloaded).
   virtual void before_optimizer_step() = 0;
   // Collective: after the optimizer pass (e.g. all-gather the updated parameters).
@@ -90,6 +103,29 @@ class ModelStates {
   // touched (masters_from_params follows).
   virtual void write_whole_params(const WholeParamFn& whole) = 0;
 };
+
+// Note [Swapped masters]:
+// With offload_optimizer.device "nvme" a group's master is a meta tensor (Note [Swapped params] in
+// optim/optimizer.h) and its values are in the states' swap space. Code outside the optimizer
+// reads and writes masters through these two, never through OptimTarget::master directly.
+//
+// Group g's master: the tensor itself, or a new fp32 CPU tensor read back from the swap space.
+at::Tensor master_values(ModelStates& states, size_t group);
+// Makes `values` (the partition's numel, any floating dtype) group g's master: copied into it,
+// written to the swap space, or nothing when `values` is the master itself.
+void store_master(ModelStates& states, size_t group, const at::Tensor& values);
+// The device the optimizer of a target runs on: the master's, the CPU for a swapped master.
+c10::Device optimizer_device(const OptimTarget& target);
+// Bytes a tensor holds in memory (0 for a meta tensor).
+int64_t resident_bytes(const at::Tensor& t);
+
+// Adds a swap space's buffers and on-disk bytes to `m` (nothing for null).
+void count_swap(const optim::SwapSpace* swap, ModelStateBytes& m);
+// Not collective. Makes this rank's swap space for offload_optimizer.device "nvme" with
+// the groups' partition sizes (optim/swap_space.h), from the config's sections.
+std::shared_ptr<optim::SwapSpace> make_swap_space(const zero::ZeroOptions& zero,
+                                                  const aio::AioOptions& aio, int rank,
+                                                  const std::vector<int64_t>& group_numels);
 
 // Copies every group's partition of the parameters into its fp32 master (after the parameters were
 // written, e.g. by a load), skipping masters that are the partition itself.

@@ -145,15 +145,15 @@ PretrainedLoadReport load_pretrained(Engine& engine, const std::string& path,
   // 2. Each rank reads its elements into its fp32 masters, and whatever it keeps whole.
   std::vector<std::pair<at::Tensor, at::Tensor>> whole_values;  // (destination, value)
   try {
-    auto& targets = states.targets();
     ckpt::RangeReader read = [&](const std::string& name, int64_t, ShardInfo range) {
       if (weights->find(name) == nullptr) return at::Tensor();  // missing, not strict
       return weights->read_range(name, range.offset, range.size);
     };
     for (size_t g = 0; g < groups.size(); ++g) {
       const runtime::GroupPartition& gp = groups[g];
-      at::Tensor master = targets.at(g).master;
+      at::Tensor master = runtime::master_values(states, g);
       ckpt::fill_partition(gp.layout, gp.params, gp.rank, gp.world_size, read, master, path);
+      runtime::store_master(states, g, master);
     }
     for (const auto& [name, t] : whole) {
       if (weights->find(name) == nullptr) continue;
@@ -205,16 +205,16 @@ void init_deferred(Engine& engine, uint64_t seed, const ParamInit& init) {
     init(name, t, gen);
     return t;
   };
-  auto& targets = states.targets();
   for (size_t g = 0; g < groups.size(); ++g) {
     const runtime::GroupPartition& gp = groups[g];
     std::map<std::string, Shape> shapes(gp.params.begin(), gp.params.end());
     ckpt::RangeReader read = [&](const std::string& name, int64_t, ShardInfo range) {
       return whole(name, shapes.at(name)).reshape({-1}).narrow(0, range.offset, range.size);
     };
-    at::Tensor master = targets.at(g).master;
+    at::Tensor master = runtime::master_values(states, g);
     ckpt::fill_partition(gp.layout, gp.params, gp.rank, gp.world_size, read, master,
                          "init_deferred");
+    runtime::store_master(states, g, master);
   }
   std::set<std::string> skip;
   for (const auto& g : groups) {
@@ -400,7 +400,7 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
 }
 
 std::vector<std::string> hf_tokenizer_and_generation_files() {
-  return {"tokenizer.model",   "tokenizer.json",     "tokenizer_config.json",
+  return {"tokenizer.model",         "tokenizer.json",    "tokenizer_config.json",
           "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
           "generation_config.json"};
 }

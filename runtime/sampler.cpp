@@ -65,8 +65,7 @@ std::vector<int64_t> DistributedSampler::hf_trainer_indices() const {
     mine.insert(mine.end(), order.begin() + lo, order.begin() + lo + batch_);
   }
   if (drop_last_ || static_cast<int64_t>(mine.size()) == num_samples_) return mine;
-  std::vector<int64_t> initial(order.begin(),
-                               order.begin() + std::min(size_, world * batch_));
+  std::vector<int64_t> initial(order.begin(), order.begin() + std::min(size_, world * batch_));
   while (static_cast<int64_t>(initial.size()) < world * batch_) {
     const std::vector<int64_t> copy = initial;
     initial.insert(initial.end(), copy.begin(), copy.end());

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/shard.h"
+#include "optim/swap_space.h"
 
 namespace zrt::runtime {
 
@@ -11,7 +12,8 @@ Stage3ModelStates::Stage3ModelStates(std::unique_ptr<zero::Stage3Layout> layout,
                                      std::vector<zero::ShardUnitBase*> units,
                                      std::shared_ptr<comm::Comm> comm,
                                      const zero::ZeroOptions& zero,
-                                     const zero::GradientOptions& gradients, bool inference)
+                                     const zero::GradientOptions& gradients, bool inference,
+                                     const aio::AioOptions& aio)
     : layout_(std::move(layout)), units_(std::move(units)) {
   zero::CoordinatorOptions co = zero::CoordinatorOptions::from(zero, gradients);
   co.gradients = !inference;
@@ -20,10 +22,20 @@ Stage3ModelStates::Stage3ModelStates(std::unique_ptr<zero::Stage3Layout> layout,
   for (size_t u = 0; u < units_.size(); ++u) {
     units_[u]->attach(coordinator_.get(), static_cast<int>(u));
   }
+  if (!inference) {
+    std::vector<int64_t> numels;
+    for (int g = 0; g < layout_->num_groups(); ++g)
+      numels.push_back(layout_->partition_flat(g).numel());
+    swap_ = make_swap_space(zero, aio, layout_->rank(), numels);
+  }
   for (int g = 0; g < layout_->num_groups(); ++g) {
     const at::Tensor& lp = layout_->partition_flat(g);
     OptimTarget t;
-    if (inference) {
+    if (swap_ != nullptr) {  // Note [Swapped masters]
+      t.master = at::empty({lp.numel()}, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
+      swap_->write(g, optim::SwapState::kMaster, 0, lp);
+      t.lp = lp.is_cpu() ? lp : at::empty({lp.numel()}, lp.options().device(at::kCPU));
+    } else if (inference) {
       t.master = lp;  // nothing to update: the partitions are all there is
     } else if (lp.scalar_type() == at::kFloat && !offload) {
       t.master = lp;  // pure fp32: the partitions are the masters
@@ -52,9 +64,8 @@ void Stage3ModelStates::begin_backward(bool boundary) {
 void Stage3ModelStates::before_optimizer_step() {
   for (int g = 0; g < layout_->num_groups(); ++g) {
     const at::Tensor& reduced = coordinator_->grad_partition(g);
-    targets_[g].grad = reduced.device() == targets_[g].master.device()
-                           ? reduced
-                           : reduced.to(targets_[g].master.device());
+    const c10::Device device = optimizer_device(targets_[g]);
+    targets_[g].grad = reduced.device() == device ? reduced : reduced.to(device);
   }
 }
 
@@ -64,7 +75,7 @@ void Stage3ModelStates::after_optimizer_step() {
     const OptimTarget& t = targets_[g];
     const at::Tensor& lp = layout_->partition_flat(g);
     if (t.master.is_same(lp) || (t.lp.defined() && t.lp.is_same(lp))) continue;
-    lp.copy_(t.master);  // offloaded master (or fp32 with offload) → partition
+    lp.copy_(t.master.is_meta() ? t.lp : t.master);  // offloaded master or staging → partition
   }
   coordinator_->refresh_persistent();
 }
@@ -74,10 +85,14 @@ ModelStateBytes Stage3ModelStates::memory() const {
   for (int g = 0; g < layout_->num_groups(); ++g) {
     m.params += layout_->partition_flat(g).nbytes();
     if (!targets_[g].master.is_same(layout_->partition_flat(g)))
-      m.master += targets_[g].master.nbytes();
+      m.master += resident_bytes(targets_[g].master);
+    if (targets_[g].master.is_meta() && !targets_[g].lp.is_same(layout_->partition_flat(g))) {
+      m.master += resident_bytes(targets_[g].lp);  // CPU staging of a device partition
+    }
   }
   m.grads = coordinator_->grad_bytes();
   m.gathered = coordinator_->stats().gathered_bytes;
+  count_swap(swap_.get(), m);
   return m;
 }
 

@@ -2,7 +2,9 @@
 // only its partitions of parameters, gradients, fp32 masters and moments (16Ψ/N in mixed
 // precision); units gather their parameters around their forward and backward. The optimizer
 // steps each group's partition flat (DeepSpeed's sub-group flats) and writes the low-precision
-// partitions in the same pass; persistent parameters are gathered again after the step.
+// partitions in the same pass; persistent parameters are gathered again after the step. With
+// offload_optimizer.device "nvme" the masters and moments live in a swap space (Note [Swapped
+// masters]) and the optimizer streams them sub-group by sub-group.
 #pragma once
 
 #include <memory>
@@ -24,12 +26,13 @@ class Stage3ModelStates final : public ModelStates {
   Stage3ModelStates(std::unique_ptr<zero::Stage3Layout> layout,
                     std::vector<zero::ShardUnitBase*> units, std::shared_ptr<comm::Comm> comm,
                     const zero::ZeroOptions& zero, const zero::GradientOptions& gradients,
-                    bool inference = false);
+                    bool inference = false, const aio::AioOptions& aio = {});
   ~Stage3ModelStates() override;
 
   void begin_backward(bool boundary) override;
   void end_backward() override { coordinator_->end_backward(); }
   std::vector<OptimTarget>& targets() override { return targets_; }
+  std::shared_ptr<optim::SwapSpace> swap_space() const override { return swap_; }
   void before_optimizer_step() override;
   void after_optimizer_step() override;
   void zero_grad() override { coordinator_->zero_grad(); }
@@ -49,6 +52,7 @@ class Stage3ModelStates final : public ModelStates {
   std::unique_ptr<zero::ParamCoordinator> coordinator_;
   std::vector<zero::ShardUnitBase*> units_;
   std::vector<OptimTarget> targets_;
+  std::shared_ptr<optim::SwapSpace> swap_;  // offload_optimizer.device "nvme"
 };
 
 }  // namespace zrt::runtime

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
@@ -20,7 +20,6 @@
 #include "runtime/initialize.h"
 #include "runtime/sampler.h"
 #include "zero/shard_unit.h"
-
 #include <unistd.h>
 
 namespace zrt {
@@ -106,8 +105,9 @@ void Trainer::ensure_engine(bool inference) {
                  "layers as zrt::ShardUnit<Layer> (zero/shard_unit.h) or call zrt::checkpoint "
                  "in its forward");
     if (args_.gradient_checkpointing_kwargs.value("use_reentrant", false)) {
-      ZRT_LOG_INFO("--gradient_checkpointing_kwargs use_reentrant=true: ZeroRT's checkpoint has "
-                   "one implementation, with non-reentrant semantics (the gradients are the same)");
+      ZRT_LOG_INFO(
+          "--gradient_checkpointing_kwargs use_reentrant=true: ZeroRT's checkpoint has "
+          "one implementation, with non-reentrant semantics (the gradients are the same)");
     }
   }
   TrainerInitializeOptions io;

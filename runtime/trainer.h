@@ -18,9 +18,9 @@
 #include <torch/torch.h>
 
 #include "comm/comm.h"
-#include "report/event_file.h"
 #include "config/hf_trainer.h"
 #include "config/training_args.h"
+#include "report/event_file.h"
 #include "runtime/engine.h"
 
 namespace zrt {
@@ -70,8 +70,9 @@ struct LogEntry {
 
 struct TrainOutput {
   int64_t global_step = 0;
-  int64_t steps_this_run = 0;  // optimizer steps taken by this train() (after a resume: the new ones)
-  double training_loss = 0;    // mean over the optimizer steps of this run (0 when there were none)
+  int64_t steps_this_run =
+      0;                     // optimizer steps taken by this train() (after a resume: the new ones)
+  double training_loss = 0;  // mean over the optimizer steps of this run (0 when there were none)
   double train_runtime_s = 0;
   double samples_per_second = 0;
   std::vector<LogEntry> log_history;
@@ -118,8 +119,7 @@ class Trainer {
   std::vector<at::Tensor> predict(const Dataset& data, const ForwardFn& forward);
   // The same with targets and HF's predict metrics; `loss` (optional) gives predict_loss, the
   // mean over the examples.
-  PredictionOutput predict(const Dataset& data, const ForwardFn& forward,
-                           const OutputLossFn& loss);
+  PredictionOutput predict(const Dataset& data, const ForwardFn& forward, const OutputLossFn& loss);
 
   // Collective. Loads module weights only (no optimizer, scheduler or counters, as DeepSpeed's
   // load_module_only) from `path`, building the engine first when there is none: for inference

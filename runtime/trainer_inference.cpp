@@ -138,9 +138,11 @@ void Trainer::load_model_weights(const std::string& path, bool inference) {
       return;
     }
   }
-  throw CheckpointError(str(path, ": no weights found: the folder has no `latest` file, no "
-                            "*_model_states.pt (a checkpoint tag), no model.safetensors(.index.json) "
-                            "and no pytorch_model.bin(.index.json)"));
+  throw CheckpointError(
+      str(path,
+          ": no weights found: the folder has no `latest` file, no "
+          "*_model_states.pt (a checkpoint tag), no model.safetensors(.index.json) "
+          "and no pytorch_model.bin(.index.json)"));
 }
 
 }  // namespace zrt

@@ -10,11 +10,10 @@
 #include <fstream>
 #include <string>
 
-#include <unistd.h>
-
 #include "core/error.h"
 #include "core/logging.h"
 #include "runtime/trainer.h"
+#include <unistd.h>
 
 namespace zrt {
 namespace fs = std::filesystem;
@@ -106,7 +105,8 @@ void Trainer::save_state(const std::string& dir_arg) const {
   Json history = Json::array();
   for (const LogEntry& e : log_history_) history.push_back(entry_to_json(e));
   const int64_t ga = std::max<int64_t>(1, args_.gradient_accumulation_steps);
-  const int64_t per_epoch = std::max<int64_t>(1, ((train_ ? batches_per_epoch() : 1) + ga - 1) / ga);
+  const int64_t per_epoch =
+      std::max<int64_t>(1, ((train_ ? batches_per_epoch() : 1) + ga - 1) / ga);
   const int64_t epochs = args_.max_steps > 0
                              ? args_.max_steps / per_epoch + (args_.max_steps % per_epoch > 0)
                              : static_cast<int64_t>(std::ceil(args_.num_train_epochs));
@@ -190,7 +190,8 @@ void Trainer::restore_state(const std::string& checkpoint) {
     if (state.contains(key) && state[key].is_number() && state[key].get<int64_t>() != value) {
       ZRT_LOG_WARN("Warning: The training argument '", key, "' value (", value,
                    ") does not match the trainer state '", key, "' value (",
-                   state[key].get<int64_t>(), "). This argument will be overridden by the one "
+                   state[key].get<int64_t>(),
+                   "). This argument will be overridden by the one "
                    "found in trainer_state.json within the checkpoint directory.");
     }
   }

@@ -4,6 +4,8 @@
     step_worker.py --framework deepspeed|ddp|fsdp2 [--stage S] [--dtype fp32|bf16]
                    [--optim fused|foreach] --model mlp|gpt [--layers L --width W --heads H
                    --context T --vocab V] --batch B --warmup K --steps M --lr LR --threads T
+                   [--offload none|cpu|nvme --nvme-path DIR --sub-group-size N --buffer-count C
+                    --pipeline --aio-block-size B --aio-queue-depth Q --aio-threads T]
 
 Started once per rank by step.py with the env:// rendezvous (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT) and DS_ACCELERATOR=cpu. The model is the twin of zrt-train's example model
@@ -57,7 +59,13 @@ def ds_config(args, world):
             "allgather_bucket_size": 50000000}
     if args.stage == 3:
         zero["stage3_prefetch_bucket_size"] = 50000000
-    return {
+    if args.offload != "none":
+        zero["offload_optimizer"] = {"device": args.offload}
+    if args.offload == "nvme":
+        zero["offload_optimizer"].update(nvme_path=args.nvme_path, buffer_count=args.buffer_count,
+                                         pipeline_read=args.pipeline, pipeline_write=args.pipeline)
+        zero["sub_group_size"] = args.sub_group_size
+    config = {
         "train_micro_batch_size_per_gpu": args.batch,
         "gradient_accumulation_steps": 1,
         "train_batch_size": args.batch * world,
@@ -69,6 +77,11 @@ def ds_config(args, world):
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,
     }
+    if args.offload == "nvme":
+        config["aio"] = {"block_size": args.aio_block_size, "queue_depth": args.aio_queue_depth,
+                         "intra_op_parallelism": args.aio_threads, "single_submit": False,
+                         "overlap_events": True}
+    return config
 
 
 def deepspeed_stepper(args, model, x, loss_of, world):
@@ -148,6 +161,14 @@ def main():
                           ("threads", 1)):
         ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--offload", choices=("none", "cpu", "nvme"), default="none",
+                    help="DeepSpeed's offload_optimizer.device")
+    ap.add_argument("--nvme-path", default="/tmp")
+    ap.add_argument("--sub-group-size", type=int, default=1000000000)
+    ap.add_argument("--buffer-count", type=int, default=4)
+    ap.add_argument("--pipeline", action="store_true", help="pipeline_read and pipeline_write")
+    for name, default in (("aio-block-size", 1048576), ("aio-queue-depth", 8), ("aio-threads", 1)):
+        ap.add_argument(f"--{name}", type=int, default=default)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -170,6 +191,7 @@ def main():
         steps_ms = [t * 1e3 for t in times[args.warmup:]]
         print(json.dumps({
             "framework": args.framework, "stage": args.stage, "dtype": args.dtype,
+            "offload": args.offload,
             "optim": args.optim, "ranks": world, "threads": torch.get_num_threads(),
             "model": args.model, "params": params, "what": what,
             "step_ms": statistics.median(steps_ms),

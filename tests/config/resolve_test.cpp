@@ -192,6 +192,43 @@ TEST(Resolve, IgnoredAndUnsupportedSections) {
             "false or remove the section");
 }
 
+// aio (NVMe offload's I/O): DeepSpeed's defaults, every key read, thread_count as the older name
+// of intra_op_parallelism, page-aligned block sizes, GPUDirect Storage refused.
+TEST(Resolve, AioSection) {
+  const ResolvedConfig defaults = resolve(R"({"train_batch_size": 8})");
+  EXPECT_EQ(defaults.aio.block_size, 1048576);
+  EXPECT_EQ(defaults.aio.queue_depth, 8);
+  EXPECT_EQ(defaults.aio.thread_count, 1);
+  EXPECT_FALSE(defaults.aio.single_submit);
+  EXPECT_TRUE(defaults.aio.overlap_events);
+  const ResolvedConfig rc = resolve(R"({"train_batch_size": 8, "aio": {"block_size": 262144,
+      "queue_depth": 32, "intra_op_parallelism": 2, "single_submit": true,
+      "overlap_events": false, "use_gds": false}})");
+  EXPECT_TRUE(rc.warnings.empty());
+  EXPECT_EQ(rc.aio.block_size, 262144);
+  EXPECT_EQ(rc.aio.queue_depth, 32);
+  EXPECT_EQ(rc.aio.thread_count, 2);
+  EXPECT_TRUE(rc.aio.single_submit);
+  EXPECT_FALSE(rc.aio.overlap_events);
+  EXPECT_EQ(resolve(R"({"train_batch_size": 8, "aio": {"thread_count": 3}})").aio.thread_count, 3);
+  EXPECT_EQ(resolve_error(R"({"train_batch_size": 8, "aio": {"block_size": 1000}})"),
+            "aio.block_size: expected a positive multiple of 4096 (O_DIRECT requests are "
+            "page-aligned), got 1000");
+  EXPECT_NE(resolve_error(R"({"train_batch_size": 8, "aio": {"thread_count": 2,
+                "intra_op_parallelism": 4}})")
+                .find("aio.thread_count: is the older name of intra_op_parallelism"),
+            std::string::npos);
+  EXPECT_NE(resolve_error(R"({"train_batch_size": 8, "aio": {"queue_depth": 0}})")
+                .find("aio.queue_depth"),
+            std::string::npos);
+  EXPECT_NE(resolve_error(R"({"train_batch_size": 8, "aio": {"use_gds": true}})")
+                .find("aio.use_gds: GPUDirect Storage is not supported"),
+            std::string::npos);
+  EXPECT_NE(
+      resolve_error(R"({"train_batch_size": 8, "aio": {"blocksize": 4096}})").find("blocksize"),
+      std::string::npos);
+}
+
 // activation_checkpointing: DeepSpeed's defaults, every key read, a wrong type or an unknown key
 // an error naming it, notes for the keys that need a model-parallel group.
 TEST(Resolve, ActivationCheckpointingSection) {

@@ -136,8 +136,23 @@ TEST(Zero, Offload) {
             "ZeRO Stage 3.");
   EXPECT_EQ(resolve_error(with_zero(R"({"stage": 3, "offload_param": {"device": "nvme",
       "nvme_path": "/local"}})")),
-            "zero_optimization.offload_param.device: NVMe offload (ZeRO-Infinity) is not "
-            "supported by ZeroRT; use \"cpu\"");
+            "zero_optimization.offload_param.device: NVMe parameter offload is not supported "
+            "by ZeroRT; use \"cpu\" (offload_optimizer supports \"nvme\")");
+  // Optimizer states on NVMe (ZeRO-Infinity): DeepSpeed's keys and defaults.
+  const auto nvme = resolve(with_zero(R"({"stage": 2, "sub_group_size": 1000,
+      "offload_optimizer": {"device": "nvme", "nvme_path": "/local", "pipeline_read": true}})"));
+  EXPECT_EQ(nvme.zero.offload_optimizer.device, zero::OffloadDevice::kNvme);
+  EXPECT_EQ(nvme.zero.offload_optimizer.nvme_path, "/local");
+  EXPECT_EQ(nvme.zero.offload_optimizer.buffer_count, 4);
+  EXPECT_TRUE(nvme.zero.offload_optimizer.pipeline_read);
+  EXPECT_FALSE(nvme.zero.offload_optimizer.pipeline_write);
+  EXPECT_EQ(nvme.zero.sub_group_size, 1000);
+  for (const std::string& w : nvme.warnings) {
+    EXPECT_EQ(w.find("sub_group_size"), std::string::npos) << w;  // it has an effect here
+  }
+  EXPECT_EQ(resolve_error(with_zero(R"({"stage": 3, "offload_optimizer": {"device": "nvme"}})")),
+            "zero_optimization.offload_optimizer.nvme_path: required with device \"nvme\": a "
+            "folder on the disk to swap to");
   EXPECT_EQ(resolve_error(with_zero(R"({"stage": 3, "offload_param": {"device": "gpu"}})")),
             "zero_optimization.offload_param.device: expected \"none\", \"cpu\" or \"nvme\", got "
             "\"gpu\" (a string)");
@@ -290,8 +305,8 @@ TEST(ZeroSection, SubGroupSizeIsAcceptedWithAWarningThatItHasNoEffect) {
     }
     return false;
   };
-  const ResolvedConfig set =
-      resolve(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "sub_group_size": 1e8}})");
+  const ResolvedConfig set = resolve(
+      R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "sub_group_size": 1e8}})");
   EXPECT_EQ(set.zero.sub_group_size, 100000000);
   EXPECT_TRUE(warned(set));
   EXPECT_FALSE(warned(resolve(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})")));

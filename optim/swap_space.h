@@ -1,0 +1,125 @@
+// SwapSpace: the fp32 master partitions and Adam moments of one rank kept in files on a fast disk
+// (ZeRO-Infinity's optimizer offload, DeepSpeed's offload_optimizer.device "nvme") and streamed
+// through a few aligned buffers, one sub-group at a time, with asynchronous O_DIRECT I/O
+// (aio/io_engine.h). SwappedAdam (optim/swapped_adam.h) steps them; the engine reads and writes
+// them whole for checkpoints and loads.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "aio/options.h"
+
+namespace zrt::aio {
+class IoEngine;
+class SwapFile;
+class AlignedBuffer;
+}  // namespace zrt::aio
+
+namespace zrt::optim {
+
+// The states a group keeps on disk, one file each.
+enum class SwapState : int { kMaster = 0, kExpAvg = 1, kExpAvgSq = 2 };
+constexpr int kNumSwapStates = 3;
+const char* swap_state_name(SwapState s);  // "fp32", "exp_avg", "exp_avg_sq"
+
+struct SwapSpaceOptions {
+  std::string nvme_path;  // an existing folder; this rank's own folder is made inside it
+  int rank = 0;
+  aio::AioOptions aio;
+  aio::IoBackend backend = aio::IoBackend::kAuto;
+  int64_t sub_group_size = 1000000000;  // elements per streamed unit (rounded up to 1024)
+  int64_t buffer_count = 4;             // sub-group-sized buffers (3 per sub-group in flight)
+  bool pipeline_read = false;           // read the next sub-group while this one is computed
+  bool pipeline_write = false;          // write a sub-group back while the next is computed
+};
+
+// One sub-group while it is streamed: elements [offset, offset + numel) of the group, each state
+// an fp32 CPU tensor of numel elements in an aligned buffer. What the callback leaves in them is
+// written back.
+struct SwapChunk {
+  int64_t offset = 0;
+  int64_t numel = 0;
+  std::array<at::Tensor, kNumSwapStates> states;
+  at::Tensor& state(SwapState s) { return states[static_cast<int>(s)]; }
+};
+
+struct SwapStats {
+  int64_t bytes_read = 0;  // counted by the I/O engine from completed requests
+  int64_t bytes_written = 0;
+  int64_t buffer_bytes = 0;    // aligned memory the buffers hold now
+  double stream_seconds = 0;   // wall time inside stream()
+  double io_wait_seconds = 0;  // of which waiting for reads and writes to complete
+};
+
+// Note [Swap folders]:
+// Each SwapSpace makes a fresh folder `<nvme_path>/zerort-swap-rank<R>-XXXXXX` (mkdtemp: never an
+// earlier job's folder, whatever its pid or rank) holding one file per group and state,
+// `g<G>.<state>.swp`, reserved at construction (a full disk fails here, naming the file, not in
+// the middle of a step). The destructor removes the files and the folder; a crashed job leaves its
+// folder behind for the user to delete. Files are read as zeros until written (fallocate), so the
+// moments start at zero without writing them (DeepSpeed's fast_init has nothing left to skip).
+// Every stream() first checks that no file was deleted while open.
+class SwapSpace {
+ public:
+  // Throws zrt::Error naming the folder or file when nvme_path is missing or not writable, the
+  // disk is full, or the options are invalid.
+  SwapSpace(const SwapSpaceOptions& options, const std::vector<int64_t>& group_numels);
+  ~SwapSpace();
+  SwapSpace(const SwapSpace&) = delete;
+  SwapSpace& operator=(const SwapSpace&) = delete;
+
+  const std::string& folder() const { return folder_; }
+  int num_groups() const { return static_cast<int>(numels_.size()); }
+  int64_t numel(int group) const;
+  int64_t sub_group_numel() const { return sub_numel_; }
+  // Sub-groups of buffers held at once: 1, 2 with one of pipeline_read / pipeline_write, 3 with
+  // both, at most buffer_count / 3.
+  int buffer_sets() const { return sets_; }
+  const char* backend_name() const;
+  const std::string& file_path(int group, SwapState s) const;
+
+  // Streams group g: for each sub-group in order, reads its states into a buffer set, calls fn,
+  // writes them back. Returns when every write completed. An I/O error throws zrt::Error naming
+  // the file and operation; the sub-groups before it were written, the failed one may be torn.
+  void stream(int group, const std::function<void(SwapChunk&)>& fn);
+
+  // Synchronous, through one sub-group buffer (memory stays bounded): elements [offset, offset +
+  // dst.numel()) of a state into dst (fp32, CPU, contiguous), and the same from src (any floating
+  // dtype, any device; converted).
+  void read(int group, SwapState s, int64_t offset, const at::Tensor& dst);
+  void write(int group, SwapState s, int64_t offset, const at::Tensor& src);
+  // The whole state as a new fp32 CPU tensor (holds numel(g) floats: checkpoints and tests).
+  at::Tensor read_all(int group, SwapState s);
+  void fill_zero(int group, SwapState s);
+
+  // Every file still present (throws naming the deleted one).
+  void check_files() const;
+  SwapStats stats() const;
+  // Releases the buffers (allocated again by the next stream/read/write).
+  void release_buffers();
+
+ private:
+  struct BufferSet;
+  aio::SwapFile& file(int group, SwapState s);
+  void ensure_buffers(int sets);
+
+  SwapSpaceOptions options_;
+  std::vector<int64_t> numels_;
+  int64_t sub_numel_ = 0;
+  int sets_ = 1;
+  std::string folder_;
+  std::unique_ptr<aio::IoEngine> engine_;
+  std::vector<std::array<std::unique_ptr<aio::SwapFile>, kNumSwapStates>> files_;
+  std::vector<std::unique_ptr<BufferSet>> buffers_;
+  double stream_seconds_ = 0;
+  double io_wait_seconds_ = 0;
+};
+
+}  // namespace zrt::optim

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# ZeRO-Infinity's point, under a real memory cap: zrt-train trains a bf16 GPT whose fp32 masters
+# and Adam moments (12 bytes per parameter, ~730 MB) do not fit in a cgroup memory limit that its
+# parameters and gradients do. With offload_optimizer.device "nvme" it trains under the cap, loss
+# falling, and the cgroup's own peak stays below it; without offload the same job is killed by the
+# kernel's OOM killer at the cap. The memory is the kernel's count (cgroup v1
+# memory.max_usage_in_bytes), not ZeroRT's bookkeeping.
+#
+# Needs root and the cgroup v1 memory controller (or cgroup v2 with the memory controller
+# delegated to the root cgroup's children); skips (exit 77) otherwise.
+set -euo pipefail
+BIN="$1"  # build/bin
+SRC="$2"  # source root
+CAP_MB="${ZRT_NVME_CAP_MB:-1100}"
+WORK="$(mktemp -d /tmp/zrt_nvme_cap_XXXXXX)"
+CG=""
+cleanup() {
+  if [[ -n "$CG" && -d "$CG" ]]; then
+    # Processes left in the group (a failed run) are killed before it is removed.
+    while read -r pid; do kill -9 "$pid" 2>/dev/null || true; done < "$CG/cgroup.procs"
+    sleep 0.2
+    rmdir "$CG" 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+V1=/sys/fs/cgroup/memory
+V2=/sys/fs/cgroup
+if [[ $(id -u) -ne 0 ]]; then echo "SKIP: needs root for a memory cgroup"; exit 77; fi
+if [[ -w "$V1" && -f "$V1/memory.limit_in_bytes" ]]; then
+  mode=v1
+elif [[ -f "$V2/cgroup.controllers" ]] && grep -qw memory "$V2/cgroup.subtree_control"; then
+  mode=v2
+else
+  echo "SKIP: no writable memory cgroup controller"; exit 77
+fi
+
+# The example GPT in bf16, 5 blocks of width 1024: 63M parameters. In memory: bf16 parameters and
+# gradients (~360 MB), the swap buffers (3 sub-groups of 1M elements x 3 states, 36 MB), the
+# runtime and the launcher. Not in memory with NVMe offload: fp32 masters and moments (~730 MB),
+# which is what takes the job without offload past the cap.
+MODEL=(--model gpt --width 1024 --layers 5 --heads 8 --context 32 --corpus_bytes 20000
+       --per_device_train_batch_size 4 --max_steps 4 --learning_rate 1e-4
+       --lr_scheduler_type constant --weight_decay 0.01 --bf16 --logging_steps 1 --seed 5
+       --save_strategy no)
+config() {  # config OFFLOAD_JSON
+  cat <<EOF
+{"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+ "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+ "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
+ "zero_optimization": {"stage": 2, "sub_group_size": 1048576, $1},
+ "aio": {"block_size": 1048576, "queue_depth": 8}}
+EOF
+}
+config '"offload_optimizer": {"device": "nvme", "nvme_path": "'"$WORK"'", "pipeline_read": true, "pipeline_write": true, "buffer_count": 9}' \
+  > "$WORK/nvme.json"
+config '"offload_optimizer": {"device": "none"}' > "$WORK/none.json"
+
+# run NAME: zrt-train in a fresh memory cgroup capped at CAP_MB; prints its exit code, the
+# cgroup's peak in MB and the OOM kills in it.
+run() {
+  local name="$1"
+  CG="$([[ $mode == v1 ]] && echo "$V1" || echo "$V2")/zrt_nvme_cap_$$_$name"
+  mkdir "$CG"
+  if [[ $mode == v1 ]]; then
+    echo $((CAP_MB << 20)) > "$CG/memory.limit_in_bytes"
+  else
+    echo $((CAP_MB << 20)) > "$CG/memory.max"
+    echo 0 > "$CG/memory.swap.max" 2>/dev/null || true
+  fi
+  set +e
+  sh -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' _ "$CG" \
+    "$BIN/zrt-launch" --np 1 --timeout 300 -- "$BIN/zrt-train" --deepspeed "$WORK/$name.json" \
+    --output_dir "$WORK/out_$name" "${MODEL[@]}" > "$WORK/$name.log" 2>&1
+  local rc=$?
+  set -e
+  local peak
+  if [[ $mode == v1 ]]; then
+    peak=$(( $(cat "$CG/memory.max_usage_in_bytes") >> 20 ))
+  else
+    peak=$(( $(cat "$CG/memory.peak" 2>/dev/null || echo 0) >> 20 ))
+  fi
+  local oom=0
+  if [[ $mode == v1 ]]; then
+    oom=$(awk '/^oom_kill /{print $2}' "$CG/memory.oom_control")
+  else
+    oom=$(awk '/^oom_kill /{print $2}' "$CG/memory.events")
+  fi
+  rmdir "$CG"; CG=""
+  echo "$rc $peak ${oom:-0}"
+}
+
+run nvme > "$WORK/nvme.result"
+read -r rc peak oom < "$WORK/nvme.result"
+echo "nvme: exit $rc, cgroup peak $peak MB of $CAP_MB, oom kills $oom"
+if [[ $rc -ne 0 ]]; then cat "$WORK/nvme.log"; echo "FAILED: NVMe offload did not train under the cap"; exit 1; fi
+(( peak < CAP_MB )) || { echo "FAILED: peak $peak MB not under the cap"; exit 1; }
+losses=$(grep -o "'loss': [0-9.e+-]*" "$WORK/nvme.log" | awk '{print $2}')
+first=$(echo "$losses" | head -1); last=$(echo "$losses" | tail -1)
+echo "nvme: loss $first -> $last"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || { echo "FAILED: loss did not fall"; cat "$WORK/nvme.log"; exit 1; }
+leftover=$(find "$WORK" -maxdepth 1 -name 'zerort-swap-*' | wc -l)
+[[ $leftover -eq 0 ]] || { echo "FAILED: $leftover swap folders left after a clean exit"; exit 1; }
+
+run none > "$WORK/none.result"
+read -r rc peak oom < "$WORK/none.result"
+echo "no offload: exit $rc, cgroup peak $peak MB of $CAP_MB, oom kills $oom"
+if [[ $rc -eq 0 ]]; then
+  echo "FAILED: without offload the job fitted under $CAP_MB MB: the test no longer shows anything"
+  exit 1
+fi
+[[ ${oom:-0} -ge 1 ]] || { cat "$WORK/none.log"; echo "FAILED: failed, but not by the OOM killer"; exit 1; }
+echo "nvme_memory_cap_test: OK"
