@@ -49,7 +49,7 @@ def zero_bench_argv(v, args):
             os.path.join(args.build, "bench", "zero_bench"), "--json", "--model", "mlp",
             "--width", str(args.width), "--layers", str(args.layers), "--batch", str(args.batch),
             "--stage", str(args.stage), "--dtype", args.dtype, "--warmup", "1",
-            "--steps", str(args.steps), "--lr", "1e-4"]
+            "--steps", str(args.steps), "--lr", "1e-5"]
     if v == "zerort-cpu":
         return argv + ["--offload"]
     argv += ["--nvme", args.dir, "--sub-group-size", str(args.sub_group_size),
@@ -62,9 +62,9 @@ def deepspeed_argvs(args, threads):
     argv = [python, os.path.join(HERE, "peers", "step_worker.py"), "--framework", "deepspeed",
             "--model", "mlp", "--width", str(args.width), "--layers", str(args.layers),
             "--batch", str(args.batch), "--stage", str(args.stage), "--dtype", args.dtype,
-            "--warmup", "1", "--steps", str(args.steps), "--lr", "1e-4",
+            "--warmup", "1", "--steps", str(args.steps), "--lr", "1e-5",
             "--threads", str(threads), "--offload", "nvme", "--nvme-path", args.dir,
-            "--sub-group-size", str(args.sub_group_size), "--buffer-count", "9", "--pipeline",
+            "--sub-group-size", str(args.sub_group_size), "--buffer-count", "16", "--pipeline",
             "--aio-block-size", str(args.block_size), "--aio-queue-depth", str(args.queue_depth)]
     return [argv] * args.ranks
 
@@ -145,7 +145,7 @@ def parse_args():
     ap.add_argument("--dir", default=tempfile.gettempdir(), help="the swap folder's parent")
     for name, default in (("ranks", 1), ("reps", 7), ("steps", 3), ("width", 2048),
                           ("layers", 16), ("batch", 4), ("stage", 3),
-                          ("sub-group-size", 1 << 24), ("block-size", 1 << 20),
+                          ("sub-group-size", 1 << 22), ("block-size", 1 << 20),
                           ("queue-depth", 8), ("timeout", 900)):
         ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))

@@ -257,15 +257,20 @@ void for_each_window(int64_t offset, int64_t n, int64_t window, Fn&& fn) {
 
 }  // namespace
 
+aio::AlignedBuffer& SwapSpace::window_buffer(int group, int64_t offset, int64_t n,
+                                             const char* what) {
+  ZRT_CHECK(offset >= 0 && offset + n <= numel(group), "SwapSpace::", what, ": elements [", offset,
+            ", ", offset + n, ") of group ", group, " (", numel(group), " elements)");
+  check_files();
+  ensure_buffers(1);
+  return buffers_[0]->buffers[0];
+}
+
 void SwapSpace::read(int group, SwapState s, int64_t offset, const at::Tensor& dst) {
   ZRT_CHECK(dst.scalar_type() == at::kFloat && dst.device().is_cpu() && dst.is_contiguous(),
             "SwapSpace::read: the destination must be a contiguous fp32 CPU tensor");
   const int64_t n = dst.numel();
-  ZRT_CHECK(offset >= 0 && offset + n <= numel(group), "SwapSpace::read: elements [", offset, ", ",
-            offset + n, ") of group ", group, " (", numel(group), " elements)");
-  check_files();
-  ensure_buffers(1);
-  aio::AlignedBuffer& buf = buffers_[0]->buffers[0];
+  aio::AlignedBuffer& buf = window_buffer(group, offset, n, "read");
   float* out = dst.data_ptr<float>();
   for_each_window(
       offset, n, sub_numel_, [&](int64_t start, int64_t len, int64_t first, int64_t take) {
@@ -278,11 +283,7 @@ void SwapSpace::read(int group, SwapState s, int64_t offset, const at::Tensor& d
 void SwapSpace::write(int group, SwapState s, int64_t offset, const at::Tensor& src) {
   const at::Tensor values = src.reshape({-1}).to(at::kCPU, at::kFloat).contiguous();
   const int64_t n = values.numel();
-  ZRT_CHECK(offset >= 0 && offset + n <= numel(group), "SwapSpace::write: elements [", offset, ", ",
-            offset + n, ") of group ", group, " (", numel(group), " elements)");
-  check_files();
-  ensure_buffers(1);
-  aio::AlignedBuffer& buf = buffers_[0]->buffers[0];
+  aio::AlignedBuffer& buf = window_buffer(group, offset, n, "write");
   const float* in = values.data_ptr<float>();
   for_each_window(offset, n, sub_numel_,
                   [&](int64_t start, int64_t len, int64_t first, int64_t take) {

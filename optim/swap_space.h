@@ -109,6 +109,8 @@ class SwapSpace {
   struct BufferSet;
   aio::SwapFile& file(int group, SwapState s);
   void ensure_buffers(int sets);
+  // Checks [offset, offset + n) of a group and the files; the buffer read/write go through.
+  aio::AlignedBuffer& window_buffer(int group, int64_t offset, int64_t n, const char* what);
 
   SwapSpaceOptions options_;
   std::vector<int64_t> numels_;

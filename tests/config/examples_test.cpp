@@ -118,6 +118,24 @@ TEST(Examples, Zero3OffloadCosine) {
   expect_round_trip(tc, 16);
 }
 
+// ZeRO-Infinity's optimizer offload: masters and moments on NVMe, streamed in sub-groups of 4M
+// elements with pipelined reads and writes, DeepSpeed's aio section.
+TEST(Examples, Zero3Nvme) {
+  TrainingArguments args;
+  args.bf16 = true;
+  const auto tc = prepare("zero3_nvme", args, 2, 2048);
+  const ResolvedConfig& rc = tc.resolved;
+  EXPECT_EQ(rc.zero.offload_optimizer.device, zero::OffloadDevice::kNvme);
+  EXPECT_EQ(rc.zero.offload_optimizer.nvme_path, "/local_nvme");
+  EXPECT_EQ(rc.zero.offload_optimizer.buffer_count, 9);
+  EXPECT_TRUE(rc.zero.offload_optimizer.pipeline_read);
+  EXPECT_TRUE(rc.zero.offload_optimizer.pipeline_write);
+  EXPECT_EQ(rc.zero.sub_group_size, 4194304);
+  EXPECT_EQ(rc.aio.queue_depth, 8);
+  EXPECT_TRUE(rc.warnings.empty()) << rc.warnings.front();
+  expect_round_trip(tc, 2);
+}
+
 TEST(Examples, Bf16Zero2NeedsBf16Flag) {
   TrainingArguments args;
   args.bf16 = true;

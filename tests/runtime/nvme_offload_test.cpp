@@ -148,6 +148,20 @@ std::vector<std::string> entries(const std::string& dir) {
   return out;
 }
 
+// After a fault: a new NVMe engine loads dir/ckpt, holds `saved`, and trains a step.
+void expect_checkpoint_resumes(comm::Comm& comm, const Case& c, const std::string& dir,
+                               const std::map<std::string, at::Tensor>& saved) {
+  InitializeOptions io;
+  io.comm = borrow(comm);
+  auto model = std::make_shared<WideStackImpl>();
+  auto engine = initialize(model, config_of(c, OffloadRun{Offload::kNvme, dir}), io);
+  ASSERT_TRUE(engine->load_checkpoint(dir + "/ckpt").has_value());
+  for (const auto& [name, t] : whole_params(*engine, *model)) {
+    EXPECT_TRUE(at::equal(t, saved.at(name))) << name;
+  }
+  train(*engine, *model, c, comm.rank(), 1, 1);
+}
+
 class NvmeOffload : public ::testing::TestWithParam<int> {};
 
 // The acceptance matrix: stages 1-3 × fp32 / bf16 (AdamW, fp32 gradients) × 1-3 ranks, NVMe vs CPU
@@ -279,13 +293,7 @@ TEST(NvmeOffloadFaults, DeletedSwapFileIsAnErrorAndTheCheckpointStillLoads) {
     EXPECT_CONTAINS(error, victim);
     EXPECT_CONTAINS(error, "deleted");
     engine.reset();
-    auto model2 = std::make_shared<WideStackImpl>();
-    auto engine2 = initialize(model2, config_of(c, OffloadRun{Offload::kNvme, dir.path()}), io);
-    ASSERT_TRUE(engine2->load_checkpoint(dir.path() + "/ckpt").has_value());
-    for (const auto& [name, t] : whole_params(*engine2, *model2)) {
-      EXPECT_TRUE(at::equal(t, saved.at(name))) << name;
-    }
-    train(*engine2, *model2, c, 0, 1, 1);
+    expect_checkpoint_resumes(comm, c, dir.path(), saved);
   });
 }
 
@@ -317,13 +325,7 @@ TEST(NvmeOffloadFaults, IoErrorMidStepIsAnErrorAndTheCheckpointStillLoads) {
     EXPECT_CONTAINS(error, "write");
     EXPECT_CONTAINS(error, "Input/output error");
     engine.reset();
-    auto model2 = std::make_shared<WideStackImpl>();
-    auto engine2 = initialize(model2, config_of(c, OffloadRun{Offload::kNvme, dir.path()}), io);
-    ASSERT_TRUE(engine2->load_checkpoint(dir.path() + "/ckpt").has_value());
-    for (const auto& [name, t] : whole_params(*engine2, *model2)) {
-      EXPECT_TRUE(at::equal(t, saved.at(name))) << name;
-    }
-    train(*engine2, *model2, c, 0, 1, 1);
+    expect_checkpoint_resumes(comm, c, dir.path(), saved);
   });
 }
 
