@@ -90,9 +90,6 @@ void read_offload_optimizer(const Json& section, Diagnostics& diag,
   r.check_unknown_keys(keys::kOffloadOptimizer, /*strict=*/true);
   if (auto d = read_device(r, nullptr)) o.device = *d;
   if (auto p = r.get_string("nvme_path")) o.nvme_path = *p;
-  if (o.device == zero::OffloadDevice::kNvme && (o.nvme_path.empty() || o.nvme_path == "none")) {
-    r.error("nvme_path", "required with device \"nvme\": a folder on the disk to swap to");
-  }
   read_count(r, "buffer_count", o.buffer_count);
   read_flag(r, "pin_memory", o.pin_memory);
   read_flag(r, "pipeline_read", o.pipeline_read);

@@ -107,6 +107,10 @@ TEST(SwapSpace, OptionsAndFolders) {
               SwapSpace s(o, {10});
             }).find("offload_optimizer.buffer_count: 2 buffers cannot hold one sub-group's 3"),
             std::string::npos);
+  o = options_in("");
+  EXPECT_NE(test::error_of<Error>([&] { SwapSpace s(o, {10}); })
+                .find("offload_optimizer.nvme_path is required with device \"nvme\""),
+            std::string::npos);
   o = options_in(dir.path() + "/missing");
   EXPECT_NE(test::error_of<Error>([&] {
               SwapSpace s(o, {10});

@@ -39,7 +39,7 @@ SCHEDULERS = ["WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRang
 # Top-level DeepSpeed sections ZeroRT does not use (config/KEYS.md), and the keys DeepSpeed 0.19
 # removed (an error whatever their value).
 IGNORED_SECTIONS = ["flops_profiler", "comms_logger", "wandb", "comet",
-                    "autotuning", "aio", "timers", "compile", "vocabulary_size",
+                    "autotuning", "timers", "compile", "vocabulary_size",
                     "disable_allgather", "seq_parallel_communication_data_type", "pipeline",
                     "tensor_parallel", "use_data_before_expert_parallelism", "weight_quantization"]
 ENABLED_SECTIONS = ["data_efficiency", "hybrid_engine", "torch_autocast"]
@@ -376,6 +376,18 @@ def _other_sections(g, cfg):
         if g.p(0.3):
             ac["number_checkpoints"] = g.pick([None, 1, 4])
         cfg["activation_checkpointing"] = ac
+    if g.p(0.06):  # DeepSpeed's aio section (NVMe offload's I/O), valid values
+        aio = {}
+        for key, make in {"block_size": lambda: g.pick([4096, 262144, 1048576]),
+                          "queue_depth": lambda: g.pick([1, 8, 32]),
+                          "intra_op_parallelism": lambda: g.pick([1, 2]),
+                          "single_submit": g.flag, "overlap_events": lambda: g.flag(True),
+                          "use_gds": lambda: False}.items():
+            if g.p(0.5):
+                aio[key] = make()
+        if g.p(0.2):  # the older name, which DeepSpeed 0.19 ignores
+            aio["thread_count"] = aio.get("intra_op_parallelism", g.pick([1, 3]))
+        cfg["aio"] = aio
     if g.p(0.08):
         key = g.pick(IGNORED_SECTIONS)
         cfg[key] = {} if key not in ("vocabulary_size", "disable_allgather",

@@ -155,6 +155,15 @@ def line_reason(case, line):
     return None
 
 
+def aio_thread_count(case, kind, d, peer, zrt):
+    """ZeroRT reads aio.thread_count, DeepSpeed's older name of intra_op_parallelism, which
+    DeepSpeed 0.19 ignores."""
+    aio = case["config"].get("aio")
+    return (kind == "value" and d["key"] == "aio.intra_op_parallelism" and isinstance(aio, dict)
+            and "thread_count" in aio and "intra_op_parallelism" not in aio
+            and d["zrt"] == aio["thread_count"])
+
+
 def zrt_refuses(case, kind, d, peer, zrt):
     if kind != "zrt_refuses":
         return None
@@ -173,6 +182,7 @@ RULES = [
     ("zero divisor in the batch triad", zero_division),
     ("\"auto\" without the HF Trainer", auto_without_trainer),
     ("first error differs", first_error_differs),
+    ("aio.thread_count is read", aio_thread_count),
 ]
 
 

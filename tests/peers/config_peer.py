@@ -407,6 +407,8 @@ def peer_view(peer, ds, eng, optimizer_view, scheduler_view):
     v["checkpoint.use_node_local_storage"] = ds.use_node_local_storage
     v["checkpoint.load_universal"] = ds.load_universal_checkpoint
     v["checkpoint.parallel_write.pipeline_stage"] = ds.checkpoint_parallel_write_pipeline
+    for key, value in ds.aio_config.items():
+        v[f"aio.{key}"] = value
     for monitor in ("tensorboard", "csv_monitor"):
         m = getattr(ds.monitor_config, monitor)
         for key in ("enabled", "output_path", "job_name"):

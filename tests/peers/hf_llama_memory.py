@@ -98,8 +98,8 @@ def launch(args, argv, timeout=600, ranks=RANKS):
 PEAK_WRAPPER = ("import os, resource, subprocess, sys\n"
                 "rc = subprocess.call(sys.argv[1:])\n"
                 "kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-                "print(f\"peak_rss rank {os.environ['OMPI_COMM_WORLD_RANK']} {kb} KiB\", "
-                "file=sys.stderr)\n"
+                "os.write(2, f\"peak_rss rank {os.environ['OMPI_COMM_WORLD_RANK']} {kb} KiB\\n\""
+                ".encode())\n"
                 "sys.exit(rc)\n")
 TRAIN_CONFIG = {
     "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
