@@ -17,7 +17,8 @@ Variants, one launch per repetition, all variants of a repetition in rotated ord
 
 Every launch reports the median step time of its timed steps (the slowest rank's) and each
 rank's peak RSS; zero_bench adds the swap bytes per step (the I/O engine's completions and the
-kernel's /proc/self/io count) and the optimizer's streaming time. The table gives, per variant,
+kernel's /proc/self/io count) and the optimizer's streaming time, step_worker the kernel's count
+of DeepSpeed's bytes per step. The table gives, per variant,
 median (min-max) over repetitions; the swap efficiency is the limit's time for the same bytes
 (bytes read / limit read rate + bytes written / limit write rate, the limit's medians) over the
 optimizer's streaming time.
@@ -123,6 +124,9 @@ def summarize(results):
         step = spread([r["step_ms"] for r in rows])
         rss = spread([r["peak_rss_mib"] for r in rows])
         stream = eff = io = "-"
+        if rows[0].get("kernel_read_mib") is not None and "stream_ms" not in rows[0]:
+            io = f"{statistics.median(r['kernel_read_mib'] for r in rows):.0f} / " \
+                 f"{statistics.median(r['kernel_write_mib'] for r in rows):.0f} (kernel)"
         if "stream_ms" in rows[0]:
             stream = spread([r["stream_ms"] for r in rows])
             io = f"{statistics.median(r['swap_read_mib'] for r in rows):.0f} / " \

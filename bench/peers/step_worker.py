@@ -135,10 +135,24 @@ def own_memory_mib():
     return mem
 
 
-def timed_steps(step, total):
-    """Runs `total` steps; returns each step's loss and slowest-rank seconds."""
+def storage_io():
+    """/proc/self/io's read_bytes and write_bytes: what the process (every thread, DeepSpeed's
+    aio threads included) made the storage layer move, as the kernel counts it."""
+    out = {}
+    with open("/proc/self/io") as f:
+        for line in f:
+            key, value = line.split(":")
+            out[key] = int(value)
+    return out.get("read_bytes", 0), out.get("write_bytes", 0)
+
+
+def timed_steps(step, total, warmup=0, io=None):
+    """Runs `total` steps; returns each step's loss and slowest-rank seconds. With `io` (a list),
+    appends the storage bytes read and written by the steps after the first `warmup`."""
     losses, times = [], []
-    for _ in range(total):
+    for i in range(total):
+        if io is not None and i == warmup:
+            io.extend(storage_io())
         dist.barrier()
         t0 = time.perf_counter()
         loss = step()
@@ -146,6 +160,9 @@ def timed_steps(step, total):
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)
         losses.append(float(loss.detach().float()))
         times.append(float(dt))
+    if io is not None and len(io) == 2:
+        after = storage_io()
+        io[:] = [after[0] - io[0], after[1] - io[1]]
     return losses, times
 
 
@@ -181,7 +198,8 @@ def main():
     params = sum(p.numel() for p in model.parameters())
     make = deepspeed_stepper if args.framework == "deepspeed" else torch_stepper
     step, what = make(args, model, x, loss_of, world)
-    losses, times = timed_steps(step, args.warmup + args.steps)
+    io = []
+    losses, times = timed_steps(step, args.warmup + args.steps, args.warmup, io)
     mem = torch.tensor([own_memory_mib()], dtype=torch.float64)
     gathered = [torch.zeros_like(mem) for _ in range(world)]
     dist.all_gather(gathered, mem)
@@ -192,6 +210,8 @@ def main():
         print(json.dumps({
             "framework": args.framework, "stage": args.stage, "dtype": args.dtype,
             "offload": args.offload,
+            "kernel_read_mib": io[0] / args.steps / 2**20 if len(io) == 2 else None,
+            "kernel_write_mib": io[1] / args.steps / 2**20 if len(io) == 2 else None,
             "optim": args.optim, "ranks": world, "threads": torch.get_num_threads(),
             "model": args.model, "params": params, "what": what,
             "step_ms": statistics.median(steps_ms),
