@@ -162,11 +162,6 @@ void SwapSpace::ensure_buffers(int sets) {
   }
 }
 
-void SwapSpace::release_buffers() {
-  for (auto& set : buffers_) set->drain();
-  buffers_.clear();
-}
-
 void SwapSpace::check_files() const {
   for (const auto& group : files_) {
     for (const auto& f : group) f->check_present();

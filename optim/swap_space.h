@@ -102,8 +102,6 @@ class SwapSpace {
   // Every file still present (throws naming the deleted one).
   void check_files() const;
   SwapStats stats() const;
-  // Releases the buffers (allocated again by the next stream/read/write).
-  void release_buffers();
 
  private:
   struct BufferSet;
