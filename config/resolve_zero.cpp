@@ -1,7 +1,7 @@
 // Resolves "zero_optimization" (spec/deepspeed.md §1.6): DeepSpeed's pydantic model, so unknown
 // keys are errors and "auto" values fall back to the default. Aliases (stage3_*), deprecated
 // keys, the legacy boolean form, stage-dependent defaults and the features ZeroRT does not
-// implement (MiCS, NVMe parameter offload) are handled here.
+// implement (MiCS) are handled here.
 #include <string>
 #include <string_view>
 
@@ -53,17 +53,12 @@ void read_flag(SectionReader& r, std::string_view key, bool& target) {
   if (auto v = r.get_bool(key)) target = *v;
 }
 
-// `nvme_problem`: why "nvme" is refused in this section, or nullptr where it is supported.
-std::optional<zero::OffloadDevice> read_device(SectionReader& r, const char* nvme_problem) {
-  auto device = r.get_string("device");
+std::optional<zero::OffloadDevice> read_device(SectionReader& r) {
+  const auto device = r.get_string("device");
   if (!device) return std::nullopt;
   if (*device == "none") return zero::OffloadDevice::kNone;
   if (*device == "cpu") return zero::OffloadDevice::kCpu;
-  if (*device == "nvme") {
-    if (nvme_problem == nullptr) return zero::OffloadDevice::kNvme;
-    r.error("device", nvme_problem);
-    return std::nullopt;
-  }
+  if (*device == "nvme") return zero::OffloadDevice::kNvme;
   r.error("device",
           str("expected \"none\", \"cpu\" or \"nvme\", got ", describe_value(Json(*device))));
   return std::nullopt;
@@ -72,11 +67,7 @@ std::optional<zero::OffloadDevice> read_device(SectionReader& r, const char* nvm
 void read_offload_param(const Json& section, Diagnostics& diag, zero::OffloadParamOptions& o) {
   SectionReader r(section, str(kZeroPath, ".offload_param"), diag);
   r.check_unknown_keys(keys::kOffloadParam, /*strict=*/true);
-  if (auto d = read_device(r,
-                           "NVMe parameter offload is not supported by ZeroRT; use \"cpu\" "
-                           "(offload_optimizer supports \"nvme\")")) {
-    o.device = *d;
-  }
+  if (auto d = read_device(r)) o.device = *d;
   if (auto p = r.get_string("nvme_path")) o.nvme_path = *p;
   read_count(r, "buffer_count", o.buffer_count);
   read_count(r, "buffer_size", o.buffer_size);
@@ -88,7 +79,7 @@ void read_offload_optimizer(const Json& section, Diagnostics& diag,
                             zero::OffloadOptimizerOptions& o) {
   SectionReader r(section, str(kZeroPath, ".offload_optimizer"), diag);
   r.check_unknown_keys(keys::kOffloadOptimizer, /*strict=*/true);
-  if (auto d = read_device(r, nullptr)) o.device = *d;
+  if (auto d = read_device(r)) o.device = *d;
   if (auto p = r.get_string("nvme_path")) o.nvme_path = *p;
   read_count(r, "buffer_count", o.buffer_count);
   read_flag(r, "pin_memory", o.pin_memory);

@@ -26,8 +26,10 @@ void check_companion(const at::Tensor& t, const at::Tensor& param, const char* w
   ZRT_CHECK(t.numel() == param.numel(), "param group ", g, " param ", i, ": ", what, " has ",
             t.numel(), " elements, the param has ", param.numel());
   const c10::Device device = param.is_meta() ? c10::Device(at::kCPU) : param.device();
-  ZRT_CHECK(t.device() == device, "param group ", g, " param ", i, ": ", what, " is on ",
-            t.device(), ", the param on ", param.device());
+  // A swapped param's copy may be swapped too (meta): SwapSpace::write_param_copy takes it.
+  const bool swapped_copy = param.is_meta() && t.is_meta() && !allow_fp32;
+  ZRT_CHECK(t.device() == device || swapped_copy, "param group ", g, " param ", i, ": ", what,
+            " is on ", t.device(), ", the param on ", param.device());
   allow_fp32 = allow_fp32 || param.is_meta();
   ZRT_CHECK(is_kernel_dtype(t.scalar_type()) && (allow_fp32 || t.scalar_type() != at::kFloat),
             "param group ", g, " param ", i, ": ", what, " must be ",

@@ -21,7 +21,9 @@ namespace zrt::optim {
 // A param whose fp32 values live outside memory (NVMe offload: optim/swap_space.h) is a meta
 // tensor: numel and dtype, no storage. Only an optimizer that knows where the values are
 // (SwappedAdam) accepts one; its grad and param_copy are CPU tensors, and its param_copy may be
-// fp32 (the partition refreshed from the updated masters).
+// fp32 (the partition refreshed from the updated masters). Its param_copy may also be a meta
+// tensor, when the partition is on disk too (offload_param "nvme"): the updated copy of each
+// sub-group then goes to SwapSpace::write_param_copy.
 //
 // One tensor the optimizer updates. With ZeRO this is a flat fp32 partition; one per group is the
 // common case. `param` is updated in place. `grad` (same numel, fp32/bf16/fp16, same device) is

@@ -13,10 +13,9 @@
 #include "aio/aligned_buffer.h"
 #include "aio/io_engine.h"
 #include "aio/swap_file.h"
+#include "aio/windowed_io.h"
 #include "core/error.h"
 #include "core/logging.h"
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace zrt::optim {
 namespace {
@@ -29,21 +28,6 @@ int64_t align_elements(int64_t n) {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-std::string make_rank_folder(const std::string& parent, int rank) {
-  struct stat st {};
-  ZRT_CHECK(!parent.empty(), "offload_optimizer.nvme_path is required with device \"nvme\"");
-  ZRT_CHECK(::stat(parent.c_str(), &st) == 0, "offload_optimizer.nvme_path ", parent, ": ",
-            std::strerror(errno));
-  ZRT_CHECK(S_ISDIR(st.st_mode), "offload_optimizer.nvme_path ", parent, " is not a folder");
-  std::string pattern = parent + (parent.back() == '/' ? "" : "/") + "zerort-swap-rank" +
-                        std::to_string(rank) + "-XXXXXX";
-  std::vector<char> buf(pattern.begin(), pattern.end());
-  buf.push_back('\0');
-  ZRT_CHECK(::mkdtemp(buf.data()) != nullptr, "offload_optimizer.nvme_path ", parent,
-            ": cannot make this rank's swap folder: ", std::strerror(errno));
-  return std::string(buf.data());
 }
 
 }  // namespace
@@ -103,7 +87,8 @@ SwapSpace::SwapSpace(const SwapSpaceOptions& options, const std::vector<int64_t>
                  ", got ", options.buffer_count, ": ", sets_, " sub-group(s) in flight");
   }
   engine_ = std::make_unique<aio::IoEngine>(options.aio, options.backend);
-  folder_ = make_rank_folder(options.nvme_path, options.rank);
+  folder_ =
+      aio::make_swap_folder(options.nvme_path, "swap", options.rank, "offload_optimizer.nvme_path");
   try {
     for (size_t g = 0; g < numels_.size(); ++g) {
       files_.emplace_back();
@@ -120,7 +105,7 @@ SwapSpace::SwapSpace(const SwapSpaceOptions& options, const std::vector<int64_t>
         if (f) f->remove();
       }
     }
-    ::rmdir(folder_.c_str());
+    aio::remove_swap_folder(folder_);
     throw;
   }
 }
@@ -131,9 +116,7 @@ SwapSpace::~SwapSpace() {
     for (auto& f : group) f->remove();
   }
   files_.clear();
-  if (!folder_.empty() && ::rmdir(folder_.c_str()) != 0 && errno != ENOENT) {
-    ZRT_LOG_WARN("could not remove the swap folder ", folder_, ": ", std::strerror(errno));
-  }
+  aio::remove_swap_folder(folder_);
 }
 
 int64_t SwapSpace::numel(int group) const {
@@ -233,25 +216,6 @@ void SwapSpace::stream(int group, const std::function<void(SwapChunk&)>& fn) {
   stream_seconds_ += seconds_since(start);
 }
 
-namespace {
-
-// The aligned windows covering elements [offset, offset + n): calls fn(window_start, window_len,
-// first, count) with window_len a multiple of a page of floats and at most `window` elements.
-template <typename Fn>
-void for_each_window(int64_t offset, int64_t n, int64_t window, Fn&& fn) {
-  int64_t pos = offset;
-  const int64_t end = offset + n;
-  while (pos < end) {
-    const int64_t start = pos / kFloatsPerPage * kFloatsPerPage;
-    const int64_t len = std::min(window, align_elements(end) - start);
-    const int64_t take = std::min(end, start + len) - pos;
-    fn(start, len, pos - start, take);
-    pos += take;
-  }
-}
-
-}  // namespace
-
 aio::AlignedBuffer& SwapSpace::window_buffer(int group, int64_t offset, int64_t n,
                                              const char* what) {
   ZRT_CHECK(offset >= 0 && offset + n <= numel(group), "SwapSpace::", what, ": elements [", offset,
@@ -266,29 +230,14 @@ void SwapSpace::read(int group, SwapState s, int64_t offset, const at::Tensor& d
             "SwapSpace::read: the destination must be a contiguous fp32 CPU tensor");
   const int64_t n = dst.numel();
   aio::AlignedBuffer& buf = window_buffer(group, offset, n, "read");
-  float* out = dst.data_ptr<float>();
-  for_each_window(
-      offset, n, sub_numel_, [&](int64_t start, int64_t len, int64_t first, int64_t take) {
-        engine_->read(file(group, s), start * 4, buf.data(), len * 4).wait();
-        std::memcpy(out, static_cast<const float*>(buf.data()) + first, take * sizeof(float));
-        out += take;
-      });
+  aio::read_range(*engine_, file(group, s), offset * 4, dst.data_ptr<float>(), n * 4, buf);
 }
 
 void SwapSpace::write(int group, SwapState s, int64_t offset, const at::Tensor& src) {
   const at::Tensor values = src.reshape({-1}).to(at::kCPU, at::kFloat).contiguous();
   const int64_t n = values.numel();
   aio::AlignedBuffer& buf = window_buffer(group, offset, n, "write");
-  const float* in = values.data_ptr<float>();
-  for_each_window(offset, n, sub_numel_,
-                  [&](int64_t start, int64_t len, int64_t first, int64_t take) {
-                    aio::SwapFile& f = file(group, s);
-                    if (first != 0 || take != len)
-                      engine_->read(f, start * 4, buf.data(), len * 4).wait();
-                    std::memcpy(static_cast<float*>(buf.data()) + first, in, take * sizeof(float));
-                    engine_->write(f, start * 4, buf.data(), len * 4).wait();
-                    in += take;
-                  });
+  aio::write_range(*engine_, file(group, s), offset * 4, values.data_ptr<float>(), n * 4, buf);
 }
 
 at::Tensor SwapSpace::read_all(int group, SwapState s) {
@@ -302,6 +251,11 @@ void SwapSpace::fill_zero(int group, SwapState s) {
   for (int64_t pos = 0; pos < n; pos += sub_numel_) {
     write(group, s, pos, at::zeros({std::min(sub_numel_, n - pos)}, at::kFloat));
   }
+}
+
+void SwapSpace::write_param_copy(int group, int64_t offset, const at::Tensor& values) {
+  ZRT_INTERNAL_ASSERT(copy_sink_ != nullptr, "a swapped param copy without a sink");
+  copy_sink_(group, offset, values);
 }
 
 SwapStats SwapSpace::stats() const {

@@ -58,14 +58,12 @@ struct SwapStats {
   double io_wait_seconds = 0;  // of which waiting for reads and writes to complete
 };
 
-// Note [Swap folders]:
-// Each SwapSpace makes a fresh folder `<nvme_path>/zerort-swap-rank<R>-XXXXXX` (mkdtemp: never an
-// earlier job's folder, whatever its pid or rank) holding one file per group and state,
-// `g<G>.<state>.swp`, reserved at construction (a full disk fails here, naming the file, not in
-// the middle of a step). The destructor removes the files and the folder; a crashed job leaves its
-// folder behind for the user to delete. Files are read as zeros until written (fallocate), so the
-// moments start at zero without writing them (DeepSpeed's fast_init has nothing left to skip).
-// Every stream() first checks that no file was deleted while open.
+// Each SwapSpace makes its own folder `<nvme_path>/zerort-swap-rank<R>-XXXXXX` (Note [Swap folders]
+// in aio/windowed_io.h) holding one file per group and state, `g<G>.<state>.swp`, reserved at
+// construction (a full disk fails here, naming the file, not in the middle of a step); the
+// destructor removes them. Files are read as zeros until written (fallocate), so the moments start
+// at zero without writing them (DeepSpeed's fast_init has nothing left to skip). Every stream()
+// first checks that no file was deleted while open.
 class SwapSpace {
  public:
   // Throws zrt::Error naming the folder or file when nvme_path is missing or not writable, the
@@ -99,6 +97,13 @@ class SwapSpace {
   at::Tensor read_all(int group, SwapState s);
   void fill_zero(int group, SwapState s);
 
+  // Where the updated low-precision copy of a group goes when the parameters' partitions are
+  // swapped too (Note [Swapped params] in optim/optimizer.h): elements [offset, offset +
+  // values.numel()) of group g. Set by the owner of both, called by SwappedAdam per sub-group.
+  using ParamCopySink = std::function<void(int group, int64_t offset, const at::Tensor& values)>;
+  void set_param_copy_sink(ParamCopySink sink) { copy_sink_ = std::move(sink); }
+  void write_param_copy(int group, int64_t offset, const at::Tensor& values);
+
   // Every file still present (throws naming the deleted one).
   void check_files() const;
   SwapStats stats() const;
@@ -120,6 +125,7 @@ class SwapSpace {
   std::vector<std::unique_ptr<BufferSet>> buffers_;
   double stream_seconds_ = 0;
   double io_wait_seconds_ = 0;
+  ParamCopySink copy_sink_;
 };
 
 }  // namespace zrt::optim

@@ -43,15 +43,24 @@ void SwappedAdam::step(double grad_scale) {
     const kernels::AdamStepArgs args = adam_step_args(options_[g], steps_[g], grad_scale);
     const at::Tensor& copy = p.param_copy;
     const bool copy_fp32 = copy.defined() && copy.scalar_type() == at::kFloat;
+    const bool copy_swapped = copy.defined() && copy.is_meta();
     space_->stream(static_cast<int>(g), [&](SwapChunk& c) {
       kernels::AdamTensors t;
       t.param = c.state(SwapState::kMaster);
       t.grad = p.grad.narrow(0, c.offset, c.numel);
       t.exp_avg = c.state(SwapState::kExpAvg);
       t.exp_avg_sq = c.state(SwapState::kExpAvgSq);
-      if (copy.defined() && !copy_fp32) t.param_copy = copy.narrow(0, c.offset, c.numel);
+      if (copy_swapped && !copy_fp32) {
+        t.param_copy = at::empty({c.numel}, copy.options().device(at::kCPU));
+      } else if (copy.defined() && !copy_fp32) {
+        t.param_copy = copy.narrow(0, c.offset, c.numel);
+      }
       kernels::adam_step_cpu({t}, args, kernels::CpuAdamConfig{});
-      if (copy_fp32) copy.narrow(0, c.offset, c.numel).copy_(t.param);
+      if (copy_swapped) {
+        space_->write_param_copy(static_cast<int>(g), c.offset, copy_fp32 ? t.param : t.param_copy);
+      } else if (copy_fp32) {
+        copy.narrow(0, c.offset, c.numel).copy_(t.param);
+      }
     });
     has_state_[g] = true;
   }

@@ -246,6 +246,16 @@ void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
       groups, collected.frozen, found.unit_of, static_cast<int>(found.units.size()), comm_->size(),
       comm_->rank(), z.param_persistence_threshold, z.model_persistence_threshold,
       z.offload_param_enabled());
+  if (z.offload_param.device == zero::OffloadDevice::kNvme) {
+    zero::ParamSwapOptions o;
+    o.nvme_path = z.offload_param.nvme_path;
+    o.rank = comm_->rank();
+    o.aio = config_.aio;
+    o.buffer_count = z.offload_param.buffer_count;
+    o.buffer_size = z.offload_param.buffer_size;
+    o.max_in_cpu = z.offload_param.max_in_cpu;
+    layout->swap_partitions(o);
+  }
   layout->partition();
   states_ = std::make_unique<runtime::Stage3ModelStates>(std::move(layout), std::move(found.units),
                                                          comm_, z, config_.gradient_options(),

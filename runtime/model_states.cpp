@@ -1,5 +1,7 @@
 #include "runtime/model_states.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "optim/swap_space.h"
 
@@ -8,24 +10,54 @@ namespace zrt::runtime {
 at::Tensor master_values(ModelStates& states, size_t group) {
   const at::Tensor& master = states.targets().at(group).master;
   if (!master.is_meta()) return master;
-  const std::shared_ptr<optim::SwapSpace> swap = states.swap_space();
-  ZRT_INTERNAL_ASSERT(swap != nullptr, "a meta master without a swap space");
-  return swap->read_all(static_cast<int>(group), optim::SwapState::kMaster);
+  return master_range(states, group, 0, master.numel());
 }
 
-void store_master(ModelStates& states, size_t group, const at::Tensor& values) {
+namespace {
+
+bool same_memory(const at::Tensor& a, const at::Tensor& b) {
+  return a.numel() == 0 || (!a.is_meta() && !b.is_meta() && a.data_ptr() == b.data_ptr());
+}
+
+}  // namespace
+
+void store_master(ModelStates& states, size_t group, const at::Tensor& values, int64_t offset) {
   at::NoGradGuard no_grad;
   const at::Tensor& master = states.targets().at(group).master;
-  ZRT_INTERNAL_ASSERT(values.numel() == master.numel(), "store_master: ", values.numel(),
-                      " values for a master of ", master.numel());
-  if (values.is_same(master)) return;
+  ZRT_INTERNAL_ASSERT(offset >= 0 && offset + values.numel() <= master.numel(),
+                      "store_master: ", values.numel(), " values at ", offset, " for a master of ",
+                      master.numel());
   if (!master.is_meta()) {
-    master.copy_(values.reshape(master.sizes()));
+    at::Tensor target = master.narrow(0, offset, values.numel());
+    if (!same_memory(values, target)) target.copy_(values.reshape({-1}));
     return;
   }
   const std::shared_ptr<optim::SwapSpace> swap = states.swap_space();
-  ZRT_INTERNAL_ASSERT(swap != nullptr, "a meta master without a swap space");
-  swap->write(static_cast<int>(group), optim::SwapState::kMaster, 0, values);
+  if (swap == nullptr) {  // inference on swapped partitions: they are the masters
+    states.write_lp(group, offset, values);
+    return;
+  }
+  swap->write(static_cast<int>(group), optim::SwapState::kMaster, offset, values);
+}
+
+at::Tensor master_range(ModelStates& states, size_t group, int64_t offset, int64_t n) {
+  const at::Tensor& master = states.targets().at(group).master;
+  if (!master.is_meta()) return master.narrow(0, offset, n);
+  const std::shared_ptr<optim::SwapSpace> swap = states.swap_space();
+  if (swap == nullptr) return states.read_lp(group, offset, n);  // inference: the partitions
+  at::Tensor out = at::empty({n}, at::TensorOptions().dtype(at::kFloat));
+  swap->read(static_cast<int>(group), optim::SwapState::kMaster, offset, out);
+  return out;
+}
+
+at::Tensor ModelStates::read_lp(size_t group, int64_t offset, int64_t n) const {
+  return group_partitions().at(group).lp.narrow(0, offset, n);
+}
+
+void ModelStates::write_lp(size_t group, int64_t offset, const at::Tensor& values) {
+  at::NoGradGuard no_grad;
+  at::Tensor target = group_partitions().at(group).lp.narrow(0, offset, values.numel());
+  if (!same_memory(values, target)) target.copy_(values.reshape({-1}));
 }
 
 c10::Device optimizer_device(const OptimTarget& target) {
@@ -59,25 +91,40 @@ std::shared_ptr<optim::SwapSpace> make_swap_space(const zero::ZeroOptions& zero,
   return std::make_shared<optim::SwapSpace>(o, group_numels);
 }
 
+namespace {
+
+template <typename Fn>
+void for_each_chunk(int64_t n, Fn&& fn) {
+  for (int64_t offset = 0; offset < n; offset += kStateChunk)
+    fn(offset, std::min(kStateChunk, n - offset));
+}
+
+}  // namespace
+
 void masters_from_params(ModelStates& states) {
-  const std::vector<GroupPartition> groups = states.group_partitions();
-  for (size_t g = 0; g < states.targets().size(); ++g) store_master(states, g, groups.at(g).lp);
+  for (size_t g = 0; g < states.targets().size(); ++g) {
+    for_each_chunk(states.targets()[g].master.numel(), [&](int64_t offset, int64_t n) {
+      store_master(states, g, states.read_lp(g, offset, n), offset);
+    });
+  }
 }
 
 void params_from_masters(ModelStates& states) {
   at::NoGradGuard no_grad;
-  const std::vector<GroupPartition> groups = states.group_partitions();
   auto& targets = states.targets();
   for (size_t g = 0; g < targets.size(); ++g) {
-    at::Tensor lp = groups.at(g).lp;
-    const at::Tensor master = master_values(states, g);
-    if (!master.is_same(lp)) lp.copy_(master);
     // A staging copy of the low-precision partition (offloaded masters with the partition on a
     // device) is what after_optimizer_step copies to the device: it must hold the same values.
     const at::Tensor& staged = targets[g].lp;
-    if (staged.defined() && !staged.is_same(lp) && !staged.is_same(master)) {
-      staged.copy_(master);
-    }
+    const bool stage = staged.defined() && !staged.is_meta();
+    for_each_chunk(targets[g].master.numel(), [&](int64_t offset, int64_t n) {
+      const at::Tensor master = master_range(states, g, offset, n);
+      states.write_lp(g, offset, master);
+      if (stage) {
+        at::Tensor s = staged.narrow(0, offset, n);
+        if (!same_memory(s, master)) s.copy_(master);
+      }
+    });
   }
   states.after_optimizer_step();
 }

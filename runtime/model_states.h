@@ -55,6 +55,8 @@ struct GroupPartition {
   int world_size = 1;
   // 1-D: this rank's partition of the parameters in the model dtype (stage 0: the whole group,
   // padded); at least rank_partition(layout, params, rank, world_size).partition_numel elements.
+  // A meta tensor when the partitions are on disk (offload_param "nvme"): its values are read and
+  // written through ModelStates::read_lp / write_lp.
   at::Tensor lp;
 };
 
@@ -97,6 +99,12 @@ class ModelStates {
   // The whole value of trainable parameter `name` (`param`: the model's parameter, whose numel it
   // has, any shape), or an undefined tensor to leave that parameter as it is.
   using WholeParamFn = std::function<at::Tensor(const std::string& name, const at::Tensor& param)>;
+  // Elements [offset, offset + n) of group g's partition of the parameters (GroupPartition::lp):
+  // a view of it, or a CPU copy read from disk (offload_param "nvme"); and the same written from
+  // `values` (any floating dtype, converted; nothing when `values` is that memory already).
+  virtual at::Tensor read_lp(size_t group, int64_t offset, int64_t n) const;
+  virtual void write_lp(size_t group, int64_t offset, const at::Tensor& values);
+
   // Not collective. Writes whole values into every trainable parameter these states hold (in no
   // particular order): this rank's partition of it and, where the parameter has storage, the
   // parameter itself (a value that is that storage is not copied). The fp32 masters are not
@@ -111,9 +119,11 @@ class ModelStates {
 //
 // Group g's master: the tensor itself, or a new fp32 CPU tensor read back from the swap space.
 at::Tensor master_values(ModelStates& states, size_t group);
-// Makes `values` (the partition's numel, any floating dtype) group g's master: copied into it,
-// written to the swap space, or nothing when `values` is the master itself.
-void store_master(ModelStates& states, size_t group, const at::Tensor& values);
+// Makes `values` (any floating dtype) elements [offset, offset + values.numel()) of group g's
+// master: copied into it, written to the swap space, or nothing when `values` is that memory.
+void store_master(ModelStates& states, size_t group, const at::Tensor& values, int64_t offset = 0);
+// Elements [offset, offset + n) of group g's master: a view, or read from the swap space.
+at::Tensor master_range(ModelStates& states, size_t group, int64_t offset, int64_t n);
 // The device the optimizer of a target runs on: the master's, the CPU for a swapped master.
 c10::Device optimizer_device(const OptimTarget& target);
 // Bytes a tensor holds in memory (0 for a meta tensor).
@@ -128,7 +138,9 @@ std::shared_ptr<optim::SwapSpace> make_swap_space(const zero::ZeroOptions& zero,
                                                   const std::vector<int64_t>& group_numels);
 
 // Copies every group's partition of the parameters into its fp32 master (after the parameters were
-// written, e.g. by a load), skipping masters that are the partition itself.
+// written, e.g. by a load), skipping masters that are the partition itself. Both run in chunks of
+// kStateChunk elements, so swapped states are never whole in memory.
+constexpr int64_t kStateChunk = int64_t{16} << 20;
 void masters_from_params(ModelStates& states);
 // Collective: copies the fp32 masters into the parameters' partitions, then refreshes every rank's
 // parameters from them (the all-gather of stages 1/2, the persistent parameters of stage 3).

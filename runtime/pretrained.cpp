@@ -350,9 +350,10 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
       const SaveItem& item = items[i];
       at::Tensor value = item.whole;
       if (item.group >= 0) {  // every rank takes part; rank 0 keeps the whole parameter
-        const at::Tensor& lp = groups[static_cast<size_t>(item.group)].lp;
-        at::Tensor all = at::empty({item.pn * comm.size()}, lp.options());
-        comm.all_gather(all, lp.narrow(0, item.offset, item.pn));
+        const at::Tensor mine =
+            engine.model_states().read_lp(static_cast<size_t>(item.group), item.offset, item.pn);
+        at::Tensor all = at::empty({item.pn * comm.size()}, mine.options());
+        comm.all_gather(all, mine);
         value = all.narrow(0, 0, ckpt::shape_numel(item.shape)).view(item.shape);
       }
       if (writer) tensors.emplace_back(item.name, value.cpu().contiguous());

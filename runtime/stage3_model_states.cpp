@@ -28,28 +28,40 @@ Stage3ModelStates::Stage3ModelStates(std::unique_ptr<zero::Stage3Layout> layout,
       numels.push_back(layout_->partition_flat(g).numel());
     swap_ = make_swap_space(zero, aio, layout_->rank(), numels);
   }
+  const bool swapped_params = layout_->swapped();
+  if (swap_ != nullptr && swapped_params) {
+    // Note [Swapped partitions]: SwappedAdam's low-precision copies go straight to the disk.
+    zero::Stage3Layout* layout = layout_.get();
+    swap_->set_param_copy_sink([layout](int g, int64_t offset, const at::Tensor& values) {
+      layout->write_flat(g, offset, values);
+    });
+  }
   for (int g = 0; g < layout_->num_groups(); ++g) {
-    const at::Tensor& lp = layout_->partition_flat(g);
+    const at::Tensor& lp = layout_->partition_flat(g);  // meta when swapped_params
     OptimTarget t;
     if (swap_ != nullptr) {  // Note [Swapped masters]
       t.master = at::empty({lp.numel()}, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
-      swap_->write(g, optim::SwapState::kMaster, 0, lp);
-      t.lp = lp.is_cpu() ? lp : at::empty({lp.numel()}, lp.options().device(at::kCPU));
+      if (swapped_params) {
+        t.lp = lp;  // meta: written through the sink above
+      } else {
+        t.lp = lp.is_cpu() ? lp : at::empty({lp.numel()}, lp.options().device(at::kCPU));
+      }
     } else if (inference) {
       t.master = lp;  // nothing to update: the partitions are all there is
-    } else if (lp.scalar_type() == at::kFloat && !offload) {
+    } else if (lp.scalar_type() == at::kFloat && !offload && !swapped_params) {
       t.master = lp;  // pure fp32: the partitions are the masters
     } else {
       const bool pin =
           (zero.offload_optimizer.pin_memory || zero.offload_param.pin_memory) && lp.is_cuda();
       t.master = at::empty({lp.numel()}, at::TensorOptions().dtype(at::kFloat).pinned_memory(pin));
-      if (!offload) t.master = t.master.to(lp.device());
-      t.master.copy_(lp);
+      if (!offload && !swapped_params) t.master = t.master.to(lp.device());
       if (lp.scalar_type() != at::kFloat && lp.device() == t.master.device()) t.lp = lp;
     }
     t.grad = coordinator_->grad_partition(g);
     targets_.push_back(std::move(t));
   }
+  // The masters start as the partitions (read by chunks when either is on disk).
+  if (!inference) masters_from_params(*this);
 }
 
 Stage3ModelStates::~Stage3ModelStates() {
@@ -74,7 +86,14 @@ void Stage3ModelStates::after_optimizer_step() {
   for (int g = 0; g < layout_->num_groups(); ++g) {
     const OptimTarget& t = targets_[g];
     const at::Tensor& lp = layout_->partition_flat(g);
-    if (t.master.is_same(lp) || (t.lp.defined() && t.lp.is_same(lp))) continue;
+    if (t.master.is_same(lp) || (t.lp.defined() && t.lp.is_same(lp))) continue;  // done in place
+    if (layout_->swapped()) {  // CPU masters → the swapped partitions, by chunks
+      for (int64_t off = 0; off < lp.numel(); off += kStateChunk) {
+        layout_->write_flat(g, off,
+                            t.master.narrow(0, off, std::min(kStateChunk, lp.numel() - off)));
+      }
+      continue;
+    }
     lp.copy_(t.master.is_meta() ? t.lp : t.master);  // offloaded master or staging → partition
   }
   coordinator_->refresh_persistent();
@@ -83,7 +102,7 @@ void Stage3ModelStates::after_optimizer_step() {
 ModelStateBytes Stage3ModelStates::memory() const {
   ModelStateBytes m;
   for (int g = 0; g < layout_->num_groups(); ++g) {
-    m.params += layout_->partition_flat(g).nbytes();
+    m.params += resident_bytes(layout_->partition_flat(g));
     if (!targets_[g].master.is_same(layout_->partition_flat(g)))
       m.master += resident_bytes(targets_[g].master);
     if (targets_[g].master.is_meta() && !targets_[g].lp.is_same(layout_->partition_flat(g))) {
@@ -93,6 +112,12 @@ ModelStateBytes Stage3ModelStates::memory() const {
   m.grads = coordinator_->grad_bytes();
   m.gathered = coordinator_->stats().gathered_bytes;
   count_swap(swap_.get(), m);
+  if (const zero::ParamSwapper* swapper = layout_->swapper()) {
+    const zero::ParamSwapStats st = swapper->stats();
+    m.params += st.resident_bytes;
+    m.swap_buffers += st.buffer_bytes;
+    m.swapped += st.swapped_bytes;
+  }
   return m;
 }
 
@@ -117,6 +142,19 @@ std::vector<GroupPartition> Stage3ModelStates::group_partitions() const {
   return out;
 }
 
+at::Tensor Stage3ModelStates::read_lp(size_t group, int64_t offset, int64_t n) const {
+  return layout_->read_flat(static_cast<int>(group), offset, n);
+}
+
+void Stage3ModelStates::write_lp(size_t group, int64_t offset, const at::Tensor& values) {
+  if (!layout_->swapped()) {
+    ModelStates::write_lp(group, offset, values);
+    return;
+  }
+  layout_->write_flat(static_cast<int>(group), offset, values);
+  coordinator_->partitions_written();
+}
+
 void Stage3ModelStates::release_gathered_params() {
   coordinator_->release_all();
   coordinator_->refresh_persistent();
@@ -129,7 +167,9 @@ void Stage3ModelStates::write_whole_params(const WholeParamFn& whole) {
     if (p.group < 0) continue;  // frozen: not these states' (the module keeps it whole)
     const at::Tensor value = whole(p.name, p.param);
     if (!value.defined()) continue;
-    at::Tensor part = layout_->partition_of(static_cast<int>(i));
+    const bool swapped = layout_->swapped();  // staged, then written (Note [Swapped partitions])
+    at::Tensor part = swapped ? at::empty({p.pn}, p.param.options().device(at::kCPU))
+                              : layout_->partition_of(static_cast<int>(i));
     // One rank: the parameter is a view of its partition (Note [Stage 3 on one rank]), and a value
     // read from the parameter is already there.
     if (p.numel > 0 && value.data_ptr() == part.data_ptr()) continue;
@@ -137,6 +177,7 @@ void Stage3ModelStates::write_whole_params(const WholeParamFn& whole) {
     const ShardInfo mine = param_shard(p.numel, layout_->rank(), layout_->world_size());
     part.zero_();
     if (mine.size > 0) part.narrow(0, 0, mine.size).copy_(flat.narrow(0, mine.offset, mine.size));
+    if (swapped) layout_->write_partition(static_cast<int>(i), part);
     if (zero::storage_allocated(p.param) &&
         (p.numel == 0 || value.data_ptr() != p.param.data_ptr())) {
       p.param.detach().copy_(value.view(p.shape));

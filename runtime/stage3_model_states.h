@@ -4,7 +4,9 @@
 // steps each group's partition flat (DeepSpeed's sub-group flats) and writes the low-precision
 // partitions in the same pass; persistent parameters are gathered again after the step. With
 // offload_optimizer.device "nvme" the masters and moments live in a swap space (Note [Swapped
-// masters]) and the optimizer streams them sub-group by sub-group.
+// masters]) and the optimizer streams them sub-group by sub-group; with offload_param.device "nvme"
+// the parameters' partitions live on disk as well (Note [Swapped partitions] in
+// zero/param_swapper.h).
 #pragma once
 
 #include <memory>
@@ -43,6 +45,8 @@ class Stage3ModelStates final : public ModelStates {
   void gather_all_params() override { coordinator_->gather_all(); }
   void release_gathered_params() override;
   void write_whole_params(const WholeParamFn& whole) override;
+  at::Tensor read_lp(size_t group, int64_t offset, int64_t n) const override;
+  void write_lp(size_t group, int64_t offset, const at::Tensor& values) override;
 
   zero::Stage3Layout& layout() { return *layout_; }
   zero::ParamCoordinator& coordinator() { return *coordinator_; }

@@ -1,5 +1,7 @@
 #include "zero/param_coordinator.h"
 
+#include <limits>
+
 #include "core/error.h"
 #include "zero/scalar_type.h"
 
@@ -49,7 +51,8 @@ ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::C
     : layout_(layout),
       options_(options),
       zeropp_(ZeroPPGroups::make(*comm, options.zeropp)),
-      gatherer_(layout, comm, pooled_outputs(options), zeropp_.hpz, options.zeropp.quantized_weights),
+      gatherer_(layout, comm, pooled_outputs(options), zeropp_.hpz,
+                options.zeropp.quantized_weights),
       trace_(unit_numels(layout)),
       grads_(layout, comm, reducer_options(options, zeropp_),
              [this](int unit) { gatherer_.release(unit); }) {}
@@ -81,6 +84,21 @@ void ParamCoordinator::prefetch_after(int pos, int direction) {
   for (int u : next) gatherer_.start(u, /*prefetch=*/true);
 }
 
+// Note [Swapped partitions] (zero/param_swapper.h): the units the trace uses next are read from
+// disk ahead of their gathers, nearest first, while the swapper has buffers for them. Issued before
+// the gathers' prefetch, which then finds the next unit read.
+void ParamCoordinator::read_ahead(int pos, int direction) {
+  ParamSwapper* swapper = layout_.swapper();
+  if (swapper == nullptr) return;
+  constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max() / 4;
+  const std::vector<int> next = trace_.prefetch_after(
+      pos, direction, PrefetchLimits{kUnlimited, kUnlimited}, 0, 0,
+      [&](int u) { return gatherer_.state(u) == UnitGatherer::State::kReleased; });
+  for (int u : next) {
+    if (!swapper->read_ahead(u)) break;
+  }
+}
+
 bool ParamCoordinator::reused_soon(int unit, int pos, bool backward_use) const {
   // Autograd runs backward with grad mode off: a backward use is always part of training.
   const bool training = backward_use || at::GradMode::is_enabled();
@@ -92,6 +110,7 @@ bool ParamCoordinator::reused_soon(int unit, int pos, bool backward_use) const {
 void ParamCoordinator::pre_forward(int unit) {
   const int pos = trace_.begin_forward_use(unit, options_.gradients && at::GradMode::is_enabled());
   gatherer_.wait(unit);
+  read_ahead(pos, +1);
   prefetch_after(pos, +1);
 }
 
@@ -103,6 +122,7 @@ void ParamCoordinator::post_forward(int unit) {
 void ParamCoordinator::pre_backward(int unit) {
   const int pos = trace_.begin_backward_use(unit);
   gatherer_.wait(unit);
+  read_ahead(pos, -1);
   prefetch_after(pos, -1);
 }
 

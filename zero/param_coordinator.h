@@ -112,6 +112,7 @@ class ParamCoordinator final : public UnitHooks {
 
  private:
   void prefetch_after(int pos, int direction);
+  void read_ahead(int pos, int direction);
   bool reused_soon(int unit, int pos, bool backward_use) const;
 
   Stage3Layout& layout_;

@@ -1,13 +1,12 @@
 #include "zero/stage3_layout.h"
 
-#include <sys/mman.h>
-
 #include <memory>
 #include <new>
 #include <unordered_map>
 
 #include "core/error.h"
 #include "core/shard.h"
+#include <sys/mman.h>
 
 namespace zrt::zero {
 
@@ -68,7 +67,7 @@ void allocate_storage(const at::Tensor& param) {
   const size_t nbytes = static_cast<size_t>(param.numel()) * param.element_size();
   if (s->nbytes() == nbytes && (nbytes == 0 || s->data() != nullptr)) return;
   s->set_data_ptr_noswap(own_mapping(param.device(), nbytes) ? map_block(nbytes)
-                                                              : s->allocator()->allocate(nbytes));
+                                                             : s->allocator()->allocate(nbytes));
   s->set_nbytes(nbytes);
 }
 
@@ -157,7 +156,57 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
 at::Tensor Stage3Layout::partition_of(int i) const {
   const Stage3Param& p = params_.at(i);
   ZRT_INTERNAL_ASSERT(p.group >= 0, "frozen parameter ", p.name, " has no partition");
+  ZRT_INTERNAL_ASSERT(!swapped(), "partition_of(", p.name, ") of a swapped layout");
   return partition_flats_[p.group].narrow(0, p.group_offset, p.pn);
+}
+
+void Stage3Layout::swap_partitions(const ParamSwapOptions& options) {
+  std::vector<int64_t> numels;
+  std::vector<at::ScalarType> dtypes;
+  for (const at::Tensor& flat : partition_flats_) {
+    numels.push_back(flat.numel());
+    dtypes.push_back(flat.scalar_type());
+  }
+  // The pieces in the order UnitGatherer gathers them (its start()).
+  std::vector<std::vector<SwapPiece>> pieces(static_cast<size_t>(num_units()));
+  for (int u = 0; u < num_units(); ++u) {
+    for (int i : units_[u].params) {
+      const Stage3Param& p = params_[i];
+      if (!p.persistent && p.numel > 0) pieces[u].push_back({p.group, p.group_offset, p.pn});
+    }
+  }
+  swapper_ = std::make_unique<ParamSwapper>(options, numels, dtypes, std::move(pieces));
+  for (at::Tensor& flat : partition_flats_)
+    flat = at::empty({flat.numel()}, flat.options().device(at::kMeta));
+}
+
+at::Tensor Stage3Layout::read_partition(int i) const {
+  const Stage3Param& p = params_.at(i);
+  ZRT_INTERNAL_ASSERT(p.group >= 0, "frozen parameter ", p.name, " has no partition");
+  return read_flat(p.group, p.group_offset, p.pn);
+}
+
+void Stage3Layout::write_partition(int i, const at::Tensor& values) {
+  const Stage3Param& p = params_.at(i);
+  ZRT_INTERNAL_ASSERT(p.group >= 0 && values.numel() == p.pn, "write_partition(", p.name,
+                      "): ", values.numel(), " values for a partition of ", p.pn);
+  write_flat(p.group, p.group_offset, values);
+}
+
+at::Tensor Stage3Layout::read_flat(int g, int64_t offset, int64_t n) const {
+  if (!swapped()) return partition_flats_.at(g).narrow(0, offset, n);
+  at::Tensor out = at::empty({n}, partition_flats_.at(g).options().device(at::kCPU));
+  swapper_->read(g, offset, out);
+  return out;
+}
+
+void Stage3Layout::write_flat(int g, int64_t offset, const at::Tensor& values) {
+  at::NoGradGuard no_grad;
+  if (swapped()) {
+    swapper_->write(g, offset, values);
+  } else {
+    partition_flats_.at(g).narrow(0, offset, values.numel()).copy_(values.reshape({-1}));
+  }
 }
 
 std::vector<int64_t> Stage3Layout::slab_offsets(std::vector<int64_t>* unit_bytes) const {
@@ -179,7 +228,8 @@ std::vector<int64_t> Stage3Layout::slab_offsets(std::vector<int64_t>* unit_bytes
 // storage, so that no rank ever holds all of it. partition() then gives each one a zero-filled
 // private storage (one parameter at a time, released again at once unless persistent) and zero
 // partitions; the values arrive later through the partitions (runtime/pretrained.h writes the
-// masters, then the parameters are refreshed from them), as DeepSpeed's zero.Init + from_pretrained.
+// masters, then the parameters are refreshed from them), as DeepSpeed's zero.Init +
+// from_pretrained.
 
 void Stage3Layout::partition() {
   at::NoGradGuard no_grad;
@@ -191,14 +241,18 @@ void Stage3Layout::partition() {
                                 : at::zeros(p.shape, p.param.options()));
     if (p.group >= 0) {
       const ShardInfo mine = param_shard(p.numel, rank_, world_size_);
-      at::Tensor part = partition_of(static_cast<int>(i));
+      // A swapped partition is written from a staging tensor; deferred values stay the zeros a
+      // fresh swap file reads as.
+      at::Tensor part = swapped() ? at::zeros({p.pn}, p.param.options().device(at::kCPU))
+                                  : partition_of(static_cast<int>(i));
       part.zero_();
       if (has_values && mine.size > 0)
         part.narrow(0, 0, mine.size).copy_(p.param.reshape(-1).narrow(0, mine.offset, mine.size));
+      if (swapped() && has_values) write_partition(static_cast<int>(i), part);
       // One rank (Note [Stage 3 on one rank]): the parameter becomes a view of its partition,
       // so that an updated partition is the updated parameter, with no copy at all.
-      if (world_size_ == 1 && p.persistent && part.scalar_type() == p.param.scalar_type() &&
-          part.device() == p.param.device()) {
+      if (world_size_ == 1 && p.persistent && !swapped() &&
+          part.scalar_type() == p.param.scalar_type() && part.device() == p.param.device()) {
         p.param.set_data(part.narrow(0, 0, p.numel).view(p.shape));
       }
     }

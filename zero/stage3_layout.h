@@ -10,14 +10,15 @@
 // is re-gathered for backward (see Note [Releasing parameter storage] in stage3_layout.cpp).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 
 #include "core/malloc_tuning.h"
-
 #include "zero/flat_layout.h"
+#include "zero/param_swapper.h"
 
 namespace zrt::zero {
 
@@ -57,6 +58,14 @@ class Stage3Layout {
                int world_size, int rank, int64_t persistence_threshold,
                int64_t model_persistence_threshold, bool offload_partitions = false);
 
+  // offload_param.device "nvme", before partition(): the partition flats move to a ParamSwapper
+  // and become meta tensors (Note [Swapped partitions] in zero/param_swapper.h). Values are then
+  // read and written through read_partition / write_partition / read_flat / write_flat, and a
+  // unit's partitions through swapper()->acquire.
+  void swap_partitions(const ParamSwapOptions& options);
+  bool swapped() const { return swapper_ != nullptr; }
+  ParamSwapper* swapper() const { return swapper_.get(); }
+
   // Copies this rank's partition of every trainable parameter into the group partition flats
   // (model dtype) and releases the storage of every non-persistent parameter.
   void partition();
@@ -73,8 +82,16 @@ class Stage3Layout {
   int rank() const { return rank_; }
   int64_t persistent_numel() const { return persistent_numel_; }
 
-  // This rank's partition of parameter i (a view of its group's flat).
+  // This rank's partition of parameter i (a view of its group's flat). Not when swapped().
   at::Tensor partition_of(int i) const;
+  // Parameter i's partition (pn elements): a view as partition_of, or read from the swapper.
+  at::Tensor read_partition(int i) const;
+  // Writes parameter i's partition (pn elements of any dtype; converted).
+  void write_partition(int i, const at::Tensor& values);
+  // Elements [offset, offset + n) of group g's flat: a view, or read from the swapper; and the
+  // same written.
+  at::Tensor read_flat(int g, int64_t offset, int64_t n) const;
+  void write_flat(int g, int64_t offset, const at::Tensor& values);
   // Where each gathered parameter sits in its unit's slab (Note [Reusing gather buffers] in
   // zero/param_coordinator.cpp): byte offsets per parameter, each 64-byte aligned at the
   // parameters' current dtypes (0 for persistent ones); *unit_bytes gets each unit's total.
@@ -84,6 +101,7 @@ class Stage3Layout {
   std::vector<Stage3Param> params_;
   std::vector<Stage3Unit> units_;
   std::vector<at::Tensor> partition_flats_;
+  std::unique_ptr<ParamSwapper> swapper_;
   int world_size_ = 1;
   int rank_ = 0;
   int64_t persistent_numel_ = 0;

@@ -121,6 +121,30 @@ at::TensorOptions gather_options(const Stage3Layout& layout, int first_param) {
 
 }  // namespace
 
+// The partitions a gather sends, in its order: views of the layout's flats or, with swapped
+// partitions (Note [Swapped partitions]), of the unit's swap buffer until the reader goes.
+class UnitGatherer::PartitionReader {
+ public:
+  PartitionReader(Stage3Layout& layout, const InFlight& g) : layout_(layout), unit_(g.unit) {
+    if (layout.swapped() && unit_ >= 0) {
+      parts_ = layout.swapper()->acquire(unit_);
+      return;
+    }
+    for (int i : g.params) parts_.push_back(layout.read_partition(i));
+  }
+  ~PartitionReader() {
+    if (layout_.swapped() && unit_ >= 0) layout_.swapper()->release(unit_);
+  }
+  PartitionReader(const PartitionReader&) = delete;
+  PartitionReader& operator=(const PartitionReader&) = delete;
+  const at::Tensor& operator[](size_t k) const { return parts_[k]; }
+
+ private:
+  Stage3Layout& layout_;
+  int unit_;
+  std::vector<at::Tensor> parts_;
+};
+
 // In place: this rank's pieces go straight into its own chunk of the output.
 void UnitGatherer::start_plain(InFlight& g, comm::Comm& group) {
   g.stride = g.chunk;
@@ -129,8 +153,9 @@ void UnitGatherer::start_plain(InFlight& g, comm::Comm& group) {
   if (g.secondary) {
     g.send.copy_(secondary_[g.unit]);
   } else {
+    const PartitionReader parts(layout_, g);
     for (size_t k = 0; k < g.params.size(); ++k) {
-      g.send.narrow(0, g.offsets[k], g.parts[k]).copy_(layout_.partition_of(g.params[k]));
+      g.send.narrow(0, g.offsets[k], g.parts[k]).copy_(parts[k]);
     }
   }
   g.work = group.all_gather_async(g.out, g.send);
@@ -144,8 +169,11 @@ void UnitGatherer::start_quantized(InFlight& g) {
   const int rank = comm_->rank();
   g.out = outputs_.acquire(g.stride * g.ranks, gather_options(layout_, g.params.front()));
   at::Tensor staged = g.out.narrow(0, rank * g.stride, g.stride);
-  for (size_t k = 0; k < g.params.size(); ++k) {
-    staged.narrow(0, g.offsets[k], g.parts[k]).copy_(layout_.partition_of(g.params[k]));
+  {
+    const PartitionReader parts(layout_, g);
+    for (size_t k = 0; k < g.params.size(); ++k) {
+      staged.narrow(0, g.offsets[k], g.parts[k]).copy_(parts[k]);
+    }
   }
   staged.narrow(0, g.chunk, g.stride - g.chunk).zero_();
   g.wire = at::empty({g.quant.bytes * g.ranks}, g.out.options().dtype(at::kByte));
@@ -158,9 +186,10 @@ void UnitGatherer::copy_alone(const InFlight& g) {
   at::NoGradGuard no_grad;
   const int64_t placed = storage_.place(g.unit, g.params);
   if (g.unit >= 0) stats_.gathered_bytes += placed;
-  for (int i : g.params) {
-    const Stage3Param& p = layout_.params()[i];
-    const at::Tensor part = layout_.partition_of(i);
+  const PartitionReader parts(layout_, g);
+  for (size_t k = 0; k < g.params.size(); ++k) {
+    const Stage3Param& p = layout_.params()[g.params[k]];
+    const at::Tensor& part = parts[k];
     if (p.param.data_ptr() == part.data_ptr()) continue;  // a view of it
     // As in finish: an alias outside autograd's version counting.
     at::from_blob(p.param.data_ptr(), {p.numel},

@@ -82,6 +82,7 @@ class UnitGatherer {
 
  private:
   struct InFlight;
+  class PartitionReader;
   void finish(InFlight& g);
   void copy_alone(const InFlight& g);  // one rank: partitions straight into parameters
   void start_plain(InFlight& g, comm::Comm& group);

@@ -47,8 +47,9 @@ UnitGradReducer::UnitGradReducer(Stage3Layout& layout, std::shared_ptr<comm::Com
   pending_grads_.assign(units, 0);
   grad_flats_.resize(layout_.num_groups());
   for (int g = 0; g < layout_.num_groups() && options_.gradients; ++g) {
-    grad_flats_[g] = at::zeros({layout_.group_partition_numel(g)},
-                               layout_.partition_flat(g).options().dtype(options_.accum_dtype));
+    at::TensorOptions o = layout_.partition_flat(g).options().dtype(options_.accum_dtype);
+    if (o.device().is_meta()) o = o.device(at::kCPU);  // swapped partitions: the CPU's
+    grad_flats_[g] = at::zeros({layout_.group_partition_numel(g)}, o);
   }
   const auto& params = layout_.params();
   // Hooks even without gradients (inference): a loss.backward() through the model is an error.

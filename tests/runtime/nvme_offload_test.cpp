@@ -1,4 +1,5 @@
-// NVMe optimizer offload (ZeRO-Infinity, optim/swap_space.h) through the engine, ranks as threads:
+// NVMe offload (ZeRO-Infinity: optimizer states, optim/swap_space.h, and stage-3 parameters,
+// zero/param_swapper.h) through the engine, ranks as threads:
 // bitwise the same training as CPU offload and as no offload at stages 1-3, fp32 and bf16, 1-3
 // ranks, whatever the sub-group size and pipeline; checkpoints that move between NVMe, CPU and no
 // offload; the swap folder's life; and the faults (deleted swap file, I/O error, full disk), each
@@ -17,9 +18,11 @@
 #include "runtime/gathered_parameters.h"
 #include "runtime/initialize.h"
 #include "runtime/model_states.h"
+#include "runtime/stage3_model_states.h"
 #include "tests/runtime/parity.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
+#include "zero/param_swapper.h"
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -63,6 +66,11 @@ struct OffloadRun {
   bool pipeline_read = false;
   bool pipeline_write = false;
   int64_t buffer_count = 4;
+  // offload_param (stage 3): kNone, kCpu or kNvme, with the NVMe keys.
+  Offload params = Offload::kNone;
+  int64_t max_in_cpu = 0;  // 0: every partition on disk
+  int64_t param_buffer_count = 5;
+  int64_t param_buffer_size = 100000000;
 };
 
 Json config_of(const Case& c, const OffloadRun& run) {
@@ -76,6 +84,17 @@ Json config_of(const Case& c, const OffloadRun& run) {
                               {"pipeline_read", run.pipeline_read},
                               {"pipeline_write", run.pipeline_write}};
     z["sub_group_size"] = run.sub_group_size;
+    cfg["aio"] = {{"block_size", 4096}, {"queue_depth", 4}};
+  }
+  // cfg["aio"] may have moved cfg's members (an ordered map is a vector): no `z` from here on.
+  Json& zp = cfg["zero_optimization"];
+  if (run.params == Offload::kCpu) zp["offload_param"] = {{"device", "cpu"}};
+  if (run.params == Offload::kNvme) {
+    zp["offload_param"] = {{"device", "nvme"},
+                          {"nvme_path", run.nvme_path},
+                          {"buffer_count", run.param_buffer_count},
+                          {"buffer_size", run.param_buffer_size},
+                          {"max_in_cpu", run.max_in_cpu}};
     cfg["aio"] = {{"block_size", 4096}, {"queue_depth", 4}};
   }
   return cfg;
@@ -194,6 +213,101 @@ TEST_P(NvmeOffload, BitwiseEqualToCpuOffloadAndToNoOffload) {
 INSTANTIATE_TEST_SUITE_P(Worlds, NvmeOffload, ::testing::Values(1, 2, 3),
                          [](const auto& info) { return "world" + std::to_string(info.param); });
 
+// Parameters on NVMe (offload_param "nvme", Note [Swapped partitions]): stage 3 × fp32 / bf16 ×
+// 1-3 ranks, bitwise the same as parameters and optimizer offloaded to the CPU and as no offload,
+// with the optimizer on the CPU (its copies written to disk after the step) or on NVMe too (written
+// per sub-group), every partition on disk or a max_in_cpu prefix kept in memory, and few buffers.
+class NvmeParamOffload : public ::testing::TestWithParam<int> {};
+
+TEST_P(NvmeParamOffload, BitwiseEqualToCpuOffloadAndToNoOffload) {
+  const int world = GetParam();
+  test::TempDir dir("zrt_nvme");
+  for (Precision precision : {Precision::kFp32, Precision::kBf16Adam}) {
+    const Case c{3, precision, /*gas=*/2, /*clip=*/true, false};
+    OffloadRun cpu{Offload::kCpu};
+    cpu.params = Offload::kCpu;
+    OffloadRun params_only{Offload::kCpu, dir.path()};
+    params_only.params = Offload::kNvme;
+    params_only.param_buffer_count = 2;  // one read ahead at most
+    OffloadRun both{Offload::kNvme, dir.path()};
+    both.params = Offload::kNvme;
+    both.pipeline_read = both.pipeline_write = true;
+    both.buffer_count = 9;
+    OffloadRun split = both;
+    split.max_in_cpu = 3000;  // the first parameters' partitions stay in memory
+    const std::string what = test::describe(c) + " world " + std::to_string(world) + ": ";
+    comm::run_local_world(world, [&](comm::Comm& comm) {
+      const Result none = train_run(comm, c, OffloadRun{Offload::kNone}, 4);
+      const Result reference = train_run(comm, c, cpu, 4);
+      expect_bitwise(reference, none, what + "CPU offload vs none");
+      expect_bitwise(reference, train_run(comm, c, params_only, 4), what + "params on NVMe");
+      expect_bitwise(reference, train_run(comm, c, both, 4), what + "params and optimizer on NVMe");
+      expect_bitwise(reference, train_run(comm, c, split, 4), what + "max_in_cpu 3000");
+    });
+    EXPECT_TRUE(entries(dir.path()).empty()) << "swap folders left behind";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, NvmeParamOffload, ::testing::Values(1, 2, 3),
+                         [](const auto& info) { return "world" + std::to_string(info.param); });
+
+// The parameter swap folder per rank, the partitions on disk and not in memory, the units read
+// ahead of their gathers once the trace is known, and the folder gone with the engine.
+TEST(NvmeParamOffloadSingle, SwapFolderReadAheadAndMemory) {
+  test::TempDir dir("zrt_nvme");
+  const Case c{3, Precision::kBf16Adam, 1, false, false};
+  comm::run_local_world(2, [&](comm::Comm& comm) {
+    auto model = std::make_shared<WideStackImpl>();
+    InitializeOptions io;
+    io.comm = borrow(comm);
+    OffloadRun run{Offload::kNvme, dir.path()};
+    run.params = Offload::kNvme;
+    auto engine = initialize(model, config_of(c, run), io);
+    auto& states = dynamic_cast<runtime::Stage3ModelStates&>(engine->model_states());
+    const zero::ParamSwapper* swapper = states.layout().swapper();
+    ASSERT_NE(swapper, nullptr);
+    EXPECT_CONTAINS(swapper->folder(),
+                    dir.path() + "/zerort-param-rank" + std::to_string(comm.rank()) + "-");
+    EXPECT_EQ(entries(swapper->folder()), std::vector<std::string>{"g0.param.swp"});
+    train(*engine, *model, c, comm.rank(), 1);
+    const zero::ParamSwapStats first = swapper->stats();
+    EXPECT_EQ(first.read_ahead_hits, 0) << "no trace yet in the first step";
+    train(*engine, *model, c, comm.rank(), 2, 1);
+    const zero::ParamSwapStats later = swapper->stats();
+    // Each step reads each unit at least once (again for its backward when it was released).
+    EXPECT_GE(later.unit_reads - first.unit_reads, 2 * 3);
+    EXPECT_GT(later.read_ahead_hits, 0);
+    EXPECT_GT(later.bytes_written, first.bytes_written) << "the step writes the partitions back";
+    const runtime::ModelStateBytes bytes = engine->model_state_bytes();
+    EXPECT_EQ(bytes.params, 0) << "every partition is on disk";
+    EXPECT_EQ(bytes.master, 0);
+    EXPECT_GE(bytes.swapped, later.swapped_bytes + 3 * 4 * swapper->numel(0));
+    const std::string folder = swapper->folder();
+    engine.reset();
+    EXPECT_FALSE(fs::exists(folder));
+  });
+}
+
+// A unit whose partitions do not fit one buffer is a configuration error naming the unit and the
+// buffer_size it needs.
+TEST(NvmeParamOffloadSingle, BufferTooSmallIsAConfigError) {
+  test::TempDir dir("zrt_nvme");
+  const Case c{3, Precision::kFp32, 1, false, false};
+  comm::run_local_world(1, [&](comm::Comm& comm) {
+    auto model = std::make_shared<WideStackImpl>();
+    InitializeOptions io;
+    io.comm = borrow(comm);
+    OffloadRun run{Offload::kCpu, dir.path()};
+    run.params = Offload::kNvme;
+    run.param_buffer_size = 100;
+    const std::string error =
+        test::error_of<ConfigError>([&] { initialize(model, config_of(c, run), io); });
+    EXPECT_CONTAINS(error, "offload_param.buffer_size: unit 0's parameter partitions need ");
+    EXPECT_CONTAINS(error, "buffer_size is 100");
+    EXPECT_TRUE(entries(dir.path()).empty());
+  });
+}
+
 // One folder per rank, fresh per engine, files reserved for three states per group, streamed
 // bytes counted by the I/O engine, the folder gone when the engine is.
 TEST(NvmeOffloadSingle, SwapFolderAndTraffic) {
@@ -239,8 +353,15 @@ TEST(NvmeOffloadSingle, CheckpointsMoveBetweenNvmeAndNoOffload) {
       const std::string what = test::describe(c) + ": ";
       const OffloadRun nvme{Offload::kNvme, dir.path()};
       const OffloadRun none{Offload::kNone};
+      OffloadRun all_nvme = nvme;  // parameters too (stage 3)
+      all_nvme.params = Offload::kNvme;
+      std::vector<std::pair<OffloadRun, OffloadRun>> moves{{nvme, none}, {none, nvme}};
+      if (stage == 3) {
+        moves.emplace_back(all_nvme, none);
+        moves.emplace_back(none, all_nvme);
+      }
       comm::run_local_world(2, [&](comm::Comm& comm) {
-        for (const auto& [first, second] : {std::pair{nvme, none}, std::pair{none, nvme}}) {
+        for (const auto& [first, second] : moves) {
           const std::string ckpt = dir.path() + "/ckpt" + std::to_string(stage);
           auto run_engine = [&](const OffloadRun& run) {
             auto model = std::make_shared<WideStackImpl>();
@@ -326,6 +447,55 @@ TEST(NvmeOffloadFaults, IoErrorMidStepIsAnErrorAndTheCheckpointStillLoads) {
     EXPECT_CONTAINS(error, "Input/output error");
     engine.reset();
     expect_checkpoint_resumes(comm, c, dir.path(), saved);
+  });
+}
+
+// Parameters on NVMe: a deleted parameter swap file and a failing read are errors naming the file;
+// the last checkpoint still loads.
+TEST(NvmeParamOffloadFaults, DeletedFileAndReadErrorAreErrors) {
+  test::TempDir dir("zrt_nvme");
+  const Case c{3, Precision::kFp32, 1, false, false};
+  OffloadRun run{Offload::kCpu, dir.path()};
+  run.params = Offload::kNvme;
+  comm::run_local_world(1, [&](comm::Comm& comm) {
+    InitializeOptions io;
+    io.comm = borrow(comm);
+    auto model = std::make_shared<WideStackImpl>();
+    auto engine = initialize(model, config_of(c, run), io);
+    train(*engine, *model, c, 0, 1);
+    engine->save_checkpoint(dir.path() + "/ckpt");
+    const auto saved = whole_params(*engine, *model);
+    auto& states = dynamic_cast<runtime::Stage3ModelStates&>(engine->model_states());
+    const std::string victim = states.layout().swapper()->file_path(0);
+    fs::remove(victim);
+    std::string error = test::error_of<Error>([&] { train(*engine, *model, c, 0, 1, 1); });
+    EXPECT_CONTAINS(error, victim);
+    EXPECT_CONTAINS(error, "deleted");
+    engine.reset();
+
+    // The 60th read request fails: in the partitioning writes' page merges or in a step's reads.
+    model = std::make_shared<WideStackImpl>();
+    ::setenv("ZRT_AIO_FAIL", "read:60", 1);
+    error.clear();
+    try {
+      engine = initialize(model, config_of(c, run), io);
+      ::unsetenv("ZRT_AIO_FAIL");
+      for (int step = 1; step < 30; ++step) train(*engine, *model, c, 0, 1, step);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    ::unsetenv("ZRT_AIO_FAIL");
+    EXPECT_CONTAINS(error, dir.path() + "/zerort-param-rank0-");
+    EXPECT_CONTAINS(error, "read");
+    EXPECT_CONTAINS(error, "Input/output error");
+    engine.reset();
+    model = std::make_shared<WideStackImpl>();
+    engine = initialize(model, config_of(c, run), io);
+    ASSERT_TRUE(engine->load_checkpoint(dir.path() + "/ckpt").has_value());
+    for (const auto& [name, t] : whole_params(*engine, *model)) {
+      EXPECT_TRUE(at::equal(t, saved.at(name))) << name;
+    }
+    train(*engine, *model, c, 0, 1, 1);
   });
 }
 
