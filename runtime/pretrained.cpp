@@ -211,6 +211,19 @@ void init_deferred(Engine& engine, uint64_t seed, const ParamInit& init) {
     ckpt::RangeReader read = [&](const std::string& name, int64_t, ShardInfo range) {
       return whole(name, shapes.at(name)).reshape({-1}).narrow(0, range.offset, range.size);
     };
+    if (gp.layout == ckpt::PartitionLayout::kPerParam) {
+      // Parameter by parameter: a swapped master (NVMe offload) is never whole in memory.
+      int64_t offset = 0;
+      for (const auto& entry : gp.params) {
+        const int64_t pn = param_partition_size(ckpt::shape_numel(entry.second), gp.world_size);
+        at::Tensor part = at::zeros({pn}, at::TensorOptions().dtype(at::kFloat));
+        ckpt::fill_partition(gp.layout, {entry}, gp.rank, gp.world_size, read, part,
+                             "init_deferred");
+        runtime::store_master(states, g, part, offset);
+        offset += pn;
+      }
+      continue;
+    }
     at::Tensor master = runtime::master_values(states, g);
     ckpt::fill_partition(gp.layout, gp.params, gp.rank, gp.world_size, read, master,
                          "init_deferred");

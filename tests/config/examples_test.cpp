@@ -131,6 +131,9 @@ TEST(Examples, Zero3Nvme) {
   EXPECT_TRUE(rc.zero.offload_optimizer.pipeline_read);
   EXPECT_TRUE(rc.zero.offload_optimizer.pipeline_write);
   EXPECT_EQ(rc.zero.sub_group_size, 4194304);
+  EXPECT_EQ(rc.zero.offload_param.device, zero::OffloadDevice::kNvme);
+  EXPECT_EQ(rc.zero.offload_param.nvme_path, "/local_nvme");
+  EXPECT_EQ(rc.zero.offload_param.max_in_cpu, 0);
   EXPECT_EQ(rc.aio.queue_depth, 8);
   EXPECT_TRUE(rc.warnings.empty()) << rc.warnings.front();
   expect_round_trip(tc, 2);

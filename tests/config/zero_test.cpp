@@ -134,10 +134,14 @@ TEST(Zero, Offload) {
       "ratio": 0.5}})")),
             "zero_optimization.offload_optimizer.ratio: Partial offloading only supported for "
             "ZeRO Stage 3.");
-  EXPECT_EQ(resolve_error(with_zero(R"({"stage": 3, "offload_param": {"device": "nvme",
-      "nvme_path": "/local"}})")),
-            "zero_optimization.offload_param.device: NVMe parameter offload is not supported "
-            "by ZeroRT; use \"cpu\" (offload_optimizer supports \"nvme\")");
+  // Parameters on NVMe (ZeRO-Infinity, stage 3): DeepSpeed's keys and defaults.
+  const auto params = resolve(with_zero(R"({"stage": 3, "offload_param": {"device": "nvme",
+      "nvme_path": "/local", "max_in_cpu": 0}})"));
+  EXPECT_EQ(params.zero.offload_param.device, zero::OffloadDevice::kNvme);
+  EXPECT_EQ(params.zero.offload_param.nvme_path, "/local");
+  EXPECT_EQ(params.zero.offload_param.buffer_count, 5);
+  EXPECT_EQ(params.zero.offload_param.buffer_size, 100000000);
+  EXPECT_EQ(params.zero.offload_param.max_in_cpu, 0);
   // Optimizer states on NVMe (ZeRO-Infinity): DeepSpeed's keys and defaults.
   const auto nvme = resolve(with_zero(R"({"stage": 2, "sub_group_size": 1000,
       "offload_optimizer": {"device": "nvme", "nvme_path": "/local", "pipeline_read": true}})"));

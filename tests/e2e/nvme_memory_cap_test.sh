@@ -14,27 +14,14 @@ SRC="$2"  # source root
 CAP_MB="${ZRT_NVME_CAP_MB:-1100}"
 WORK="$(mktemp -d /tmp/zrt_nvme_cap_XXXXXX)"
 CG=""
+# shellcheck source=scripts/memcg.sh
+source "$SRC/scripts/memcg.sh"
 cleanup() {
-  if [[ -n "$CG" && -d "$CG" ]]; then
-    # Processes left in the group (a failed run) are killed before it is removed.
-    while read -r pid; do kill -9 "$pid" 2>/dev/null || true; done < "$CG/cgroup.procs"
-    sleep 0.2
-    rmdir "$CG" 2>/dev/null || true
-  fi
+  memcg_remove "$CG"  # a failed run's processes are killed before the group is removed
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-
-V1=/sys/fs/cgroup/memory
-V2=/sys/fs/cgroup
-if [[ $(id -u) -ne 0 ]]; then echo "SKIP: needs root for a memory cgroup"; exit 77; fi
-if [[ -w "$V1" && -f "$V1/memory.limit_in_bytes" ]]; then
-  mode=v1
-elif [[ -f "$V2/cgroup.controllers" ]] && grep -qw memory "$V2/cgroup.subtree_control"; then
-  mode=v2
-else
-  echo "SKIP: no writable memory cgroup controller"; exit 77
-fi
+memcg_detect || exit 77
 
 # The example GPT in bf16, 5 blocks of width 1024: 63M parameters. In memory: bf16 parameters and
 # gradients (~360 MB), the swap buffers (3 sub-groups of 1M elements x 3 states, 36 MB), the
@@ -61,32 +48,16 @@ config '"offload_optimizer": {"device": "none"}' > "$WORK/none.json"
 # cgroup's peak in MB and the OOM kills in it.
 run() {
   local name="$1"
-  CG="$([[ $mode == v1 ]] && echo "$V1" || echo "$V2")/zrt_nvme_cap_$$_$name"
-  mkdir "$CG"
-  if [[ $mode == v1 ]]; then
-    echo $((CAP_MB << 20)) > "$CG/memory.limit_in_bytes"
-  else
-    echo $((CAP_MB << 20)) > "$CG/memory.max"
-    echo 0 > "$CG/memory.swap.max" 2>/dev/null || true
-  fi
+  CG="$(memcg_make "zrt_nvme_cap_$$_$name" "$CAP_MB")"
   set +e
   sh -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' _ "$CG" \
     "$BIN/zrt-launch" --np 1 --timeout 300 -- "$BIN/zrt-train" --deepspeed "$WORK/$name.json" \
     --output_dir "$WORK/out_$name" "${MODEL[@]}" > "$WORK/$name.log" 2>&1
   local rc=$?
   set -e
-  local peak
-  if [[ $mode == v1 ]]; then
-    peak=$(( $(cat "$CG/memory.max_usage_in_bytes") >> 20 ))
-  else
-    peak=$(( $(cat "$CG/memory.peak" 2>/dev/null || echo 0) >> 20 ))
-  fi
-  local oom=0
-  if [[ $mode == v1 ]]; then
-    oom=$(awk '/^oom_kill /{print $2}' "$CG/memory.oom_control")
-  else
-    oom=$(awk '/^oom_kill /{print $2}' "$CG/memory.events")
-  fi
+  local peak oom
+  peak=$(memcg_peak "$CG")
+  oom=$(memcg_oom_kills "$CG")
   rmdir "$CG"; CG=""
   echo "$rc $peak ${oom:-0}"
 }
