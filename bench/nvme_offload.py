@@ -3,7 +3,7 @@
 model and the same swap folder (docs/PERFORMANCE.md, "NVMe offload").
 
   bench/nvme_offload.py [--build build] [--dir /tmp] [--ranks 1] [--reps 7] [--steps 3]
-                        [--width 2048] [--layers 16] [--dtype bf16] [--stage 3]
+                        [--width 2048] [--layers 16] [--dtype bf16] [--stage 3] [--params nvme]
                         [--sub-group-size 16777216] [--jsonl FILE] [--only zerort,deepspeed,limit]
 
 Variants, one launch per repetition, all variants of a repetition in rotated order:
@@ -52,9 +52,10 @@ def zero_bench_argv(v, args):
             "--stage", str(args.stage), "--dtype", args.dtype, "--warmup", "1",
             "--steps", str(args.steps), "--lr", "1e-5"]
     if v == "zerort-cpu":
-        return argv + ["--offload"]
+        return argv + ["--offload"]  # (zero_bench's --offload is the optimizer's)
     argv += ["--nvme", args.dir, "--sub-group-size", str(args.sub_group_size),
              "--aio-block-size", str(args.block_size), "--aio-queue-depth", str(args.queue_depth)]
+    argv += ["--nvme-params"] if args.params == "nvme" else []
     return argv + (["--pipeline"] if v == "zerort-nvme-pipe" else [])
 
 
@@ -66,7 +67,8 @@ def deepspeed_argvs(args, threads):
             "--warmup", "1", "--steps", str(args.steps), "--lr", "1e-5",
             "--threads", str(threads), "--offload", "nvme", "--nvme-path", args.dir,
             "--sub-group-size", str(args.sub_group_size), "--buffer-count", "16", "--pipeline",
-            "--aio-block-size", str(args.block_size), "--aio-queue-depth", str(args.queue_depth)]
+            "--aio-block-size", str(args.block_size), "--aio-queue-depth", str(args.queue_depth),
+            "--offload-param", args.params, "--param-buffer-count", "16"]
     return [argv] * args.ranks
 
 
@@ -153,6 +155,11 @@ def parse_args():
                           ("queue-depth", 8), ("timeout", 900)):
         ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
+    ap.add_argument("--params", default="none", choices=("none", "nvme"),
+                    help="nvme: the NVMe variants keep the parameters on NVMe too (offload_param, "
+                         "max_in_cpu 0, buffer_size 2^23; buffer_count 5 for ZeroRT's unit "
+                         "buffers, 16 for DeepSpeed's per-parameter ones, which fails with 5; "
+                         "stage 3); zerort-cpu keeps everything in memory")
     ap.add_argument("--only", default=",".join(VARIANTS))
     ap.add_argument("--jsonl", default="")
     args = ap.parse_args()

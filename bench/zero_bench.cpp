@@ -329,6 +329,14 @@ Json engine_config(int argc, char** argv, int stage, bool offload, bool prefetch
     cfg["aio"] = {{"block_size", int_flag(argc, argv, "--aio-block-size", 1 << 20)},
                   {"queue_depth", int_flag(argc, argv, "--aio-queue-depth", 8)},
                   {"intra_op_parallelism", int_flag(argc, argv, "--aio-threads", 1)}};
+    if (has_flag(argc, argv, "--nvme-params")) {  // stage 3: the partitions on disk as well
+      cfg["zero_optimization"]["offload_param"] = {
+          {"device", "nvme"},
+          {"nvme_path", nvme},
+          {"buffer_count", int_flag(argc, argv, "--param-buffer-count", 5)},
+          {"buffer_size", int_flag(argc, argv, "--param-buffer-size", 1 << 23)},
+          {"max_in_cpu", 0}};
+    }
   }
   return cfg;
 }

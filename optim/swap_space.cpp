@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include "aio/aligned_buffer.h"
+#include "aio/file_map.h"
 #include "aio/io_engine.h"
 #include "aio/swap_file.h"
 #include "aio/windowed_io.h"
@@ -244,6 +245,16 @@ at::Tensor SwapSpace::read_all(int group, SwapState s) {
   at::Tensor out = at::empty({numel(group)}, at::TensorOptions().dtype(at::kFloat));
   read(group, s, 0, out);
   return out;
+}
+
+at::Tensor SwapSpace::map_state(int group, SwapState s) {
+  check_files();
+  aio::SwapFile& f = file(group, s);
+  const int64_t n = numel(group);
+  std::shared_ptr<aio::FileMap> map = aio::FileMap::of_fd(f.fd(), 0, n * 4, f.path());
+  void* data = map->data();
+  return at::from_blob(
+      data, {n}, [map](void*) {}, at::TensorOptions().dtype(at::kFloat));
 }
 
 void SwapSpace::fill_zero(int group, SwapState s) {

@@ -93,8 +93,13 @@ class SwapSpace {
   // dtype, any device; converted).
   void read(int group, SwapState s, int64_t offset, const at::Tensor& dst);
   void write(int group, SwapState s, int64_t offset, const at::Tensor& src);
-  // The whole state as a new fp32 CPU tensor (holds numel(g) floats: checkpoints and tests).
+  // The whole state as a new fp32 CPU tensor (holds numel(g) floats: loads and tests).
   at::Tensor read_all(int group, SwapState s);
+  // The whole state as an fp32 CPU tensor over a private mapping of its swap file
+  // (aio/file_map.h): for a reader that goes through it once, e.g. a checkpoint being written,
+  // so that it is never whole in anonymous memory. Read it before the group is streamed or
+  // written again (what it shows afterwards is unspecified); writes to it never reach the file.
+  at::Tensor map_state(int group, SwapState s);
   void fill_zero(int group, SwapState s);
 
   // Where the updated low-precision copy of a group goes when the parameters' partitions are

@@ -69,8 +69,9 @@ void SwappedAdam::step(double grad_scale) {
 OptimizerState SwappedAdam::state_dict() const {
   return state_dict_with([&](size_t g, size_t, ParamState& out) {
     if (!has_state_[g]) return false;
-    out.exp_avg = space_->read_all(static_cast<int>(g), SwapState::kExpAvg);
-    out.exp_avg_sq = space_->read_all(static_cast<int>(g), SwapState::kExpAvgSq);
+    // Views of the swap files (never whole in memory): a checkpoint writer reads them once.
+    out.exp_avg = space_->map_state(static_cast<int>(g), SwapState::kExpAvg);
+    out.exp_avg_sq = space_->map_state(static_cast<int>(g), SwapState::kExpAvgSq);
     return true;
   });
 }

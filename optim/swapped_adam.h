@@ -26,7 +26,8 @@ class SwappedAdam final : public GroupedOptimizer<AdamOptions> {
   bool has_betas() const override { return true; }
   void set_betas(size_t group, double beta1, double beta2) override;
 
-  // The moments are read back whole (temporaries of the partition's size).
+  // The moments are views of their swap files (SwapSpace::map_state): read them before the next
+  // step; they are never whole in memory, and writing into them changes nothing.
   OptimizerState state_dict() const override;
   // Validates everything first (Note [Optimizer state]), then writes the moments to the space.
   void load_state_dict(const OptimizerState& state) override;

@@ -154,7 +154,7 @@ Value EngineCheckpointer::optim_states_value() {
   std::vector<ckpt::NamedShapes> groups;
   for (const GroupPartition& group : states.group_partitions()) groups.push_back(group.params);
   std::vector<at::Tensor> masters;
-  for (size_t g = 0; g < states.targets().size(); ++g) masters.push_back(master_values(states, g));
+  for (size_t g = 0; g < states.targets().size(); ++g) masters.push_back(master_to_read(states, g));
   return file.to_value(engine_.comm().rank(), groups, masters,
                        ckpt::from_json(config::to_json(config)), ds_version());
 }

@@ -204,19 +204,30 @@ void EngineCheckpointer::load_partitioned_state(const std::string& dir, const st
 
 Value EngineCheckpointer::load_same_layout(const std::string& dir, const std::string& optim_file,
                                            const ckpt::ReadOptions& read_options) {
-  auto& targets = engine_.model_states().targets();
+  ModelStates& states = engine_.model_states();
+  auto& targets = states.targets();
+  // Swapped states (NVMe offload) go from the file to the swap files through mappings of the
+  // records, so that they are never whole in memory.
+  ckpt::ReadOptions options = read_options;
+  const bool swapped = states.swap_space() != nullptr;
+  if (swapped) options.map_storages_from = uint64_t{1} << 20;
   const ckpt::DsOptimStatesFile file = ckpt::DsOptimStatesFile::read(
-      ckpt::load_pt(ckpt::join_path(dir, optim_file), read_options), optim_file);
+      ckpt::load_pt(ckpt::join_path(dir, optim_file), options), optim_file);
   ZRT_CHECK_AS(CheckpointError, file.fp32.size() == targets.size(), optim_file, ": ",
                file.fp32.size(), " fp32 groups saved, the engine has ", targets.size());
   for (size_t g = 0; g < targets.size(); ++g) {
     const at::Tensor& saved = file.fp32[g];
-    ZRT_CHECK_AS(CheckpointError, saved.numel() <= targets[g].master.numel(), optim_file,
-                 ": fp32 group ", g, " has ", saved.numel(), " elements, the partition ",
-                 targets[g].master.numel());
-    at::Tensor master = at::zeros({targets[g].master.numel()}, at::kFloat);  // padding: zeros
+    const int64_t n = targets[g].master.numel();
+    ZRT_CHECK_AS(CheckpointError, saved.numel() <= n, optim_file, ": fp32 group ", g, " has ",
+                 saved.numel(), " elements, the partition ", n);
+    if (swapped) {
+      store_master(states, g, saved);
+      if (saved.numel() < n) store_master(states, g, at::zeros({n - saved.numel()}), saved.numel());
+      continue;
+    }
+    at::Tensor master = at::zeros({n}, at::kFloat);  // padding: zeros
     master.narrow(0, 0, saved.numel()).copy_(saved);
-    store_master(engine_.model_states(), g, master);
+    store_master(states, g, master);
   }
   engine_.optimizer()->load_state_dict(optimizer_state_from_value(file.base_view(optim_file)));
   return file.loss_scaler;

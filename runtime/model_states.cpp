@@ -40,6 +40,13 @@ void store_master(ModelStates& states, size_t group, const at::Tensor& values, i
   swap->write(static_cast<int>(group), optim::SwapState::kMaster, offset, values);
 }
 
+at::Tensor master_to_read(ModelStates& states, size_t group) {
+  const at::Tensor& master = states.targets().at(group).master;
+  const std::shared_ptr<optim::SwapSpace> swap = states.swap_space();
+  if (!master.is_meta() || swap == nullptr) return master_values(states, group);
+  return swap->map_state(static_cast<int>(group), optim::SwapState::kMaster);
+}
+
 at::Tensor master_range(ModelStates& states, size_t group, int64_t offset, int64_t n) {
   const at::Tensor& master = states.targets().at(group).master;
   if (!master.is_meta()) return master.narrow(0, offset, n);

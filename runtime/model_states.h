@@ -119,6 +119,10 @@ class ModelStates {
 //
 // Group g's master: the tensor itself, or a new fp32 CPU tensor read back from the swap space.
 at::Tensor master_values(ModelStates& states, size_t group);
+// Group g's master for one pass of reading, e.g. by a checkpoint being written: the master, or a
+// view of its swap file that is never whole in memory (SwapSpace::map_state); read it before the
+// next step.
+at::Tensor master_to_read(ModelStates& states, size_t group);
 // Makes `values` (any floating dtype) elements [offset, offset + values.numel()) of group g's
 // master: copied into it, written to the swap space, or nothing when `values` is that memory.
 void store_master(ModelStates& states, size_t group, const at::Tensor& values, int64_t offset = 0);

@@ -97,38 +97,15 @@ ParamSwapper::ParamSwapper(const ParamSwapOptions& options, std::vector<int64_t>
     resident_numel_.push_back(keep);
     resident_.push_back(at::zeros({keep}, at::TensorOptions().dtype(dtypes_[g])));
   }
-  // Unit plans.
   buffer_bytes_ = aio::align_up(options.buffer_size * esz_max);
   buffer_of_.assign(unit_pieces.size(), -1);
   for (size_t u = 0; u < unit_pieces.size(); ++u) {
-    UnitPlan plan;
-    plan.pieces = std::move(unit_pieces[u]);
-    int64_t run_end = -1;  // unaligned file end of the current run
-    for (const SwapPiece& p : plan.pieces) {
-      if (p.offset + p.numel <= resident_numel_[p.group]) {
-        plan.piece_buffer_offset.push_back(-1);
-        continue;
-      }
-      const int64_t esz = element_size(dtypes_[p.group]);
-      const int64_t start = file_offset(p.group, p.offset);
-      if (plan.runs.empty() || plan.runs.back().group != p.group || start != run_end) {
-        Run r;
-        r.group = p.group;
-        r.file_offset = start / aio::kIoAlignment * aio::kIoAlignment;
-        r.buffer_offset = plan.bytes;
-        plan.runs.push_back(r);
-      }
-      Run& r = plan.runs.back();
-      run_end = start + p.numel * esz;
-      r.bytes = aio::align_up(run_end) - r.file_offset;
-      plan.bytes = r.buffer_offset + r.bytes;
-      plan.piece_buffer_offset.push_back(r.buffer_offset + start - r.file_offset);
-    }
-    ZRT_CHECK_AS(ConfigError, plan.bytes <= buffer_bytes_, "offload_param.buffer_size: unit ", u,
-                 "'s parameter partitions need ", (plan.bytes + esz_max - 1) / esz_max,
+    plans_.push_back(plan_unit(std::move(unit_pieces[u])));
+    const int64_t bytes = plans_.back().bytes;
+    ZRT_CHECK_AS(ConfigError, bytes <= buffer_bytes_, "offload_param.buffer_size: unit ", u,
+                 "'s parameter partitions need ", (bytes + esz_max - 1) / esz_max,
                  " elements (page-aligned) in one buffer, buffer_size is ", options.buffer_size,
                  "; raise buffer_size to at least that");
-    plans_.push_back(std::move(plan));
   }
   engine_ = std::make_unique<aio::IoEngine>(options.aio, options.backend);
   folder_ =
@@ -157,6 +134,34 @@ ParamSwapper::~ParamSwapper() {
   }
   files_.clear();
   aio::remove_swap_folder(folder_);
+}
+
+// The unit's pieces on disk, by contiguous runs of one file widened to whole pages, laid out one
+// after the other in a buffer.
+ParamSwapper::UnitPlan ParamSwapper::plan_unit(std::vector<SwapPiece> pieces) const {
+  UnitPlan plan;
+  plan.pieces = std::move(pieces);
+  int64_t run_end = -1;  // unaligned file end of the current run
+  for (const SwapPiece& p : plan.pieces) {
+    if (p.offset + p.numel <= resident_numel_[p.group]) {
+      plan.piece_buffer_offset.push_back(-1);
+      continue;
+    }
+    const int64_t start = file_offset(p.group, p.offset);
+    if (plan.runs.empty() || plan.runs.back().group != p.group || start != run_end) {
+      Run r;
+      r.group = p.group;
+      r.file_offset = start / aio::kIoAlignment * aio::kIoAlignment;
+      r.buffer_offset = plan.bytes;
+      plan.runs.push_back(r);
+    }
+    Run& r = plan.runs.back();
+    run_end = start + p.numel * element_size(dtypes_[p.group]);
+    r.bytes = aio::align_up(run_end) - r.file_offset;
+    plan.bytes = r.buffer_offset + r.bytes;
+    plan.piece_buffer_offset.push_back(r.buffer_offset + start - r.file_offset);
+  }
+  return plan;
 }
 
 const char* ParamSwapper::backend_name() const { return engine_->backend_name(); }

@@ -98,6 +98,7 @@ class ParamSwapper {
   struct Run;
   struct UnitPlan;
   struct Buffer;
+  UnitPlan plan_unit(std::vector<SwapPiece> pieces) const;
   int free_buffer() const;
   void issue(int unit, int buffer);
   int64_t file_offset(int group, int64_t element) const;

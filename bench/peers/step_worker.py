@@ -65,6 +65,10 @@ def ds_config(args, world):
         zero["offload_optimizer"].update(nvme_path=args.nvme_path, buffer_count=args.buffer_count,
                                          pipeline_read=args.pipeline, pipeline_write=args.pipeline)
         zero["sub_group_size"] = args.sub_group_size
+    if args.offload_param == "nvme":
+        zero["offload_param"] = {"device": "nvme", "nvme_path": args.nvme_path,
+                                 "buffer_count": args.param_buffer_count,
+                                 "buffer_size": args.param_buffer_size, "max_in_cpu": 0}
     config = {
         "train_micro_batch_size_per_gpu": args.batch,
         "gradient_accumulation_steps": 1,
@@ -181,6 +185,10 @@ def main():
     ap.add_argument("--offload", choices=("none", "cpu", "nvme"), default="none",
                     help="DeepSpeed's offload_optimizer.device")
     ap.add_argument("--nvme-path", default="/tmp")
+    ap.add_argument("--offload-param", choices=("none", "nvme"), default="none",
+                    help="DeepSpeed's offload_param.device (stage 3, max_in_cpu 0)")
+    ap.add_argument("--param-buffer-count", type=int, default=5)
+    ap.add_argument("--param-buffer-size", type=int, default=1 << 23)
     ap.add_argument("--sub-group-size", type=int, default=1000000000)
     ap.add_argument("--buffer-count", type=int, default=4)
     ap.add_argument("--pipeline", action="store_true", help="pipeline_read and pipeline_write")
@@ -210,6 +218,7 @@ def main():
         print(json.dumps({
             "framework": args.framework, "stage": args.stage, "dtype": args.dtype,
             "offload": args.offload,
+            "offload_param": args.offload_param,
             "kernel_read_mib": io[0] / args.steps / 2**20 if len(io) == 2 else None,
             "kernel_write_mib": io[1] / args.steps / 2**20 if len(io) == 2 else None,
             "optim": args.optim, "ranks": world, "threads": torch.get_num_threads(),

@@ -4,15 +4,32 @@
 
 #include <ATen/ATen.h>
 
+#include "aio/file_map.h"
 #include "checkpoint/hash.h"
 #include "checkpoint/pt/pt_file.h"
-#include "checkpoint/tensor_types.h"
 #include "checkpoint/pt/zip_reader.h"
+#include "checkpoint/tensor_types.h"
 #include "core/error.h"
 
 namespace zrt::ckpt {
 
 namespace {
+
+// ReadOptions::map_storages_from: the record as a tensor over a private mapping of the file.
+at::Tensor mapped_record(const std::string& file, const ZipEntry& e, at::ScalarType dtype,
+                         int64_t numel, bool verify_crc) {
+  std::shared_ptr<aio::FileMap> map = aio::FileMap::of_path(
+      file, static_cast<int64_t>(e.data_offset), static_cast<int64_t>(e.size));
+  if (verify_crc) {
+    const uint32_t crc = crc32(map->data(), e.size);
+    ZRT_CHECK_AS(CheckpointError, crc == e.crc32, file, ": entry '", e.name,
+                 "' fails its CRC-32 check (stored ", crc32_hex(e.crc32), ", computed ",
+                 crc32_hex(crc), "): the file is corrupt");
+  }
+  void* data = map->data();
+  return at::from_blob(
+      data, {numel}, [map](void*) {}, at::TensorOptions().dtype(dtype));
+}
 
 // Reads the archive of `source`; `located(tensor, entry)` is told which record holds each storage
 // (the storage tensor is on the meta device when options.meta_tensors).
@@ -73,6 +90,10 @@ Value read_archive(const ByteSource& source, const ReadOptions& options,
       if (located) located(meta, *e);
       return meta;
     }
+    if (dynamic_cast<const FileSource*>(&source) != nullptr && options.map_storages_from > 0 &&
+        e->size >= options.map_storages_from && dtype != at::kBool) {
+      return mapped_record(file, *e, dtype, numel, options.verify_crc);
+    }
     at::Tensor t = at::empty({numel}, at::TensorOptions().dtype(dtype));
     zip.read(*e, t.data_ptr(), options.verify_crc);
     if (dtype == at::kBool) {
@@ -129,8 +150,8 @@ at::Tensor PtIndex::read(const at::Tensor& meta, int64_t start, int64_t count) c
   ZRT_CHECK_AS(CheckpointError, meta.is_contiguous(), source_.name(),
                ": a ranged read of a non-contiguous tensor");
   ZRT_CHECK_AS(CheckpointError, start >= 0 && count >= 0 && start + count <= meta.numel(),
-               source_.name(), ": elements [", start, ", ", start + count,
-               ") of a tensor of ", meta.numel());
+               source_.name(), ": elements [", start, ", ", start + count, ") of a tensor of ",
+               meta.numel());
   at::Tensor out = at::empty({count}, at::TensorOptions().dtype(meta.scalar_type()));
   const uint64_t item = dtype_itemsize(meta.scalar_type());
   // The storage record's bounds were checked against the pickle when the file was indexed.

@@ -35,6 +35,11 @@ struct ReadOptions {
   // Read no tensor data: every tensor is on the meta device, with its dtype, shape and strides
   // (an index of the file; record sizes are still checked against the pickle).
   bool meta_tensors = false;
+  // A file's storages of at least this many bytes (0: none) are not read but mapped: the tensor
+  // is a private mapping of the record (aio/file_map.h), whose pages the kernel may reclaim, for
+  // a loader that goes through it once (e.g. into swap files). Writes to it never reach the file.
+  // verify_crc streams the record once through its CRC-32.
+  uint64_t map_storages_from = 0;
   // Resource caps (each violation is a CheckpointError).
   uint64_t max_pickle_bytes = uint64_t{256} << 20;
   size_t max_zip_entries = size_t{1} << 20;

@@ -12,8 +12,8 @@
 #include "checkpoint/pt/pickler.h"
 #include "checkpoint/pt/pt_file.h"
 #include "checkpoint/pt/zip_reader.h"
-#include "tests/checkpoint/test_util.h"
 #include "core/error.h"
+#include "tests/checkpoint/test_util.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 
@@ -218,9 +218,15 @@ TEST(Pickle, WriterRefusesWhatPythonCouldNotRebuild) {
 // DeepSpeed's loss scalers (checkpoint/ds_objects.h) through the writer and the strict reader; the
 // bytes against Python's are Interop.LossScalersPickleAsDeepSpeedDoes.
 TEST(Pickle, LossScalersRoundTrip) {
-  const Json dynamic = {{"cur_scale", 1024.0},   {"dynamic", true},       {"cur_iter", 9},
-                        {"last_overflow_iter", 4}, {"scale_factor", 2.0}, {"scale_window", 3},
-                        {"min_scale", 0.5},        {"delayed_shift", 2},  {"cur_hysteresis", 2},
+  const Json dynamic = {{"cur_scale", 1024.0},
+                        {"dynamic", true},
+                        {"cur_iter", 9},
+                        {"last_overflow_iter", 4},
+                        {"scale_factor", 2.0},
+                        {"scale_window", 3},
+                        {"min_scale", 0.5},
+                        {"delayed_shift", 2},
+                        {"cur_hysteresis", 2},
                         {"consecutive_hysteresis", true},
                         {"raise_error_at_min_scale", false}};
   const Json stat = {{"cur_scale", 8.0}, {"dynamic", false}};
@@ -232,8 +238,9 @@ TEST(Pickle, LossScalersRoundTrip) {
   EXPECT_EQ(back.at("d").as_object().state.at("dtype").as_object().type, "torch.float16");
   EXPECT_EQ(ds_loss_scaler_state(back.at("d"), "mem.pt"), dynamic);
   EXPECT_EQ(ds_loss_scaler_state(back.at("s"), "mem.pt"), stat);
-  EXPECT_NE(error_of([&] { ds_loss_scaler_value({{"dynamic", true}, {"cur_scale", 1.0}}); })
-                .find("loss scaler state has no 'cur_iter'"),
+  EXPECT_NE(error_of([&] {
+              ds_loss_scaler_value({{"dynamic", true}, {"cur_scale", 1.0}});
+            }).find("loss scaler state has no 'cur_iter'"),
             std::string::npos);
   // FP16_Optimizer's fields (fp16 without ZeRO): set on the current state, hysteresis refilled.
   Value fields = Value::dict();
@@ -256,8 +263,9 @@ TEST(Pickle, LossScalersRoundTrip) {
   fields = Value::dict();
   fields.set("dynamic_loss_scale", true);
   fields.set("cur_scale", 512.0);
-  EXPECT_NE(error_of([&] { ds_fp16_optimizer_scaler_state(fields, dynamic, "ckpt/global_step3"); })
-                .find("ckpt/global_step3: FP16_Optimizer field 'cur_iter' is missing"),
+  EXPECT_NE(error_of([&] {
+              ds_fp16_optimizer_scaler_state(fields, dynamic, "ckpt/global_step3");
+            }).find("ckpt/global_step3: FP16_Optimizer field 'cur_iter' is missing"),
             std::string::npos);
 }
 
@@ -300,19 +308,21 @@ TEST(PtIndex, RangedReadsEqualTheTensors) {
     EXPECT_TRUE(torch::equal(index.read(meta), want)) << key;
     if (!meta.is_contiguous()) continue;
     const int64_t n = meta.numel();
-    for (const auto& [start, count] : std::vector<std::pair<int64_t, int64_t>>{
-             {0, n}, {1, n - 2}, {n / 2, n - n / 2}, {n, 0}}) {
-      EXPECT_TRUE(torch::equal(index.read(meta, start, count),
-                               want.reshape({-1}).narrow(0, start, count)))
+    for (const auto& [start, count] :
+         std::vector<std::pair<int64_t, int64_t>>{{0, n}, {1, n - 2}, {n / 2, n - n / 2}, {n, 0}}) {
+      EXPECT_TRUE(
+          torch::equal(index.read(meta, start, count), want.reshape({-1}).narrow(0, start, count)))
           << key << " [" << start << ", +" << count << ")";
     }
   }
   const at::Tensor flat = index.value().at("flat").as_tensor();
-  EXPECT_NE(zrt::test::error_of<CheckpointError>([&] { index.read(flat, 30, 11); })
-                .find("elements [30, 41) of a tensor of 40"),
+  EXPECT_NE(zrt::test::error_of<CheckpointError>([&] {
+              index.read(flat, 30, 11);
+            }).find("elements [30, 41) of a tensor of 40"),
             std::string::npos);
-  EXPECT_NE(zrt::test::error_of<CheckpointError>([&] { index.read(torch::zeros({3}), 0, 1); })
-                .find("the tensor is not one of this file's"),
+  EXPECT_NE(zrt::test::error_of<CheckpointError>([&] {
+              index.read(torch::zeros({3}), 0, 1);
+            }).find("the tensor is not one of this file's"),
             std::string::npos);
 }
 
@@ -336,14 +346,48 @@ TEST(PtIndex, RangedReadsCheckTheRecordsCrc) {
   const at::Tensor a = index.value().at("a").as_tensor();
   EXPECT_TRUE(torch::equal(index.read(index.value().at("b").as_tensor()),
                            torch::arange(10, torch::kFloat)));
-  EXPECT_NE(zrt::test::error_of<CheckpointError>([&] { index.read(a, 0, 1); })
-                .find("fails its CRC-32 check"),
+  EXPECT_NE(zrt::test::error_of<CheckpointError>([&] {
+              index.read(a, 0, 1);
+            }).find("fails its CRC-32 check"),
             std::string::npos);
   ReadOptions unchecked;
   unchecked.verify_crc = false;
   const PtIndex raw(path, unchecked);
   EXPECT_EQ(raw.read(raw.value().at("a").as_tensor(), 0, 1).item<float>(), 0.0f);
   EXPECT_NE(raw.read(raw.value().at("a").as_tensor(), 37, 1).item<float>(), 37.0f);
+}
+
+// map_storages_from: records at least that large are mappings of the file with the same values
+// (smaller ones are read), their CRC is still checked, and writing into one changes no file.
+TEST(PtReader, MappedStoragesEqualReadOnesAndCheckTheirCrc) {
+  zrt::test::TempDir dir;
+  Value v = Value::dict();
+  v.set("big", torch::arange(5000, torch::kFloat));
+  v.set("small", torch::arange(10, torch::kDouble));
+  v.set("bf16", torch::arange(3000, torch::kFloat).to(torch::kBFloat16));
+  const std::string path = dir / "mapped.pt";
+  save_pt(v, path);
+  ReadOptions mapped;
+  mapped.map_storages_from = 4096;
+  const Value eager = load_pt(path);
+  const Value lazy = load_pt(path, mapped);
+  for (const char* key : {"big", "small", "bf16"}) {
+    EXPECT_TRUE(torch::equal(lazy.at(key).as_tensor(), eager.at(key).as_tensor())) << key;
+  }
+  at::Tensor big = lazy.at("big").as_tensor();
+  big.fill_(-1.0f);
+  EXPECT_TRUE(
+      torch::equal(load_pt(path).at("big").as_tensor(), torch::arange(5000, torch::kFloat)));
+  std::string bytes = zrt::test::read_all(path);
+  const float marker = 4321.0f;
+  const size_t at = bytes.find(std::string(reinterpret_cast<const char*>(&marker), 4));
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 1] ^= 0x01;
+  zrt::test::write_all(path, bytes);
+  EXPECT_NE(zrt::test::error_of<CheckpointError>([&] {
+              load_pt(path, mapped);
+            }).find("fails its CRC-32 check"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 # and Adam moments (12 bytes per parameter, ~730 MB) do not fit in a cgroup memory limit that its
 # parameters and gradients do. With offload_optimizer.device "nvme" it trains under the cap, loss
 # falling, and the cgroup's own peak stays below it; without offload the same job is killed by the
-# kernel's OOM killer at the cap. The memory is the kernel's count (cgroup v1
+# kernel's OOM killer at the cap; and the same model at stage 3 on 2 ranks with the parameters on
+# NVMe too trains under the same cap per rank (one group capped at twice it). The memory is the kernel's count (cgroup v1
 # memory.max_usage_in_bytes), not ZeroRT's bookkeeping.
 #
 # Needs root and the cgroup v1 memory controller (or cgroup v2 with the memory controller
@@ -31,27 +32,30 @@ MODEL=(--model gpt --width 1024 --layers 5 --heads 8 --context 32 --corpus_bytes
        --per_device_train_batch_size 4 --max_steps 4 --learning_rate 1e-4
        --lr_scheduler_type constant --weight_decay 0.01 --bf16 --logging_steps 1 --seed 5
        --save_strategy no)
-config() {  # config OFFLOAD_JSON
+config() {  # config STAGE OFFLOAD_JSON
   cat <<EOF
 {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
  "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
  "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
- "zero_optimization": {"stage": 2, "sub_group_size": 1048576, $1},
+ "zero_optimization": {"stage": $1, "sub_group_size": 1048576, $2},
  "aio": {"block_size": 1048576, "queue_depth": 8}}
 EOF
 }
-config '"offload_optimizer": {"device": "nvme", "nvme_path": "'"$WORK"'", "pipeline_read": true, "pipeline_write": true, "buffer_count": 9}' \
-  > "$WORK/nvme.json"
-config '"offload_optimizer": {"device": "none"}' > "$WORK/none.json"
+OPT_NVME='"offload_optimizer": {"device": "nvme", "nvme_path": "'"$WORK"'", "pipeline_read": true, "pipeline_write": true, "buffer_count": 9}'
+config 2 "$OPT_NVME" > "$WORK/nvme.json"
+config 2 '"offload_optimizer": {"device": "none"}' > "$WORK/none.json"
+# ZeRO-Infinity proper: stage 3 on 2 ranks with the parameters' partitions on NVMe as well.
+config 3 "$OPT_NVME"', "offload_param": {"device": "nvme", "nvme_path": "'"$WORK"'", "max_in_cpu": 0, "buffer_size": 8000000}' \
+  > "$WORK/infinity.json"
 
-# run NAME: zrt-train in a fresh memory cgroup capped at CAP_MB; prints its exit code, the
-# cgroup's peak in MB and the OOM kills in it.
+# run NAME [RANKS]: zrt-train in a fresh memory cgroup capped at CAP_MB; prints its exit code,
+# the cgroup's peak in MB and the OOM kills in it.
 run() {
-  local name="$1"
-  CG="$(memcg_make "zrt_nvme_cap_$$_$name" "$CAP_MB")"
+  local name="$1" ranks="${2:-1}"
+  CG="$(memcg_make "zrt_nvme_cap_$$_$name" $((CAP_MB * ranks)))"  # CAP_MB per rank
   set +e
   sh -c 'echo $$ > "$1/cgroup.procs"; shift; exec "$@"' _ "$CG" \
-    "$BIN/zrt-launch" --np 1 --timeout 300 -- "$BIN/zrt-train" --deepspeed "$WORK/$name.json" \
+    "$BIN/zrt-launch" --np "$ranks" --timeout 300 -- "$BIN/zrt-train" --deepspeed "$WORK/$name.json" \
     --output_dir "$WORK/out_$name" "${MODEL[@]}" > "$WORK/$name.log" 2>&1
   local rc=$?
   set -e
@@ -72,6 +76,18 @@ first=$(echo "$losses" | head -1); last=$(echo "$losses" | tail -1)
 echo "nvme: loss $first -> $last"
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || { echo "FAILED: loss did not fall"; cat "$WORK/nvme.log"; exit 1; }
 leftover=$(find "$WORK" -maxdepth 1 -name 'zerort-swap-*' | wc -l)
+[[ $leftover -eq 0 ]] || { echo "FAILED: $leftover swap folders left after a clean exit"; exit 1; }
+
+run infinity 2 > "$WORK/infinity.result"
+read -r rc peak oom < "$WORK/infinity.result"
+echo "infinity (stage 3, 2 ranks, parameters and optimizer on NVMe): exit $rc, cgroup peak $peak MB of $((2 * CAP_MB)), oom kills $oom"
+if [[ $rc -ne 0 ]]; then cat "$WORK/infinity.log"; echo "FAILED: ZeRO-Infinity did not train under the cap"; exit 1; fi
+(( peak < 2 * CAP_MB )) || { echo "FAILED: peak $peak MB not under the cap"; exit 1; }
+losses=$(grep -o "'loss': [0-9.e+-]*" "$WORK/infinity.log" | awk '{print $2}')
+first=$(echo "$losses" | head -1); last=$(echo "$losses" | tail -1)
+echo "infinity: loss $first -> $last"
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || { echo "FAILED: loss did not fall"; cat "$WORK/infinity.log"; exit 1; }
+leftover=$(find "$WORK" -maxdepth 1 -name 'zerort-*' | wc -l)
 [[ $leftover -eq 0 ]] || { echo "FAILED: $leftover swap folders left after a clean exit"; exit 1; }
 
 run none > "$WORK/none.result"

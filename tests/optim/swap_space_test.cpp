@@ -56,6 +56,22 @@ TEST(SwapSpace, WholeStatesRoundTripAtUnalignedOffsets) {
             std::string::npos);
 }
 
+// map_state: the state's values through a mapping of its file (what checkpoints write from); a
+// write into the view never reaches the file.
+TEST(SwapSpace, MappedStatesShowTheFileAndNeverWriteIt) {
+  test::TempDir dir("zrt_swap");
+  SwapSpace space(options_in(dir.path()), {5000, 3});
+  const at::Tensor values = at::randn({5000});
+  space.write(0, SwapState::kExpAvgSq, 0, values);
+  at::Tensor mapped = space.map_state(0, SwapState::kExpAvgSq);
+  EXPECT_EQ(mapped.numel(), 5000);
+  EXPECT_EQ(mapped.storage().nbytes(), 5000u * 4) << "exactly the state, not the file's padding";
+  EXPECT_TRUE(at::equal(mapped, values));
+  mapped.fill_(7.0f);
+  EXPECT_TRUE(at::equal(space.read_all(0, SwapState::kExpAvgSq), values));
+  EXPECT_TRUE(at::equal(space.map_state(1, SwapState::kMaster), at::zeros({3})));
+}
+
 TEST(SwapSpace, StreamVisitsEverySubGroupAndWritesItBack) {
   test::TempDir dir("zrt_swap");
   for (int pipeline = 0; pipeline < 4; ++pipeline) {
@@ -78,7 +94,8 @@ TEST(SwapSpace, StreamVisitsEverySubGroupAndWritesItBack) {
       });
       EXPECT_EQ(offsets, (std::vector<int64_t>{0, 1024, 2048, 3072, 4096})) << pipeline;
     }
-    EXPECT_TRUE(at::equal(space.read_all(0, SwapState::kMaster), start + 1.0f + 1.0f + 1.0f)) << pipeline;
+    EXPECT_TRUE(at::equal(space.read_all(0, SwapState::kMaster), start + 1.0f + 1.0f + 1.0f))
+        << pipeline;
     const SwapStats st = space.stats();
     EXPECT_GE(st.bytes_read, 3 * 3 * 5000 * 4);  // three passes, three states
     EXPECT_EQ(st.buffer_bytes, space.buffer_sets() * 3 * 1024 * 4);
@@ -108,8 +125,9 @@ TEST(SwapSpace, OptionsAndFolders) {
             }).find("offload_optimizer.buffer_count: 2 buffers cannot hold one sub-group's 3"),
             std::string::npos);
   o = options_in("");
-  EXPECT_NE(test::error_of<Error>([&] { SwapSpace s(o, {10}); })
-                .find("offload_optimizer.nvme_path is required with device \"nvme\""),
+  EXPECT_NE(test::error_of<Error>([&] {
+              SwapSpace s(o, {10});
+            }).find("offload_optimizer.nvme_path is required with device \"nvme\""),
             std::string::npos);
   o = options_in(dir.path() + "/missing");
   EXPECT_NE(test::error_of<Error>([&] {
