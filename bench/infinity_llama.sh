@@ -13,7 +13,7 @@
 #   bench/infinity_llama.sh [--build build] [--dir /tmp] [--cap-mb 4096] [--steps 4]
 #                           [--block 64] [--layers 22] [--jsonl FILE] [--log FILE]
 #
-# The training log (with DeepSpeed-style memory reports) is kept in --log (default
+# The training log is kept in --log (default
 # DIR/infinity_llama.log); --jsonl appends one JSON line with, for each launch ("train", "resume"),
 # per step (from the second) its time, the bytes both ranks read and wrote and the time those bytes
 # take at the disk's limit; the cgroup peaks (page cache included), OOM kills, per rank peak RSS
@@ -76,7 +76,7 @@ cat > "$WORK/ds.json" <<EOF
                      "buffer_size": 34000000, "max_in_cpu": 0},
    "offload_optimizer": {"device": "nvme", "nvme_path": "$WORK/swap", "buffer_count": 9,
                          "pipeline_read": true, "pipeline_write": true}},
- "aio": {"block_size": 1048576, "queue_depth": 8}, "memory_breakdown": true}
+ "aio": {"block_size": 1048576, "queue_depth": 8}}
 EOF
 # run_phase NAME ARGS...: zrt-train on 2 ranks with ARGS, each rank in its own fresh group capped
 # at CAP_MB; the log (lines time-stamped) in $WORK/NAME.log, per rank samples in

@@ -1,6 +1,7 @@
 // The per-micro-step data path of the engine: backward with loss scaling and gradient
 // reduction, and the boundary step (overflow check, norm, clipping, optimizer, gather, LR
 // schedule, counters). DESIGN.md "One training step".
+#include <algorithm>
 #include <cmath>
 
 #include "comm/counting_comm.h"
@@ -78,10 +79,51 @@ at::Tensor Engine::backward_impl(const at::Tensor& loss) {
   return loss.detach();
 }
 
+namespace {
+
+// Whole-partition reductions make temporaries of the partition's size (a bool mask; an fp32 copy
+// of a low-precision gradient, which linalg_vector_norm converts first): a large partition is
+// reduced by chunks of this many elements, so that the step's memory stays what NVMe offload
+// leaves (an fp32 gradient is reduced whole, without a copy, and its norm is unchanged).
+constexpr int64_t kReduceChunk = int64_t{16} << 20;
+
+template <typename Fn>
+void for_each_chunk(const at::Tensor& t, Fn&& fn) {
+  const at::Tensor flat = t.reshape({-1});
+  for (int64_t off = 0; off < flat.numel(); off += kReduceChunk) {
+    fn(flat.narrow(0, off, std::min(kReduceChunk, flat.numel() - off)));
+  }
+}
+
+bool all_finite(const at::Tensor& grad) {
+  bool finite = true;
+  for_each_chunk(
+      grad, [&](const at::Tensor& c) { finite = finite && at::isfinite(c).all().item<bool>(); });
+  return finite;
+}
+
+double squared_norm(const at::Tensor& grad) {
+  auto norm = [](const at::Tensor& t) {
+    return at::linalg_vector_norm(t, 2, c10::nullopt, false, at::kFloat).item<double>();
+  };
+  if (grad.scalar_type() == at::kFloat || grad.numel() <= kReduceChunk) {
+    const double n = norm(grad);
+    return n * n;
+  }
+  double sum = 0.0;
+  for_each_chunk(grad, [&](const at::Tensor& c) {
+    const double n = norm(c);
+    sum += n * n;
+  });
+  return sum;
+}
+
+}  // namespace
+
 bool Engine::check_overflow() {
   bool local = false;
   for (const runtime::OptimTarget& t : states_->targets()) {
-    if (t.grad.numel() > 0 && !at::isfinite(t.grad).all().item<bool>()) local = true;
+    if (t.grad.numel() > 0 && !all_finite(t.grad)) local = true;
   }
   at::Tensor flag = at::full({1}, local ? 1 : 0, at::kByte);
   comm_->all_reduce(flag, comm::ReduceOp::kMax);
@@ -91,10 +133,7 @@ bool Engine::check_overflow() {
 double Engine::global_norm_of_scaled_grads() {
   double local = 0.0;
   for (const runtime::OptimTarget& t : states_->targets()) {
-    if (t.grad.numel() == 0) continue;
-    const double n =
-        at::linalg_vector_norm(t.grad, 2, c10::nullopt, false, at::kFloat).item<double>();
-    local += n * n;
+    if (t.grad.numel() > 0) local += squared_norm(t.grad);
   }
   double total = local;
   if (!states_->grads_replicated()) {
