@@ -64,12 +64,14 @@ cat > "$WORK/model/config.json" <<EOF
  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "hidden_act": "silu",
  "initializer_range": 0.02, "tie_word_embeddings": false, "torch_dtype": "bfloat16"}
 EOF
-# Buffers: a layer's partition is 22M elements per rank, the embedding's and the head's 33M.
+# Buffers: a layer's partition is 22M elements per rank, the embedding's and the head's 33M. The
+# gradients that reductions in flight may hold (reduce_bucket_size, DeepSpeed's 5e8 by default:
+# 1 GB of bf16 here) are bounded to 5e7 elements.
 cat > "$WORK/ds.json" <<EOF
 {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
  "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
  "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
- "zero_optimization": {"stage": 3, "sub_group_size": 4194304,
+ "zero_optimization": {"stage": 3, "sub_group_size": 4194304, "reduce_bucket_size": 50000000,
    "stage3_prefetch_bucket_size": 0, "stage3_max_live_parameters": 0,
    "stage3_max_reuse_distance": 0,
    "offload_param": {"device": "nvme", "nvme_path": "$WORK/swap", "buffer_count": 3,
