@@ -56,6 +56,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -229,6 +230,8 @@ def ds_case(case, work):
     model = make_model(case)
     model.load_state_dict(load_file(os.path.join(work, f"init_{case['model']}.safetensors")))
     monitor = os.path.join(work, "ds_" + case["name"] + "_monitor")
+    if rank == 0:  # the csv monitor appends: a crashed attempt's rows (peer_launch) must go
+        shutil.rmtree(monitor, ignore_errors=True)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                            config=ds_config(case, monitor))
     x, y = training_data(case, work)

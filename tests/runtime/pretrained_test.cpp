@@ -206,6 +206,20 @@ TEST(Pretrained, InferenceEngineHoldsOnlyItsPartitions) {
           expected = trained_model->forward(training->to_model_dtype(x));
         }
         EXPECT_TRUE(torch::equal(out, expected)) << what;
+        {  // the partitions on NVMe (offload_param "nvme"): loaded into the swap files, the same
+          Json nvme = cfg;
+          nvme["zero_optimization"]["offload_param"] = {
+              {"device", "nvme"}, {"nvme_path", dir.path()}, {"max_in_cpu", 0}};
+          auto swapped_model = std::make_shared<test::TinyStackImpl>(false);
+          zrt::defer_parameters(*swapped_model);
+          auto swapped = initialize(swapped_model, nvme, io);
+          load_pretrained(*swapped, dir.path());
+          EXPECT_EQ(swapped->model_state_bytes().params, 0) << what;
+          EXPECT_EQ(swapped->model_state_bytes().swapped, bytes.params) << what;
+          at::NoGradGuard no_grad;
+          EXPECT_TRUE(torch::equal(swapped_model->forward(swapped->to_model_dtype(x)), expected))
+              << what << ", parameters on NVMe";
+        }
         auto loss = torch::mse_loss(model->forward(engine->to_model_dtype(x)).to(at::kFloat), y);
         expect_contains(test::error_of<Error>([&] { engine->backward(loss); }),
                         "inference mode");
