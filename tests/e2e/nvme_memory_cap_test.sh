@@ -66,29 +66,26 @@ run() {
   echo "$rc $peak ${oom:-0}"
 }
 
-run nvme > "$WORK/nvme.result"
-read -r rc peak oom < "$WORK/nvme.result"
-echo "nvme: exit $rc, cgroup peak $peak MB of $CAP_MB, oom kills $oom"
-if [[ $rc -ne 0 ]]; then cat "$WORK/nvme.log"; echo "FAILED: NVMe offload did not train under the cap"; exit 1; fi
-(( peak < CAP_MB )) || { echo "FAILED: peak $peak MB not under the cap"; exit 1; }
-losses=$(grep -o "'loss': [0-9.e+-]*" "$WORK/nvme.log" | awk '{print $2}')
-first=$(echo "$losses" | head -1); last=$(echo "$losses" | tail -1)
-echo "nvme: loss $first -> $last"
-awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || { echo "FAILED: loss did not fall"; cat "$WORK/nvme.log"; exit 1; }
-leftover=$(find "$WORK" -maxdepth 1 -name 'zerort-swap-*' | wc -l)
-[[ $leftover -eq 0 ]] || { echo "FAILED: $leftover swap folders left after a clean exit"; exit 1; }
+# expect_trained NAME CAP WHAT: NAME's run exited 0 under CAP MB, its loss fell, and no swap folder
+# is left.
+expect_trained() {
+  local name="$1" cap="$2" what="$3" rc peak oom losses first last leftover
+  read -r rc peak oom < "$WORK/$name.result"
+  echo "$what: exit $rc, cgroup peak $peak MB of $cap, oom kills $oom"
+  if [[ $rc -ne 0 ]]; then cat "$WORK/$name.log"; echo "FAILED: $what did not train under the cap"; exit 1; fi
+  (( peak < cap )) || { echo "FAILED: peak $peak MB not under the cap"; exit 1; }
+  losses=$(grep -o "'loss': [0-9.e+-]*" "$WORK/$name.log" | awk '{print $2}')
+  first=$(echo "$losses" | head -1); last=$(echo "$losses" | tail -1)
+  echo "$what: loss $first -> $last"
+  awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || { echo "FAILED: loss did not fall"; cat "$WORK/$name.log"; exit 1; }
+  leftover=$(find "$WORK" -maxdepth 1 -name 'zerort-*' | wc -l)
+  [[ $leftover -eq 0 ]] || { echo "FAILED: $leftover swap folders left after a clean exit"; exit 1; }
+}
 
+run nvme > "$WORK/nvme.result"
+expect_trained nvme "$CAP_MB" nvme
 run infinity 2 > "$WORK/infinity.result"
-read -r rc peak oom < "$WORK/infinity.result"
-echo "infinity (stage 3, 2 ranks, parameters and optimizer on NVMe): exit $rc, cgroup peak $peak MB of $((2 * CAP_MB)), oom kills $oom"
-if [[ $rc -ne 0 ]]; then cat "$WORK/infinity.log"; echo "FAILED: ZeRO-Infinity did not train under the cap"; exit 1; fi
-(( peak < 2 * CAP_MB )) || { echo "FAILED: peak $peak MB not under the cap"; exit 1; }
-losses=$(grep -o "'loss': [0-9.e+-]*" "$WORK/infinity.log" | awk '{print $2}')
-first=$(echo "$losses" | head -1); last=$(echo "$losses" | tail -1)
-echo "infinity: loss $first -> $last"
-awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || { echo "FAILED: loss did not fall"; cat "$WORK/infinity.log"; exit 1; }
-leftover=$(find "$WORK" -maxdepth 1 -name 'zerort-*' | wc -l)
-[[ $leftover -eq 0 ]] || { echo "FAILED: $leftover swap folders left after a clean exit"; exit 1; }
+expect_trained infinity $((2 * CAP_MB)) "infinity (stage 3, 2 ranks, parameters and optimizer on NVMe)"
 
 run none > "$WORK/none.result"
 read -r rc peak oom < "$WORK/none.result"

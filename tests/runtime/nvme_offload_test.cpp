@@ -6,6 +6,7 @@
 // a clear error naming the file, after which the last checkpoint still loads.
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -91,10 +92,10 @@ Json config_of(const Case& c, const OffloadRun& run) {
   if (run.params == Offload::kCpu) zp["offload_param"] = {{"device", "cpu"}};
   if (run.params == Offload::kNvme) {
     zp["offload_param"] = {{"device", "nvme"},
-                          {"nvme_path", run.nvme_path},
-                          {"buffer_count", run.param_buffer_count},
-                          {"buffer_size", run.param_buffer_size},
-                          {"max_in_cpu", run.max_in_cpu}};
+                           {"nvme_path", run.nvme_path},
+                           {"buffer_count", run.param_buffer_count},
+                           {"buffer_size", run.param_buffer_size},
+                           {"max_in_cpu", run.max_in_cpu}};
     cfg["aio"] = {{"block_size", 4096}, {"queue_depth", 4}};
   }
   return cfg;
@@ -167,13 +168,15 @@ std::vector<std::string> entries(const std::string& dir) {
   return out;
 }
 
-// After a fault: a new NVMe engine loads dir/ckpt, holds `saved`, and trains a step.
+// After a fault: a new engine (`run`; by default the optimizer on NVMe in `dir`) loads dir/ckpt,
+// holds `saved`, and trains a step.
 void expect_checkpoint_resumes(comm::Comm& comm, const Case& c, const std::string& dir,
-                               const std::map<std::string, at::Tensor>& saved) {
+                               const std::map<std::string, at::Tensor>& saved,
+                               std::optional<OffloadRun> run = std::nullopt) {
   InitializeOptions io;
   io.comm = borrow(comm);
   auto model = std::make_shared<WideStackImpl>();
-  auto engine = initialize(model, config_of(c, OffloadRun{Offload::kNvme, dir}), io);
+  auto engine = initialize(model, config_of(c, run.value_or(OffloadRun{Offload::kNvme, dir})), io);
   ASSERT_TRUE(engine->load_checkpoint(dir + "/ckpt").has_value());
   for (const auto& [name, t] : whole_params(*engine, *model)) {
     EXPECT_TRUE(at::equal(t, saved.at(name))) << name;
@@ -489,13 +492,7 @@ TEST(NvmeParamOffloadFaults, DeletedFileAndReadErrorAreErrors) {
     EXPECT_CONTAINS(error, "read");
     EXPECT_CONTAINS(error, "Input/output error");
     engine.reset();
-    model = std::make_shared<WideStackImpl>();
-    engine = initialize(model, config_of(c, run), io);
-    ASSERT_TRUE(engine->load_checkpoint(dir.path() + "/ckpt").has_value());
-    for (const auto& [name, t] : whole_params(*engine, *model)) {
-      EXPECT_TRUE(at::equal(t, saved.at(name))) << name;
-    }
-    train(*engine, *model, c, 0, 1, 1);
+    expect_checkpoint_resumes(comm, c, dir.path(), saved, run);
   });
 }
 
