@@ -3,6 +3,7 @@
 #include "runtime/engine.h"
 
 #include <functional>
+#include <optional>
 
 #include "comm/counting_comm.h"
 #include "comm/desync_check.h"
@@ -242,20 +243,20 @@ void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
                  "again through its unit's run() (zero/shard_unit.h)");
   }
   const zero::ZeroOptions& z = config_.zero;
+  std::optional<zero::ParamSwapOptions> swap;
+  if (z.offload_param.device == zero::OffloadDevice::kNvme) {
+    swap.emplace();
+    swap->nvme_path = z.offload_param.nvme_path;
+    swap->rank = comm_->rank();
+    swap->aio = config_.aio;
+    swap->buffer_count = z.offload_param.buffer_count;
+    swap->buffer_size = z.offload_param.buffer_size;
+    swap->max_in_cpu = z.offload_param.max_in_cpu;
+  }
   auto layout = std::make_unique<zero::Stage3Layout>(
       groups, collected.frozen, found.unit_of, static_cast<int>(found.units.size()), comm_->size(),
       comm_->rank(), z.param_persistence_threshold, z.model_persistence_threshold,
-      z.offload_param_enabled());
-  if (z.offload_param.device == zero::OffloadDevice::kNvme) {
-    zero::ParamSwapOptions o;
-    o.nvme_path = z.offload_param.nvme_path;
-    o.rank = comm_->rank();
-    o.aio = config_.aio;
-    o.buffer_count = z.offload_param.buffer_count;
-    o.buffer_size = z.offload_param.buffer_size;
-    o.max_in_cpu = z.offload_param.max_in_cpu;
-    layout->swap_partitions(o);
-  }
+      z.offload_param_enabled(), swap ? &*swap : nullptr);
   layout->partition();
   states_ = std::make_unique<runtime::Stage3ModelStates>(std::move(layout), std::move(found.units),
                                                          comm_, z, config_.gradient_options(),

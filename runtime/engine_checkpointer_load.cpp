@@ -220,14 +220,8 @@ Value EngineCheckpointer::load_same_layout(const std::string& dir, const std::st
     const int64_t n = targets[g].master.numel();
     ZRT_CHECK_AS(CheckpointError, saved.numel() <= n, optim_file, ": fp32 group ", g, " has ",
                  saved.numel(), " elements, the partition ", n);
-    if (swapped) {
-      store_master(states, g, saved);
-      if (saved.numel() < n) store_master(states, g, at::zeros({n - saved.numel()}), saved.numel());
-      continue;
-    }
-    at::Tensor master = at::zeros({n}, at::kFloat);  // padding: zeros
-    master.narrow(0, 0, saved.numel()).copy_(saved);
-    store_master(states, g, master);
+    store_master(states, g, saved);  // no whole copy: a swapped master takes it by windows
+    if (saved.numel() < n) store_master(states, g, at::zeros({n - saved.numel()}), saved.numel());
   }
   engine_.optimizer()->load_state_dict(optimizer_state_from_value(file.base_view(optim_file)));
   return file.loss_scaler;

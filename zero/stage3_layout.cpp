@@ -97,7 +97,8 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
                            const std::vector<NamedParam>& frozen,
                            const std::vector<std::pair<std::string, int>>& unit_of, int num_units,
                            int world_size, int rank, int64_t persistence_threshold,
-                           int64_t model_persistence_threshold, bool offload_partitions)
+                           int64_t model_persistence_threshold, bool offload_partitions,
+                           const ParamSwapOptions* swap)
     : world_size_(world_size), rank_(rank) {
   std::unordered_map<std::string, int> unit_by_name(unit_of.begin(), unit_of.end());
   units_.resize(num_units + 1);
@@ -149,8 +150,11 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
     const at::Tensor& first = groups[g].front().param;
     at::TensorOptions opts = first.options().requires_grad(false);
     if (offload_partitions && !first.is_cpu()) opts = opts.device(at::kCPU).pinned_memory(true);
-    partition_flats_.push_back(at::zeros({group_numel[g]}, opts));
+    // Swapped: never allocated (the values go to the swapper).
+    partition_flats_.push_back(swap != nullptr ? at::empty({group_numel[g]}, opts.device(at::kMeta))
+                                               : at::zeros({group_numel[g]}, opts));
   }
+  if (swap != nullptr) swap_partitions(*swap);
 }
 
 at::Tensor Stage3Layout::partition_of(int i) const {
@@ -176,8 +180,6 @@ void Stage3Layout::swap_partitions(const ParamSwapOptions& options) {
     }
   }
   swapper_ = std::make_unique<ParamSwapper>(options, numels, dtypes, std::move(pieces));
-  for (at::Tensor& flat : partition_flats_)
-    flat = at::empty({flat.numel()}, flat.options().device(at::kMeta));
 }
 
 at::Tensor Stage3Layout::read_partition(int i) const {

@@ -52,17 +52,17 @@ class Stage3Layout {
   // stage3_param_persistence_threshold), within `model_persistence_threshold` elements in all.
   // `offload_partitions`: keep the partition flats in (pinned, when CUDA is in use) CPU memory —
   // offload_param — and move partitions to the parameters' device only to gather them.
+  // `swap` (offload_param.device "nvme"): the partition flats live in a ParamSwapper and are meta
+  // tensors (Note [Swapped partitions] in zero/param_swapper.h); values are read and written
+  // through read_partition / write_partition / read_flat / write_flat, and a unit's partitions
+  // through swapper()->acquire.
   Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
                const std::vector<NamedParam>& frozen,
                const std::vector<std::pair<std::string, int>>& unit_of, int num_units,
                int world_size, int rank, int64_t persistence_threshold,
-               int64_t model_persistence_threshold, bool offload_partitions = false);
+               int64_t model_persistence_threshold, bool offload_partitions = false,
+               const ParamSwapOptions* swap = nullptr);
 
-  // offload_param.device "nvme", before partition(): the partition flats move to a ParamSwapper
-  // and become meta tensors (Note [Swapped partitions] in zero/param_swapper.h). Values are then
-  // read and written through read_partition / write_partition / read_flat / write_flat, and a
-  // unit's partitions through swapper()->acquire.
-  void swap_partitions(const ParamSwapOptions& options);
   bool swapped() const { return swapper_ != nullptr; }
   ParamSwapper* swapper() const { return swapper_.get(); }
 
@@ -98,6 +98,8 @@ class Stage3Layout {
   std::vector<int64_t> slab_offsets(std::vector<int64_t>* unit_bytes) const;
 
  private:
+  void swap_partitions(const ParamSwapOptions& options);
+
   std::vector<Stage3Param> params_;
   std::vector<Stage3Unit> units_;
   std::vector<at::Tensor> partition_flats_;
