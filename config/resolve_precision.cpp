@@ -29,12 +29,7 @@ void resolve_fp16(const Json& root, Diagnostics& diag, ResolvedConfig& out) {
   // DeepSpeed 0.19's fp16 section is a pydantic model: every field has its default, and the
   // loss scaler always gets them (the "only {enabled: true} means 2^32" trap of older versions
   // is gone).
-  ls = optim::LossScaleOptions{};
-  ls.initial_scale = 65536.0;
-  ls.scale_window = 1000;
-  ls.hysteresis = 2;
-  ls.consecutive_hysteresis = false;
-  ls.min_scale = 1.0;
+  ls = optim::LossScaleOptions{};  // 2^16, window 1000, hysteresis 2, min 1, whatever is given
   // 2^127 is the largest power of two a float holds: a larger initial scale makes every scaled
   // loss infinite, so the job would only skip steps while the scale halves back down.
   if (auto v = r.get_int("initial_scale_power", 0, 127)) {

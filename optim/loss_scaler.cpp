@@ -104,7 +104,9 @@ void LossScaler::update_scale(bool overflow) {
       ZRT_LOG_DEBUG("Consecutive hysteresis is enabled. Restoring hysteresis to ", delayed_shift_);
       cur_hysteresis_ = delayed_shift_;
     }
-    if ((cur_iter_ - last_overflow_iter_) % scale_window_ == 0) {
+    // Note [Dynamic loss scale]: the clean updates since the last overflow, less one.
+    const int64_t stable = cur_iter_ - last_overflow_iter_ - 1;
+    if (stable > 0 && stable % scale_window_ == 0) {
       if (!consecutive_hysteresis_) cur_hysteresis_ = delayed_shift_;
       cur_scale_ *= scale_factor_;
     }

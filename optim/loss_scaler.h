@@ -1,4 +1,4 @@
-// The fp16 loss scaler of DeepSpeed's ZeRO path (DynamicLossScaler, spec/deepspeed.md §1.4.1) and
+// The fp16 loss scaler of DeepSpeed's ZeRO path (DynamicLossScaler, docs/DEEPSPEED.md §1.4.1) and
 // the static scaler, as a pure state machine over one overflow flag per optimizer step, plus its
 // state dict. It does not detect overflow, scale losses or unscale gradients (the engine and
 // ZeRO do), and it does not implement the different rule of DeepSpeed's non-ZeRO FP16 wrappers
@@ -27,11 +27,12 @@ inline constexpr const char* kMinLossScaleMessage =
 //     min_scale and raise_error_at_min_scale); otherwise cur_hysteresis -= 1. Either way
 //     last_overflow_iter = cur_iter and rank 0 logs an "OVERFLOW! ... Skipping step" line.
 //   no overflow: consecutive_hysteresis refills cur_hysteresis to delayed_shift at once; when
-//     (cur_iter - last_overflow_iter) is a multiple of scale_window the scale doubles (no upper
-//     bound) and, without consecutive_hysteresis, the hysteresis is refilled. The window is
-//     measured from the last overflow; growth does not restart it.
+//     stable = (cur_iter - last_overflow_iter) - 1 is a positive multiple of scale_window the
+//     scale doubles (no upper bound) and, without consecutive_hysteresis, the hysteresis is
+//     refilled. The window is measured from the last overflow; growth does not restart it.
 //   cur_iter += 1 in both cases.
-// With no overflow ever, the first doubling happens at the scale_window-th update.
+// With no overflow ever, the first doubling happens at the (scale_window + 1)-th update
+// (DeepSpeed 0.19.8; 0.16 doubled one update earlier).
 //
 // Not thread-safe.
 class LossScaler {

@@ -1,5 +1,5 @@
 // Options of the optimizers and the loss scaler (leaf header: includes only core/).
-// Defaults are DeepSpeed's code defaults (spec/deepspeed.md §1.4, §1.7, §6).
+// Defaults are DeepSpeed's code defaults (docs/DEEPSPEED.md §1.4, §1.7, §6).
 #pragma once
 
 #include <cmath>
@@ -46,9 +46,10 @@ struct OptimizerSpec {
 struct LossScaleOptions {
   bool dynamic = true;
   double static_scale = 1.0;            // used when !dynamic (fp16.loss_scale > 0)
-  double initial_scale = 4294967296.0;  // 2^32
+  // DeepSpeed 0.19.8's fp16 section defaults (docs/DEEPSPEED.md §1.4.1).
+  double initial_scale = 65536.0;  // 2^16
   int64_t scale_window = 1000;
-  int64_t hysteresis = 1;  // DeepSpeed's delayed_shift
+  int64_t hysteresis = 2;  // DeepSpeed's delayed_shift
   bool consecutive_hysteresis = false;
   double min_scale = 1.0;
   bool raise_error_at_min_scale = true;

@@ -1,4 +1,4 @@
-// LossScaler: the four golden sequences of spec/deepspeed.md §7, the minimum-scale exception, the
+// LossScaler: the four golden sequences of docs/DEEPSPEED.md §7, the minimum-scale exception, the
 // constructor defaults, the log lines, the static scaler and the state dict.
 #include "optim/loss_scaler.h"
 
@@ -48,7 +48,7 @@ class LogCapture {
 TEST(LossScaler, GoldenHysteresis) {
   LossScaler scaler(dynamic(65536, 3, 2, false));
   const Trace expected = {{65536, 1}, {65536, 1}, {65536, 1}, {32768, 1}, {16384, 1}, {16384, 1},
-                          {16384, 1}, {32768, 2}, {32768, 2}, {32768, 2}, {65536, 2}};
+                          {16384, 1}, {16384, 1}, {32768, 2}, {32768, 2}, {32768, 2}};
   EXPECT_EQ(run(scaler, {true, false, false, true, true, false, false, false, false, false, false}),
             expected);
   EXPECT_EQ(scaler.cur_iter(), 11);
@@ -58,7 +58,7 @@ TEST(LossScaler, GoldenHysteresis) {
 TEST(LossScaler, GoldenConsecutiveHysteresis) {
   LossScaler scaler(dynamic(65536, 3, 2, true));
   const Trace expected = {{65536, 1}, {65536, 2}, {65536, 1}, {32768, 1},
-                          {32768, 2}, {32768, 2}, {65536, 2}};
+                          {32768, 2}, {32768, 2}, {32768, 2}};
   EXPECT_EQ(run(scaler, {true, false, true, true, false, false, false}), expected);
 }
 
@@ -105,17 +105,18 @@ TEST(LossScaler, GoldenGrowthWithoutOverflow) {
     scaler.update_scale(false);
     scales.push_back(scaler.cur_scale());
   }
-  EXPECT_EQ(scales, (std::vector<double>{65536, 65536, 65536, 131072, 131072, 131072, 131072,
-                                         262144, 262144}));
+  EXPECT_EQ(scales, (std::vector<double>{65536, 65536, 65536, 65536, 131072, 131072, 131072,
+                                         131072, 262144}));
 }
 
+// The defaults are those of DeepSpeed 0.19.8's fp16 section ({"enabled": true} alone).
 TEST(LossScaler, GoldenDefaults) {
   const LossScaler scaler;
-  EXPECT_EQ(scaler.cur_scale(), 4294967296.0);
+  EXPECT_EQ(scaler.cur_scale(), 65536.0);
   EXPECT_EQ(scaler.scale_window(), 1000);
   EXPECT_EQ(scaler.min_scale(), 1.0);
-  EXPECT_EQ(scaler.delayed_shift(), 1);
-  EXPECT_EQ(scaler.cur_hysteresis(), 1);
+  EXPECT_EQ(scaler.delayed_shift(), 2);
+  EXPECT_EQ(scaler.cur_hysteresis(), 2);
   EXPECT_FALSE(scaler.consecutive_hysteresis());
   EXPECT_TRUE(scaler.dynamic());
   EXPECT_EQ(scaler.cur_iter(), 0);
@@ -124,19 +125,21 @@ TEST(LossScaler, GoldenDefaults) {
 
 TEST(LossScaler, WindowIsMeasuredFromTheLastOverflowAndHasNoUpperBound) {
   LossScaler scaler(dynamic(1024, 2, 1, false));
-  scaler.update_scale(false);  // iter 0: (0 + 1) % 2 != 0
-  scaler.update_scale(false);  // iter 1: doubles
+  scaler.update_scale(false);  // iter 0: stable = 0
+  scaler.update_scale(false);  // iter 1: stable = 1, not a multiple of 2
+  EXPECT_EQ(scaler.cur_scale(), 1024);
+  scaler.update_scale(false);  // iter 2: stable = 2, doubles
   EXPECT_EQ(scaler.cur_scale(), 2048);
-  scaler.update_scale(false);  // iter 2
   scaler.update_scale(true);   // iter 3: overflow → 1024, window restarts from 3
   EXPECT_EQ(scaler.cur_scale(), 1024);
-  scaler.update_scale(false);  // iter 4: (4 - 3) % 2 != 0
+  scaler.update_scale(false);  // iter 4: stable = 0
+  scaler.update_scale(false);  // iter 5: stable = 1
   EXPECT_EQ(scaler.cur_scale(), 1024);
-  scaler.update_scale(false);  // iter 5: doubles
+  scaler.update_scale(false);  // iter 6: stable = 2, doubles
   EXPECT_EQ(scaler.cur_scale(), 2048);
   LossScaler unbounded(dynamic(4294967296.0, 1, 1, false));
-  for (int k = 0; k < 100; ++k) unbounded.update_scale(false);
-  EXPECT_EQ(unbounded.cur_scale(), std::ldexp(1.0, 132));
+  for (int k = 0; k < 100; ++k) unbounded.update_scale(false);  // the first update never doubles
+  EXPECT_EQ(unbounded.cur_scale(), std::ldexp(1.0, 131));
 }
 
 TEST(LossScaler, LogsOverflowLinesLikeDeepSpeed) {
