@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "aio/aligned_buffer.h"
@@ -67,6 +68,12 @@ std::string make_swap_folder(const std::string& parent, const std::string& kind,
                              const std::string& key) {
   struct stat st {};
   ZRT_CHECK(!parent.empty(), key, " is required with device \"nvme\"");
+  if (::stat(parent.c_str(), &st) != 0 && errno == ENOENT) {
+    // DeepSpeed makes the folder (and its parents) when it does not exist yet.
+    std::error_code ec;
+    std::filesystem::create_directories(parent, ec);
+    ZRT_CHECK(!ec, key, " ", parent, ": cannot create it: ", ec.message());
+  }
   ZRT_CHECK(::stat(parent.c_str(), &st) == 0, key, " ", parent, ": ", std::strerror(errno));
   ZRT_CHECK(S_ISDIR(st.st_mode), key, " ", parent, " is not a folder");
   std::string pattern = parent + (parent.back() == '/' ? "" : "/") + "zerort-" + kind + "-rank" +

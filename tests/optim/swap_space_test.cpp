@@ -129,10 +129,16 @@ TEST(SwapSpace, OptionsAndFolders) {
               SwapSpace s(o, {10});
             }).find("offload_optimizer.nvme_path is required with device \"nvme\""),
             std::string::npos);
-  o = options_in(dir.path() + "/missing");
+  // A folder that does not exist yet is made, parents and all, as DeepSpeed makes it.
+  o = options_in(dir.path() + "/new/nvme");
+  { SwapSpace made(o, {10}); }
+  EXPECT_TRUE(std::filesystem::is_directory(dir.path() + "/new/nvme"));
+  // One that cannot be made is named with the reason.
+  dir.write("file", "x");
+  o = options_in(dir.path() + "/file/nvme");
   EXPECT_NE(test::error_of<Error>([&] {
               SwapSpace s(o, {10});
-            }).find("offload_optimizer.nvme_path " + dir.path() + "/missing: No such file"),
+            }).find("offload_optimizer.nvme_path " + dir.path() + "/file/nvme: Not a directory"),
             std::string::npos);
   // Too few buffers to pipeline: fewer sub-groups in flight.
   o = options_in(dir.path());
@@ -151,7 +157,10 @@ TEST(SwapSpace, OptionsAndFolders) {
     folder = a.folder();
   }
   EXPECT_FALSE(fs::exists(folder));
-  EXPECT_TRUE(fs::is_empty(dir.path()));
+  for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().filename().string().rfind("zerort-", 0), std::string::npos)
+        << entry.path() << " was left behind";
+  }
 }
 
 }  // namespace

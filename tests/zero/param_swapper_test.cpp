@@ -115,13 +115,15 @@ TEST(ParamSwapper, ErrorsNameTheKeyAndTheUnit) {
   EXPECT_NE(small.find("offload_param.buffer_size: unit 0's parameter partitions need "),
             std::string::npos)
       << small;
-  o = options_in(dir.path() + "/missing");
-  const std::string missing = test::error_of<Error>([&] {
+  dir.write("file", "x");
+  o = options_in(dir.path() + "/file/nvme");
+  const std::string bad = test::error_of<Error>([&] {
     ParamSwapper(o, {10000, 3000}, {at::kBFloat16, at::kFloat}, pieces());
   });
-  EXPECT_NE(missing.find("offload_param.nvme_path " + dir.path() + "/missing"), std::string::npos)
-      << missing;
-  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  EXPECT_NE(bad.find("offload_param.nvme_path " + dir.path() + "/file/nvme"), std::string::npos)
+      << bad;
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1)
+      << "only the file made above";
 }
 
 }  // namespace
