@@ -198,9 +198,15 @@ int run_and_wait(const std::vector<std::string>& argv, const EnvVars& env) {
     SignalForwarding forwarding;  // blocks the signals until the child's pid is known
     prctl(PR_SET_CHILD_SUBREAPER, 1);  // Note [Waiting for the ranks]
     g_interrupted.store(false);
+    const pid_t launcher = getpid();
     pid = fork();
     if (pid == 0) {
       forwarding.restore_in_child();
+      // Note [The job dies with its launcher]: a launcher killed by SIGKILL forwards nothing, so
+      // mpirun is asked to get SIGTERM when it goes (and ends the ranks, as for a forwarded
+      // SIGTERM). The request survives execve; a launcher already gone is checked for after it.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != launcher) _exit(128 + SIGTERM);
       dup2(job_stderr[1], STDERR_FILENO);  // dup2 clears O_CLOEXEC on the copy
       execve(child_argv[0], child_argv.data(), child_envp.data());
       const int err = errno;

@@ -332,6 +332,23 @@ TEST_F(ToolTest, ForwardsSigtermToMpirun) {
   EXPECT_LT(r.seconds, 20);
 }
 
+// A launcher killed by SIGKILL forwards nothing; mpirun still gets SIGTERM (PR_SET_PDEATHSIG), so
+// the ranks do not go on training without it.
+TEST_F(ToolTest, SigkillOfTheLauncherStopsMpirun) {
+  const std::string fake = script("fake_mpirun",
+                                  "trap 'echo stopped > got_term; exit 42' TERM\n"
+                                  "echo up > ready\n"
+                                  "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n"
+                                  "exit 5\n");
+  const ToolRun r = signal_when_ready(fake, SIGKILL);
+  EXPECT_EQ(r.exit_code, 128 + SIGKILL);
+  const std::string got = dir.path() + "/got_term";
+  for (int i = 0; i < 200 && read_text(got).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(read_text(got), "stopped\n") << "mpirun went on without its launcher";
+}
+
 // Ctrl-C: mpirun exits at once (here 1) while a rank still winds down; the launcher returns only
 // after that rank is gone, with the shell's code for SIGINT.
 TEST_F(ToolTest, SigintWaitsForTheRanksAndExits130) {
