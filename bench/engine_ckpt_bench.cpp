@@ -5,7 +5,7 @@
 //   mpirun -np N build/bench/engine_ckpt_bench --dir DIR [--stage 1] [--width 2048]
 //          [--layers 16] [--no-load]
 //
-// The model is zrt-train's MLP (examples/mlp.h; the Python twin is tests/peers/twins.py
+// The model is zrt-train's MLP (models/mlp.h; the Python twin is tests/peers/twins.py
 // Mlp): input Linear(16, W), blocks h{i} = x + tanh(Linear(W, W)(x)), output Linear(W, 2), fp32,
 // AdamW. After one step: a warm-up save to DIR/warmup (not timed, deleted), the timed save of tag
 // global_step1 into DIR/ckpt (the whole commit: temp files, fsync, rename, directory fsync,
@@ -24,7 +24,7 @@
 #include "comm/init.h"
 #include "core/error.h"
 #include "core/tool_main.h"
-#include "examples/mlp.h"
+#include "models/mlp.h"
 #include "runtime/initialize.h"
 #include "zero/shard_unit.h"
 #include <fcntl.h>
@@ -35,7 +35,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using examples::MlpImpl;  // zrt-train's MLP (examples/mlp.h)
+using models::MlpImpl;  // zrt-train's MLP (models/mlp.h)
 
 int64_t int_flag(int argc, char** argv, const char* name, int64_t fallback) {
   return std::stoll(flag_value(argc, argv, name, std::to_string(fallback)));

@@ -12,8 +12,8 @@
 // /proc/self/io count) and the optimizer's streaming time with its I/O wait.
 //
 // Models: `blocks` (default), an MLP of residual blocks (~50M parameters with its defaults
-// --layers 12 --width 2048); `mlp` and `gpt`, the zrt-train example's models (examples/mlp.h,
-// examples/gpt.h) with its size flags and defaults (--layers 2 --width 64 --heads 4
+// --layers 12 --width 2048); `mlp` and `gpt`, the zrt-train example's models (models/mlp.h,
+// models/gpt.h) with its size flags and defaults (--layers 2 --width 64 --heads 4
 // --context 32), on a fixed micro-batch per rank that tests/peers/twins.py reproduces
 // (bench/peers/step.py times the same models in DeepSpeed, DDP and FSDP2).
 //
@@ -42,8 +42,8 @@
 #include "core/error.h"
 #include "core/malloc_tuning.h"
 #include "core/tool_main.h"
-#include "examples/gpt.h"
-#include "examples/mlp.h"
+#include "models/gpt.h"
+#include "models/mlp.h"
 #include "optim/swap_space.h"
 #include "runtime/initialize.h"
 #include "zero/shard_unit.h"
@@ -139,8 +139,8 @@ Workload blocks_workload(int argc, char** argv, int64_t batch) {
 Workload mlp_workload(int argc, char** argv, int64_t batch, int rank, int world) {
   const int64_t layers = int_flag(argc, argv, "--layers", 2);
   const int64_t width = int_flag(argc, argv, "--width", 64);
-  auto model = std::make_shared<examples::MlpImpl>(width, layers);
-  auto [x_all, y_all] = examples::regression_data(world * batch, 1);
+  auto model = std::make_shared<models::MlpImpl>(width, layers);
+  auto [x_all, y_all] = models::regression_data(world * batch, 1);
   torch::Tensor x = x_all.narrow(0, rank * batch, batch);
   torch::Tensor y = y_all.narrow(0, rank * batch, batch);
   Workload w;
@@ -157,14 +157,14 @@ Workload mlp_workload(int argc, char** argv, int64_t batch, int rank, int world)
 // randint(vocab, (world·batch, context + 1)) from torch's CPU generator seeded 1: tokens are the
 // first `context` columns, targets the last `context`.
 Workload gpt_workload(int argc, char** argv, int64_t batch, int rank, int world) {
-  examples::GptConfig c;
+  models::GptConfig c;
   c.layers = int_flag(argc, argv, "--layers", 2);
   c.width = int_flag(argc, argv, "--width", 64);
   c.heads = int_flag(argc, argv, "--heads", 4);
   c.context = int_flag(argc, argv, "--context", 32);
   c.vocab = int_flag(argc, argv, "--vocab", 256);
   ZRT_CHECK_AS(UsageError, c.width % c.heads == 0, "--width must be a multiple of --heads");
-  auto model = std::make_shared<examples::GptImpl>(c);
+  auto model = std::make_shared<models::GptImpl>(c);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
   at::Tensor all = at::randint(c.vocab, {world * batch, c.context + 1}, gen, at::kLong);
   at::Tensor mine = all.narrow(0, rank * batch, batch);

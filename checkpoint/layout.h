@@ -1,4 +1,4 @@
-// DeepSpeed's checkpoint tree (spec/deepspeed.md §4.1) as functions: file names, tags and their
+// DeepSpeed's checkpoint tree (docs/DEEPSPEED.md §4.1) as functions: file names, tags and their
 // validation, the `latest` file, and the HF Trainer resume rules of §3.7. Pure naming and small
 // reads; writing goes through commit.h.
 #pragma once

@@ -1,4 +1,4 @@
-// Options of checkpoint save/load (leaf header: includes only core/). spec/deepspeed.md §1.9.
+// Options of checkpoint save/load (leaf header: includes only core/). docs/DEEPSPEED.md §1.9.
 #pragma once
 
 namespace zrt::ckpt {

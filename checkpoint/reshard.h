@@ -24,7 +24,7 @@ using NamedShapes = std::vector<std::pair<std::string, Shape>>;
 
 // Note [Partition layouts]
 // A group of parameters (names and shapes in order) is partitioned over W ranks in one of two
-// ways (core/shard.h has the integer rules, spec/deepspeed.md §4.7 DeepSpeed's code):
+// ways (core/shard.h has the integer rules, docs/DEEPSPEED.md §4.7 DeepSpeed's code):
 //  * kFlat (stages 1/2; stage 0 is W = 1): the parameters are packed back to back from element 0
 //    of one flat group, zero-padded to a multiple of 2·W and cut into W equal partitions of P
 //    elements. Padding is only at the end of the group, so concatenating the ranks' partitions in

@@ -5,14 +5,15 @@ include(CMakePackageConfigHelpers)
 
 add_library(zrt INTERFACE)
 add_library(ZeroRT::zrt ALIAS zrt)
-target_link_libraries(zrt INTERFACE zrt_runtime zrt_launch)
+target_link_libraries(zrt INTERFACE zrt_hf zrt_runtime zrt_launch)
 set_target_properties(zrt PROPERTIES EXPORT_NAME zrt)
 
 get_property(_modules GLOBAL PROPERTY ZRT_MODULES)
 install(TARGETS zrt ${_modules} EXPORT ZeroRTTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(_dir core comm kernels aio zero checkpoint sched report optim config runtime launch zrt)
+foreach(_dir core comm kernels aio text zero checkpoint sched report optim config models runtime hf
+             launch zrt)
   install(DIRECTORY ${ZRT_SOURCE_ROOT}/${_dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/zrt/${_dir}
           FILES_MATCHING PATTERN "*.h")
 endforeach()

@@ -1,4 +1,4 @@
-// DeepSpeed's batch-size triad (spec/deepspeed.md §1.2): train_batch_size (TBS),
+// DeepSpeed's batch-size triad (docs/DEEPSPEED.md §1.2): train_batch_size (TBS),
 // train_micro_batch_size_per_gpu (MBS) and gradient_accumulation_steps (GAS) on W data-parallel
 // ranks. Missing values are derived with Python's floor division, then DeepSpeed's assertions
 // run in DeepSpeed's order with DeepSpeed's messages.

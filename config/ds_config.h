@@ -1,5 +1,5 @@
 // DeepSpeedConfig: a DeepSpeed config as a Json object with dotted-key access, the semantics of
-// accelerate's HfDeepSpeedConfig (spec/deepspeed.md §3.1). This is the mutable stage the
+// accelerate's HfDeepSpeedConfig (docs/DEEPSPEED.md §3.1). This is the mutable stage the
 // HF-Trainer layer fills ("auto" substitution) before resolve_config() types and validates it.
 //
 // Dotted keys ("zero_optimization.offload_optimizer.device") are walked one object at a time;

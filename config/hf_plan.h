@@ -1,4 +1,4 @@
-// What the HF Trainer builds around a DeepSpeed config (spec/deepspeed.md §3.5, §3.6): who
+// What the HF Trainer builds around a DeepSpeed config (docs/DEEPSPEED.md §3.5, §3.6): who
 // creates the optimizer and the LR scheduler, ZeRO-3 inference mode, and one call that runs the
 // whole HF-Trainer path (process -> accelerate -> finalize -> plan or inference -> accelerate ->
 // resolve).

@@ -1,5 +1,5 @@
 // HfTrainerDeepSpeedConfig: the HF Trainer's side of a DeepSpeed config (transformers 5.24's
-// HfTrainerDeepSpeedConfig, spec/deepspeed.md §3.2-§3.4; tests/peers/config_differential.py
+// HfTrainerDeepSpeedConfig, docs/DEEPSPEED.md §3.2-§3.4; tests/peers/config_differential.py
 // checks it against the installed transformers). It replaces "auto" values from the
 // TrainingArguments and records every explicit value that disagrees with them:
 //

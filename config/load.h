@@ -1,5 +1,5 @@
 // Reading a DeepSpeed config into a Json object: from a file, a JSON string, a urlsafe-base64
-// string, or an existing Json (spec/deepspeed.md §1.1 and §3.1).
+// string, or an existing Json (docs/DEEPSPEED.md §1.1 and §3.1).
 //
 // DeepSpeed reads files with hjson. ZeroRT accepts JSON plus // and /* */ comments, which covers
 // the configs people actually ship; hjson's other relaxations (unquoted keys or strings, trailing

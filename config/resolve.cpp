@@ -1,4 +1,4 @@
-// resolve_config(): the top-level scalars and batch triad (spec/deepspeed.md §1.2, §1.3), the
+// resolve_config(): the top-level scalars and batch triad (docs/DEEPSPEED.md §1.2, §1.3), the
 // per-section resolvers (resolve_*.cpp), cross-section rules (ZeRO reduce-scatter limits, dtype
 // mixes, optimizer acceptance §1.10/§1.12) and the unknown / ignored top-level keys.
 #include <algorithm>
@@ -241,6 +241,17 @@ comm::CommOptions resolve_comm_options(const Json& config) {
   detail::resolve_zrt(config, diag, out);
   diag.throw_if_errors();
   return out;
+}
+
+int resolve_zero_stage(const Json& config) {
+  if (!config.is_object()) {
+    throw ConfigError(str("a DeepSpeed config must be a JSON object, got ", config.type_name()));
+  }
+  Diagnostics diag;
+  ResolvedConfig out;
+  detail::resolve_zero_section(config, diag, out);
+  diag.throw_if_errors();
+  return out.zero.stage;
 }
 
 namespace detail {

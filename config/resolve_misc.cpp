@@ -1,4 +1,4 @@
-// Resolves the smaller sections: "checkpoint" (spec/deepspeed.md §1.9), "data_types",
+// Resolves the smaller sections: "checkpoint" (docs/DEEPSPEED.md §1.9), "data_types",
 // "tensorboard" / "csv_monitor", and ZeroRT's own "zrt" section (communication timeout and
 // collective fingerprint checks; the ZRT_COMM_TIMEOUT / ZRT_DEBUG_COLLECTIVES environment
 // variables give the defaults, the config overrides them).

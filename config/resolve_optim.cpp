@@ -1,4 +1,4 @@
-// Resolves "optimizer" (spec/deepspeed.md §1.7). Name resolution follows DeepSpeed: names in
+// Resolves "optimizer" (docs/DEEPSPEED.md §1.7). Name resolution follows DeepSpeed: names in
 // its own list match case-insensitively, anything else must be an exact torch.optim class name.
 // ZeroRT implements Adam, AdamW (FusedAdam / CPU Adam math) and SGD; every other optimizer
 // DeepSpeed or torch knows is a clear ConfigError. "Adam" means AdamW unless adam_w_mode is

@@ -1,4 +1,4 @@
-// Resolves "scheduler" (spec/deepspeed.md §1.8): the five DeepSpeed LR schedules and their
+// Resolves "scheduler" (docs/DEEPSPEED.md §1.8): the five DeepSpeed LR schedules and their
 // constructor parameters (unknown parameters are errors, as Python's keyword arguments would
 // be; required ones must be present). torch.optim.lr_scheduler names, which DeepSpeed also
 // accepts, are rejected as not implemented; any other name is DeepSpeed's "does not recognize".

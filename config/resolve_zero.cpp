@@ -1,4 +1,4 @@
-// Resolves "zero_optimization" (spec/deepspeed.md §1.6): DeepSpeed's pydantic model, so unknown
+// Resolves "zero_optimization" (docs/DEEPSPEED.md §1.6): DeepSpeed's pydantic model, so unknown
 // keys are errors and "auto" values fall back to the default. Aliases (stage3_*), deprecated
 // keys, the legacy boolean form, stage-dependent defaults and the features ZeroRT does not
 // implement (MiCS) are handled here.

@@ -1,5 +1,5 @@
 // ResolvedConfig: a DeepSpeed config after parse -> resolve -> validate, as typed option
-// structs with DeepSpeed's code defaults (spec/deepspeed.md §1), ready for the runtime.
+// structs with DeepSpeed's code defaults (docs/DEEPSPEED.md §1), ready for the runtime.
 //
 //   Json json = load_config_file(path);                  // config/load.h
 //   ResolvedConfig rc = resolve_config(json, {.world_size = 8});
@@ -130,12 +130,18 @@ ResolvedConfig resolve_config(const Json& config, const ResolveOptions& options 
 // ConfigError for a bad "zrt" section or environment value; the rest of the config is not read.
 comm::CommOptions resolve_comm_options(const Json& config);
 
+// The ZeRO stage alone (the "zero_optimization" section, or its legacy boolean, read exactly as
+// resolve_config reads it): the one answer to "is this ZeRO-3?" before the world size is known.
+// Throws ConfigError for a bad section; the rest of the config is not read.
+int resolve_zero_stage(const Json& config);
+
 // The resolved config as a DeepSpeed JSON config with every effective value written out
 // (defaults included, "auto" gone, aliases and deprecated keys replaced by their canonical
 // names). Resolving the dump again gives the same ResolvedConfig.
 Json to_json(const ResolvedConfig& resolved);
 
-// Logs to_json(resolved) at info level on rank 0. Call it once, after resolution.
+// Logs to_json(resolved) at debug level on rank 0 (ZRT_LOG_LEVEL=debug shows it; zrt-config
+// prints it on demand). Call it once, after resolution.
 void log_resolved_config(const ResolvedConfig& resolved);
 
 }  // namespace zrt::config

@@ -238,7 +238,7 @@ Json to_json(const ResolvedConfig& rc) {
 }
 
 void log_resolved_config(const ResolvedConfig& resolved) {
-  ZRT_LOG_INFO("DeepSpeed config (resolved):\n", to_json(resolved).dump(2));
+  ZRT_LOG_DEBUG("DeepSpeed config (resolved):\n", to_json(resolved).dump(2));
 }
 
 }  // namespace zrt::config

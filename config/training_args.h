@@ -1,8 +1,7 @@
 // TrainingArguments: the HF Trainer arguments that the DeepSpeed integration reads, with HF's
 // names and defaults (transformers 4.x), and their command-line form with HF's spelling
-// (`--per_device_train_batch_size 4`, `--fp16`, `--fp16 true`, `--fp16=false`). Any ZeroRT
-// program can offer them: add_training_arguments() to its cxxopts::Options, then
-// parse_training_arguments() on the result (after join_bool_flag_values() on argv).
+// (`--per_device_train_batch_size 4`, `--fp16`, `--fp16 true`, `--fp16=false`): the flags are
+// config/training_args_flags.h's, for programs that parse them with cxxopts.
 // The world size is not an argument: it comes from the communicator.
 #pragma once
 
@@ -12,11 +11,6 @@
 #include <vector>
 
 #include "core/json.h"
-
-namespace cxxopts {
-class Options;
-class ParseResult;
-}  // namespace cxxopts
 
 namespace zrt::config {
 
@@ -123,17 +117,5 @@ struct IgnoredTrainingArgument {
   bool is_bool;
 };
 const std::vector<IgnoredTrainingArgument>& ignored_training_arguments();
-
-// Rewrites "--flag value" into "--flag=value" for the boolean training flags when value is a
-// boolean word (true/false/yes/no/1/0/...), so that cxxopts (which treats a flag with an
-// implicit value as taking no separate argument) accepts HF's spelling.
-std::vector<std::string> join_bool_flag_values(const std::vector<std::string>& args);
-
-// Adds every TrainingArguments flag to `options` (group "Training arguments").
-void add_training_arguments(cxxopts::Options& options);
-
-// Reads the flags added by add_training_arguments(); throws UsageError on bad values, then
-// runs validate().
-TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result);
 
 }  // namespace zrt::config

@@ -6,7 +6,10 @@
 //   ZRT_INTERNAL_ASSERT(cond, ...)  a ZeroRT bug: throws InternalError with file:line.
 //
 // Library code never exits; tools translate exceptions into exit codes in one place
-// (core/tool_main.h).
+// (core/tool_main.h). The one exception is a deadline that passes inside a blocking MPI call,
+// which no exception can interrupt: a collective past its deadline (Note [Collective deadlines])
+// or the communicator's set-up (Note [Deadline of the communicator's set-up]) ends the process
+// through zrt::exit_with_error, the only function of the library that exits.
 #pragma once
 
 #include <sstream>

@@ -1,7 +1,7 @@
 // Partition arithmetic shared by zero/ (which partitions) and checkpoint/ (which reads and
 // reshards partitions). Pure integer functions; no tensors.
 //
-// Two rules, both DeepSpeed's (spec/deepspeed.md §4.7):
+// Two rules, both DeepSpeed's (docs/DEEPSPEED.md §4.7):
 //   * flat groups (stages 1/2, BF16 optimizer): the concatenated group is zero-padded to a
 //     multiple of `alignment` (DeepSpeed: 2·W), then cut into W equal partitions; the padding
 //     lives at the end, in the last partition(s).

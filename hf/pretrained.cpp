@@ -1,4 +1,4 @@
-#include "runtime/pretrained.h"
+#include "hf/pretrained.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -25,6 +25,18 @@
 
 namespace zrt {
 namespace {
+
+// config.json says the dtype the weights are saved in, as transformers' save_pretrained writes it
+// ("dtype"; "torch_dtype" too when the source config had that older key).
+Json config_with_dtype(Json config, at::ScalarType dtype) {
+  if (!config.is_object()) return config;
+  const std::string name = dtype == at::kBFloat16 ? "bfloat16"
+                           : dtype == at::kHalf   ? "float16"
+                                                  : "float32";
+  config["dtype"] = name;
+  if (config.contains("torch_dtype")) config["torch_dtype"] = name;
+  return config;
+}
 
 using Shape = std::vector<int64_t>;
 
@@ -394,7 +406,8 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
       }
       if (!options.config.is_null()) {
         storage.write_file_atomic(ckpt::join_path(dir, "config.json"),
-                                  options.config.dump(2) + "\n");
+                                  config_with_dtype(options.config, engine.model_dtype()).dump(2) +
+                                      "\n");
       }
       for (const std::string& name : options.extra_files) {
         const std::string from = ckpt::join_path(options.extra_files_from, name);

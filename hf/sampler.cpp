@@ -1,4 +1,4 @@
-#include "runtime/sampler.h"
+#include "hf/sampler.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "examples/text_data.h"
+#include "hf/text_data.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -14,9 +14,9 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/logging.h"
-#include "examples/tokenizer.h"
+#include "text/tokenizer.h"
 
-namespace zrt::examples {
+namespace zrt::hf {
 namespace {
 
 namespace fs = std::filesystem;
@@ -73,7 +73,7 @@ void for_each_text_document(const std::string& path, std::istream& in, bool keep
   std::string physical;
   for (int64_t line = 1; std::getline(in, physical); ++line) {
     if (!in.eof()) physical += '\n';
-    ZRT_CHECK_AS(ConfigError, valid_utf8(physical), path, ":", line, ": not valid UTF-8");
+    ZRT_CHECK_AS(ConfigError, text::valid_utf8(physical), path, ":", line, ": not valid UTF-8");
     split_text_line(physical, line, keep_linebreaks, fn);
   }
 }
@@ -112,7 +112,7 @@ void for_each_json_document(const std::string& path, std::istream& in, const std
     }
     first = false;
     const std::string where = path + ":" + std::to_string(n);
-    ZRT_CHECK_AS(ConfigError, valid_utf8(line), where, ": not valid UTF-8");
+    ZRT_CHECK_AS(ConfigError, text::valid_utf8(line), where, ": not valid UTF-8");
     Json record;
     try {
       record = Json::parse(line);
@@ -360,4 +360,4 @@ TextSplits load_text_data(const TextDataOptions& options, const DocumentTokenize
   return s;
 }
 
-}  // namespace zrt::examples
+}  // namespace zrt::hf

@@ -33,13 +33,13 @@
 #include <string>
 #include <vector>
 
-#include "runtime/trainer.h"
+#include "hf/trainer.h"
 
 namespace zrt::comm {
 class Comm;
 }
 
-namespace zrt::examples {
+namespace zrt::hf {
 
 struct TextDataOptions {
   std::string train_file;
@@ -124,4 +124,4 @@ struct TextSplits {
 TextSplits load_text_data(const TextDataOptions& options, const DocumentTokenizer& tokenizer,
                           comm::Comm& comm);
 
-}  // namespace zrt::examples
+}  // namespace zrt::hf

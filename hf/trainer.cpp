@@ -1,4 +1,4 @@
-#include "runtime/trainer.h"
+#include "hf/trainer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,12 +13,13 @@
 #include "checkpoint/storage.h"
 #include "comm/init.h"
 #include "config/hf_plan.h"
+#include "config/load.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "report/svg_plot.h"
-#include "runtime/initialize.h"
-#include "runtime/sampler.h"
+#include "hf/initialize.h"
+#include "hf/sampler.h"
 #include "zero/shard_unit.h"
 #include <unistd.h>
 
@@ -66,6 +67,21 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, config::TrainingArgum
     if (p.requires_grad()) num_params_ += p.numel();
   }
   comm_ = options_.comm ? options_.comm : comm::init_from_env();
+  // Read once, here: a bad file fails the constructor, and every later question about the
+  // config (stage3_config, initialize) reads this copy.
+  if (!options_.deepspeed_config) {
+    options_.deepspeed_config = args_.deepspeed ? config::load_config_source(*args_.deepspeed)
+                                                : config_without_deepspeed();
+  }
+}
+
+Json config_without_deepspeed() {
+  return Json::parse(R"({
+    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+    "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+    "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
+    "zero_optimization": {"stage": 0}
+  })");
 }
 
 DistributedSampler Trainer::train_sampler() const {

@@ -1,4 +1,4 @@
-// Trainer: an HF-Trainer-like loop over TrainingArguments + a DeepSpeed config (spec/deepspeed.md
+// Trainer: an HF-Trainer-like loop over TrainingArguments + a DeepSpeed config (docs/DEEPSPEED.md
 // §3): epochs or max_steps, per-rank sharding with DistributedSampler semantics, gradient
 // accumulation, logging / evaluation / saving every N steps with save_total_limit, resume with
 // HF's rules, seeding, and prediction (ZeRO-3 inference when the config is ZeRO-3).
@@ -46,12 +46,12 @@ struct TrainerOptions {
   std::vector<ParamGroupRule> param_groups;
   bool progress_bar = true;  // a live bar on rank 0 when progress_bar_wanted()
   // How training and evaluation batches are drawn: torch's DistributedSampler per rank (DDP's
-  // order), or the HF Trainer's (Note [The HF Trainer's batch order] in runtime/sampler.h; its
+  // order), or the HF Trainer's (Note [The HF Trainer's batch order] in hf/sampler.h; its
   // evaluation loss then counts each example once, as the Trainer's gather_for_metrics does).
   enum class BatchOrder { kDistributedSampler, kHfTrainer };
   BatchOrder batch_order = BatchOrder::kDistributedSampler;
   // args.deepspeed already loaded by the caller (e.g. to create `comm` from its "zrt" section);
-  // unset: the engine's initialize() loads it.
+  // unset: the constructor loads args.deepspeed, or without one uses config_without_deepspeed().
   std::optional<Json> deepspeed_config;
 };
 
@@ -92,6 +92,25 @@ using ForwardFn = std::function<at::Tensor(torch::nn::Module&, const at::Tensor&
 // The loss of one example's output against its target (a scalar), e.g. cross entropy.
 using OutputLossFn = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
 
+// The DeepSpeed config of a Trainer without one (HF's Trainer without DeepSpeed): plain data
+// parallel (ZeRO stage 0: every rank the whole model and optimizer, gradients averaged) with the
+// optimizer and schedule the TrainingArguments name, built as HF builds them (no "optimizer" or
+// "scheduler" section), every other value from the arguments ("auto").
+Json config_without_deepspeed();
+
+// The forms of module weights Trainer::load_model_weights reads.
+enum class WeightsFormat {
+  kStateDictFile,     // a .safetensors or torch.save (.pt/.pth/.bin) state dict
+  kCheckpoint,        // a folder with `latest`: an HF checkpoint-N folder or a DeepSpeed save_dir,
+                      // ZeroRT- or DeepSpeed-written, any stage and world size
+  kCheckpointTag,     // a tag folder (global_stepN) holding *_model_states.pt
+  kPretrainedFolder,  // a Hugging Face model folder: model.safetensors(.index.json) or
+                      // pytorch_model.bin(.index.json)
+};
+// What `path` holds, looked for in the order above; CheckpointError naming the path and what was
+// looked for when it is none of them.
+WeightsFormat weights_format_of(const std::string& path);
+
 // Whether progress is drawn as a live bar (carriage-return frames) rather than left to the
 // periodic log lines: ZRT_PROGRESS=bar or =lines decides (zrt-launch sets lines when its own
 // stdout is not a terminal), else whether stdout is a terminal.
@@ -122,15 +141,11 @@ class Trainer {
   PredictionOutput predict(const Dataset& data, const ForwardFn& forward, const OutputLossFn& loss);
 
   // Collective. Loads module weights only (no optimizer, scheduler or counters, as DeepSpeed's
-  // load_module_only) from `path`, building the engine first when there is none: for inference
-  // (`inference`, as predict() builds it) or for training. `path` may be
-  //  - a file: a .safetensors or torch.save (.pt/.bin) state dict (Engine::load_module_file);
-  //  - a folder with `latest`: an HF checkpoint-N folder or a DeepSpeed save_dir, ZeroRT- or
-  //    DeepSpeed-written, any stage and world size (the tag `latest` names);
-  //  - a tag folder (global_stepN, holding *_model_states.pt);
-  //  - a folder with model.safetensors or pytorch_model.bin.
-  // Anything else is a CheckpointError naming the path and what was looked for.
-  void load_model_weights(const std::string& path, bool inference);
+  // load_module_only) from `path` in the given `format`, building the engine first when there is
+  // none: for inference (`inference`, as predict() builds it) or for training. A path that does
+  // not hold that format is a CheckpointError naming the path and what was looked for;
+  // weights_format_of() tells what a path holds.
+  void load_model_weights(const std::string& path, WeightsFormat format, bool inference);
 
   // Rank 0 writes `dir`/trainer_state.json (default: output_dir) as transformers' TrainerState
   // .save_to_json does: every TrainerState field, sorted keys, 2-space indent.
@@ -140,6 +155,8 @@ class Trainer {
   void save_metrics(const std::string& split,
                     const std::vector<std::pair<std::string, double>>& metrics) const;
 
+  // Collective the first time when no train(), evaluate(), predict() or load_model_weights() has
+  // built the engine yet: builds it for training.
   Engine& engine();
   const std::vector<LogEntry>& log_history() const { return log_history_; }
   // Total optimizer steps of train() (HF's max_steps rule).
@@ -151,7 +168,7 @@ class Trainer {
   std::vector<std::string> checkpoints() const;
 
  private:
-  // train() in named steps (runtime/trainer_loop.cpp).
+  // train() in named steps (hf/trainer_loop.cpp).
   struct Run;
   // What follows an optimizer step or an epoch's end (HF's _maybe_log_save_evaluate).
   struct StepDecision {

@@ -5,29 +5,19 @@
 #include <string>
 
 #include "checkpoint/layout.h"
-#include "config/hf_plan.h"
+#include "config/resolved.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/strings.h"
-#include "runtime/pretrained.h"
-#include "runtime/sampler.h"
-#include "runtime/trainer.h"
+#include "hf/pretrained.h"
+#include "hf/sampler.h"
+#include "hf/trainer.h"
 
 namespace zrt {
 namespace fs = std::filesystem;
 
 bool Trainer::stage3_config() const {
-  try {
-    config::TrainerConfigOptions probe_options;
-    probe_options.world_size = comm_->size();
-    probe_options.model = options_.model_dims;
-    probe_options.num_training_steps = 0;
-    probe_options.inference = true;
-    auto probe = config::prepare_trainer_config(args_, probe_options);
-    return probe.resolved.zero.stage == 3;
-  } catch (const ConfigError&) {
-    return false;
-  }
+  return options_.deepspeed_config && config::resolve_zero_stage(*options_.deepspeed_config) == 3;
 }
 
 std::vector<at::Tensor> Trainer::predict(const Dataset& data, const ForwardFn& forward) {
@@ -101,48 +91,57 @@ PredictionOutput Trainer::predict(const Dataset& data, const ForwardFn& forward,
   return result;
 }
 
-void Trainer::load_model_weights(const std::string& path, bool inference) {
-  if (!engine_) ensure_engine(inference && stage3_config());
+WeightsFormat weights_format_of(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) {
     ZRT_CHECK_AS(CheckpointError,
                  ends_with(path, ".safetensors") || ends_with(path, ".pt") ||
                      ends_with(path, ".bin") || ends_with(path, ".pth"),
                  path, ": a weights file must be .safetensors, .pt, .pth or .bin");
-    engine_->load_module_file(path);
-    return;
+    return WeightsFormat::kStateDictFile;
   }
   ZRT_CHECK_AS(CheckpointError, fs::is_directory(path, ec), path, ": no such file or folder");
-  LoadCheckpointOptions only_module;
-  only_module.load_module_only = true;
-  if (ckpt::read_latest(path)) {
-    engine_->load_checkpoint(path, std::nullopt, only_module);
-    return;
-  }
-  bool tag_folder = false;
+  if (ckpt::read_latest(path)) return WeightsFormat::kCheckpoint;
   for (const auto& entry : fs::directory_iterator(path, ec)) {
-    const std::string name = entry.path().filename().string();
-    tag_folder = tag_folder || ends_with(name, "_model_states.pt");
+    if (ends_with(entry.path().filename().string(), "_model_states.pt")) {
+      return WeightsFormat::kCheckpointTag;
+    }
   }
-  if (tag_folder) {
-    const fs::path p = fs::absolute(path).lexically_normal();
-    const fs::path dir = p.filename().empty() ? p.parent_path() : p;
-    engine_->load_checkpoint(dir.parent_path().string(), dir.filename().string(), only_module);
-    return;
-  }
-  // A Hugging Face model folder: every rank reads only its partitions' elements.
   for (const char* name : {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                            "pytorch_model.bin.index.json"}) {
-    if (fs::is_regular_file(fs::path(path) / name, ec)) {
-      load_pretrained(*engine_, path);
-      return;
-    }
+    if (fs::is_regular_file(fs::path(path) / name, ec)) return WeightsFormat::kPretrainedFolder;
   }
   throw CheckpointError(
       str(path,
           ": no weights found: the folder has no `latest` file, no "
           "*_model_states.pt (a checkpoint tag), no model.safetensors(.index.json) "
           "and no pytorch_model.bin(.index.json)"));
+}
+
+void Trainer::load_model_weights(const std::string& path, WeightsFormat format, bool inference) {
+  if (!engine_) ensure_engine(inference && stage3_config());
+  LoadCheckpointOptions only_module;
+  only_module.load_module_only = true;
+  switch (format) {
+    case WeightsFormat::kStateDictFile:
+      engine_->load_module_file(path);
+      return;
+    case WeightsFormat::kCheckpoint:
+      ZRT_CHECK_AS(CheckpointError, ckpt::read_latest(path).has_value(), path,
+                   ": not a checkpoint folder (no `latest` file)");
+      engine_->load_checkpoint(path, std::nullopt, only_module);
+      return;
+    case WeightsFormat::kCheckpointTag: {
+      const fs::path p = fs::absolute(path).lexically_normal();
+      const fs::path dir = p.filename().empty() ? p.parent_path() : p;
+      engine_->load_checkpoint(dir.parent_path().string(), dir.filename().string(), only_module);
+      return;
+    }
+    case WeightsFormat::kPretrainedFolder:
+      load_pretrained(*engine_, path);  // every rank reads only its partitions' elements
+      return;
+  }
+  ZRT_INTERNAL_ASSERT(false, "unknown WeightsFormat ", static_cast<int>(format));
 }
 
 }  // namespace zrt

@@ -9,8 +9,8 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/logging.h"
-#include "runtime/sampler.h"
-#include "runtime/trainer.h"
+#include "hf/sampler.h"
+#include "hf/trainer.h"
 
 namespace zrt {
 namespace {
@@ -39,15 +39,13 @@ struct Trainer::Run {
   double loss_since_log = 0;
   int64_t steps_since_log = 0;
   double loss_total = 0;
-  double micro_loss_sum = 0;  // micro-batches of the current optimizer step
-  int64_t micro_count = 0;
   double flos_since_report = 0;  // this rank's, since the last all-reduce (HF's current_flos)
 };
 
 void Trainer::check_trainable() const {
   ZRT_CHECK_AS(UsageError, engine_->optimizer() != nullptr,
                "train(): the engine was built for inference (by predict(), evaluate() or "
-               "load_model_weights(path, true) before train()); load the weights with "
+               "load_model_weights(path, format, true) before train()); load the weights with "
                "inference = false to fine-tune them");
   const std::optional<std::string> best_key = args_.best_metric_key();
   ZRT_CHECK_AS(ConfigError, !best_key || *best_key == "eval_loss",
@@ -132,16 +130,12 @@ bool Trainer::micro_step(Run& run, const std::vector<int64_t>& indices, bool epo
   if (epoch_end) engine_->end_accumulation_window();
   engine_->backward(loss);
   engine_->step();
-  run.micro_loss_sum += loss.item<double>();
-  ++run.micro_count;
   return engine_->global_steps() != before;
 }
 
 void Trainer::after_optimizer_step(Run& run, int64_t batches_done) {
   const int64_t step = engine_->global_steps();
-  const double step_loss = run.micro_loss_sum / run.micro_count;
-  run.micro_loss_sum = 0;
-  run.micro_count = 0;
+  const double step_loss = engine_->last_step_loss().value_or(NAN);  // the engine's one sum
   run.loss_since_log += step_loss;
   run.loss_total += step_loss;
   ++run.steps_since_log;

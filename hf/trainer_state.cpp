@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
-#include "runtime/trainer.h"
+#include "hf/trainer.h"
 #include <unistd.h>
 
 namespace zrt {

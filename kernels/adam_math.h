@@ -1,6 +1,6 @@
 // The Adam update of one element, shared by the CPU (scalar and SIMD) and CUDA kernels, and the
 // per-step scalars it needs. Header-only, no LibTorch, usable from .cu files (host and device).
-// The hyper-parameters follow spec/deepspeed.md §6: DeepSpeedCPUAdam's formulation, which equals
+// The hyper-parameters follow docs/DEEPSPEED.md §6: DeepSpeedCPUAdam's formulation, which equals
 // FusedAdam's up to rounding.
 #pragma once
 

@@ -1,4 +1,4 @@
-// A plain-ATen reference of the Adam step of spec/deepspeed.md §6: the same mathematics as the
+// A plain-ATen reference of the Adam step of docs/DEEPSPEED.md §6: the same mathematics as the
 // fused kernels, written as separate tensor operations the way torch.optim.Adam[W] does them.
 // Slow (about eight passes over memory) and rounded differently from the kernels; used by the
 // tests and the benchmark as the independent check.

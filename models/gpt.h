@@ -13,7 +13,7 @@
 
 #include "zero/shard_unit.h"
 
-namespace zrt::examples {
+namespace zrt::models {
 
 struct GptConfig {
   int64_t vocab = 256;  // byte-level
@@ -123,4 +123,4 @@ struct GptImpl : torch::nn::Module {
 };
 TORCH_MODULE(Gpt);
 
-}  // namespace zrt::examples
+}  // namespace zrt::models

@@ -55,10 +55,10 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/strings.h"
-#include "examples/llama_config.h"
+#include "models/llama_config.h"
 #include "zero/shard_unit.h"
 
-namespace zrt::examples {
+namespace zrt::models {
 
 // Keys and values of every layer so far, for generation. k[l], v[l]: (batch, kv_heads, length,
 // head_dim), after rotary.
@@ -343,4 +343,4 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
 };
 TORCH_MODULE(LlamaForCausalLM);
 
-}  // namespace zrt::examples
+}  // namespace zrt::models

@@ -1,4 +1,4 @@
-// The configuration of examples/llama.h's LLaMA, read from and written to an HF config.json
+// The configuration of models/llama.h's LLaMA, read from and written to an HF config.json
 // (transformers 4's and 5's forms).
 #pragma once
 
@@ -12,7 +12,7 @@
 #include "core/json.h"
 #include "core/strings.h"
 
-namespace zrt::examples {
+namespace zrt::models {
 
 struct LlamaConfig {
   int64_t vocab_size = 32000;
@@ -25,7 +25,7 @@ struct LlamaConfig {
   int64_t max_position_embeddings = 2048;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
-  // Rotary scaling (Note [Rotary scaling] in examples/llama.h): "default", "linear", "dynamic" or "llama3", with
+  // Rotary scaling (Note [Rotary scaling] in models/llama.h): "default", "linear", "dynamic" or "llama3", with
   // transformers' parameters; the others are refused.
   std::string rope_type = "default";
   double rope_factor = 1.0;
@@ -35,7 +35,7 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // llama: biases on q, k, v and o
   bool mlp_bias = false;
-  // The family (Note [LLaMA families] in examples/llama.h): "llama", "mistral" or "qwen2".
+  // The family (Note [LLaMA families] in models/llama.h): "llama", "mistral" or "qwen2".
   std::string model_type = "llama";
   int64_t sliding_window = 0;  // mistral: keys more than this far back are not seen; 0: none
   bool qkv_bias() const { return attention_bias || model_type == "qwen2"; }
@@ -51,6 +51,11 @@ struct LlamaConfig {
   // `extra` with this configuration's values written over it.
   Json to_json() const;
 };
+
+// The family's name as people write it: "LLaMA", "Mistral" or "Qwen2".
+inline const char* family_name(const LlamaConfig& c) {
+  return c.model_type == "qwen2" ? "Qwen2" : c.model_type == "mistral" ? "Mistral" : "LLaMA";
+}
 
 // The rope type and its parameters into `c` (Note [Rotary scaling] in llama.h); the rope_theta
 // given there, if any.
@@ -223,4 +228,4 @@ inline Json LlamaConfig::to_json() const {
   return j;
 }
 
-}  // namespace zrt::examples
+}  // namespace zrt::models

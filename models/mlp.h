@@ -1,7 +1,7 @@
 // The MLP regression model of the zrt-train example (--model mlp) and its data: an input layer
 // (16 -> width), residual blocks x + tanh(Linear(width, width)(x)), each a ZeRO-3 sharding unit
 // (zrt::ShardUnit), and an output layer (width -> 2); the targets are
-// y = [sin(2 x.a), 0.5 cos(3 x.b)] of x in [-1, 1]^16. Shared by examples/zrt_train.cpp and
+// y = [sin(2 x.a), 0.5 cos(3 x.b)] of x in [-1, 1]^16. Shared by tools/zrt_train.cpp and
 // bench/zero_bench.cpp; tests/peers/twins.py has the Python twin.
 #pragma once
 
@@ -15,7 +15,7 @@
 
 #include "zero/shard_unit.h"
 
-namespace zrt::examples {
+namespace zrt::models {
 
 struct MlpBlockImpl : torch::nn::Module {
   explicit MlpBlockImpl(int64_t width) {
@@ -59,4 +59,4 @@ inline std::pair<at::Tensor, at::Tensor> regression_data(int64_t n, uint64_t see
   return {x, y};
 }
 
-}  // namespace zrt::examples
+}  // namespace zrt::models

@@ -1,4 +1,4 @@
-// Gradient-clipping coefficients of DeepSpeed's three paths (spec/deepspeed.md §2.4), given a
+// Gradient-clipping coefficients of DeepSpeed's three paths (docs/DEEPSPEED.md §2.4), given a
 // global L2 norm that was already computed (and reduced across ranks) elsewhere. Plain doubles:
 // the engine multiplies the gradients by the result; computing the norm belongs to ZeRO.
 #pragma once

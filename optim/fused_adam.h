@@ -1,4 +1,4 @@
-// FusedAdam: Adam / AdamW with DeepSpeed's semantics (spec/deepspeed.md §6) over fp32 master
+// FusedAdam: Adam / AdamW with DeepSpeed's semantics (docs/DEEPSPEED.md §6) over fp32 master
 // tensors, one fused pass per group: the CPU SIMD kernel for CPU tensors (DeepSpeedCPUAdam's
 // role), the CUDA multi-tensor kernel for CUDA tensors (FusedAdam's role). The same arithmetic
 // on both (Note [Adam element math] in kernels/adam_math.h).

@@ -18,7 +18,6 @@
 #include "runtime/fault_injection.h"
 #include "runtime/flat_model_states.h"
 #include "runtime/memory_report.h"
-#include "runtime/monitor.h"
 #include "runtime/stage3_model_states.h"
 #include "sched/lr_scheduler.h"
 #include "zero/activation_checkpoint.h"
@@ -142,6 +141,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig 
   comm_ = std::make_shared<comm::CountingComm>(std::move(comm));
   storage_ = runtime::maybe_kill_in_save(std::make_shared<ckpt::PosixStorage>(), comm_->rank());
   set_log_rank(comm_->rank());
+  reporter_ = std::make_unique<runtime::StepReporter>(config_, comm_->rank());
   ZRT_CHECK_AS(ConfigError, config_.batch.world_size == comm_->size(),
                "the config was resolved for world size ", config_.batch.world_size,
                " but the communicator has ", comm_->size(), " ranks");

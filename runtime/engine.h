@@ -1,7 +1,7 @@
 // Engine: a LibTorch model trained with ZeRO. Built by zrt::initialize (runtime/initialize.h);
 // per micro-batch the program runs its forward, then engine.backward(loss) and engine.step().
 // step() is called every micro-batch and updates only at gradient-accumulation boundaries
-// (spec/deepspeed.md §0, §2).
+// (docs/DEEPSPEED.md §0, §2).
 //
 //   auto engine = zrt::initialize(model, "ds_config.json");
 //   for (auto& batch : loader) {
@@ -29,6 +29,7 @@
 #include "config/resolved.h"
 #include "runtime/engine_options.h"
 #include "runtime/model_states.h"
+#include "runtime/step_report.h"
 
 namespace zrt::optim {
 class Optimizer;
@@ -53,8 +54,6 @@ class CheckpointAccess;
 
 namespace zrt {
 
-class CsvMonitor;
-class TensorBoardMonitor;
 
 // Whether this LibTorch multiplies fp16 matrices on the CPU (2.x does, 1.13 does not). Without
 // it the engine refuses fp16 on CPU parameters with a ConfigError that names bf16 instead.
@@ -98,6 +97,9 @@ class Engine {
   // L2 norm of the last step's (unscaled, pre-clip) gradients; -1 if not finite, unset before
   // the first step.
   std::optional<double> global_grad_norm() const { return global_grad_norm_; }
+  // The mean of the last optimizer step's micro-batch losses on this rank (as backward() saw
+  // them, in fp32); unset before the first step. The Trainer's logged loss is its mean over ranks.
+  std::optional<double> last_step_loss() const { return last_step_loss_; }
 
   // Wall-clock of the forward of the current micro-batch, measured by the program (the engine
   // does not see the forward); reported with wall_clock_breakdown.
@@ -185,7 +187,6 @@ class Engine {
   bool check_overflow();
   double global_norm_of_scaled_grads();
   void finish_boundary_step(bool skipped);
-  void print_progress();
   at::Tensor backward_impl(const at::Tensor& loss);
   void step_impl();
   // memory_breakdown: every rank logs DeepSpeed's see_memory_usage report
@@ -215,17 +216,14 @@ class Engine {
   std::optional<double> global_grad_norm_;
   std::optional<double> last_loss_;
   std::shared_ptr<ckpt::Storage> storage_;
-  struct Timers {
-    double fwd = 0, bwd_inner = 0, bwd_allreduce = 0, step = 0;
-    double recompute = 0;  // activation_checkpointing.profile: part of bwd_inner
-  } timers_;
+  runtime::StepTimes timers_;
   double step_start_ = -1;  // seconds, at the first backward of the current optimizer step
   double step_ms_ = 0;
   double samples_per_second_ = 0;
   double loss_sum_ = 0;  // micro-step losses of the current optimizer step
   int loss_count_ = 0;
-  std::unique_ptr<CsvMonitor> monitor_;
-  std::unique_ptr<TensorBoardMonitor> tensorboard_;
+  std::optional<double> last_step_loss_;
+  std::unique_ptr<runtime::StepReporter> reporter_;
   std::vector<std::pair<std::string, std::string>> aliases_;  // tied parameters (alias, owner)
 };
 

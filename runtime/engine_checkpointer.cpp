@@ -1,4 +1,4 @@
-// EngineCheckpointer, the save side: what each rank writes (spec/deepspeed.md §4;
+// EngineCheckpointer, the save side: what each rank writes (docs/DEEPSPEED.md §4;
 // checkpoint/FORMAT.md "Engine keys") and save_16bit_model. The load side is in
 // runtime/engine_checkpointer_load.cpp.
 #include "runtime/engine_checkpointer.h"

@@ -13,7 +13,7 @@
 #include "optim/optimizer.h"
 #include "runtime/engine.h"
 #include "runtime/fault_injection.h"
-#include "runtime/monitor.h"
+#include "runtime/step_report.h"
 #include "sched/lr_scheduler.h"
 #include "zero/activation_checkpoint.h"
 
@@ -173,9 +173,10 @@ void Engine::step_impl() {
   }
   const double norm = global_norm_of_scaled_grads();
   global_grad_norm_ = norm < 0 ? -1.0 : norm / scale;
-  // Note [Non-finite gradients]: fp16 skips the step (above, DeepSpeed's semantics); in fp32 and
-  // bf16 DeepSpeed would apply NaN updates (or skip with bf16.check_grad_overflow in newer
-  // versions). ZeroRT stops with an error naming the step: the norm is all-reduced, so every
+  // Note [Non-finite gradients]: fp16 skips the step (above, DeepSpeed's semantics). In fp32 and
+  // bf16 DeepSpeed 0.19.8's ZeRO optimizers skip it too (bf16.check_grad_overflow, default true)
+  // and training goes on; without fp16's loss scale to lower, the next step usually overflows
+  // again. ZeroRT stops with an error naming the step instead: the norm is all-reduced, so every
   // rank raises it together and nothing is half-applied.
   if (norm < 0) states_->zero_grad();  // a caller that catches the error can continue
   ZRT_CHECK(norm >= 0, "non-finite gradients (NaN or inf) at global step ", global_steps_ + 1,
@@ -214,77 +215,34 @@ void Engine::finish_boundary_step(bool skipped) {
   step_ms_ = step_start_ >= 0 ? (now - step_start_) * 1e3 : 0;
   samples_per_second_ = step_ms_ > 0 ? config_.batch.train_batch_size / (step_ms_ / 1e3) : 0;
   step_start_ = -1;
-  const double step_loss = loss_count_ > 0 ? loss_sum_ / loss_count_ : NAN;
+  last_step_loss_ = loss_count_ > 0 ? std::optional<double>(loss_sum_ / loss_count_) : std::nullopt;
+  loss_sum_ = 0;
+  loss_count_ = 0;
   // activation_checkpointing.profile: the recomputes of this step (their forward time).
-  const bool profile = config_.activation_checkpointing.profile;
-  if (profile) {
+  if (config_.activation_checkpointing.profile) {
     timers_.recompute = recompute_stats().seconds * 1e3;
     reset_recompute_stats();
   }
-  loss_sum_ = 0;
-  loss_count_ = 0;
-  const bool monitoring = config_.csv_monitor.enabled || config_.tensorboard.enabled;
-  if (comm_->rank() == 0 && monitoring) {
-    if (!monitor_ && config_.csv_monitor.enabled) {
-      monitor_ = std::make_unique<CsvMonitor>(config_.csv_monitor.output_path,
-                                              config_.csv_monitor.job_name);
-    }
-    if (!tensorboard_ && config_.tensorboard.enabled) {
-      tensorboard_ = std::make_unique<TensorBoardMonitor>(config_.tensorboard.output_path,
-                                                          config_.tensorboard.job_name);
-    }
-    std::vector<MonitorEvent> events = {
-        {"Train/Samples/train_loss", step_loss, global_samples_},
-        {"Train/Samples/lr", get_lr().empty() ? 0 : get_lr()[0], global_samples_}};
-    if (model_dtype_ == at::kHalf) {
-      events.push_back({"Train/Samples/loss_scale", loss_scaler_->cur_scale(), global_samples_});
-    }
-    if (profile) {
-      events.push_back(
-          {"Train/Samples/elapsed_time_ms_recompute", timers_.recompute, global_samples_});
-    }
-    if (config_.wall_clock_breakdown) {
-      events.push_back({"Train/Samples/elapsed_time_ms_forward", timers_.fwd, global_samples_});
-      events.push_back({"Train/Samples/elapsed_time_ms_backward",
-                        timers_.bwd_inner + timers_.bwd_allreduce, global_samples_});
-      events.push_back(
-          {"Train/Samples/elapsed_time_ms_backward_inner", timers_.bwd_inner, global_samples_});
-      events.push_back({"Train/Samples/elapsed_time_ms_backward_allreduce", timers_.bwd_allreduce,
-                        global_samples_});
-      events.push_back({"Train/Samples/elapsed_time_ms_step", timers_.step, global_samples_});
-    }
-    if (monitor_) monitor_->write_events(events);
-    if (tensorboard_) tensorboard_->write_events(events);
-  }
-  if (config_.wall_clock_breakdown) {
-    ZRT_LOG_INFO("time (ms) | fwd: ", timers_.fwd,
-                 " | bwd: ", timers_.bwd_inner + timers_.bwd_allreduce,
-                 " | bwd_inner: ", timers_.bwd_inner, " | bwd_allreduce: ", timers_.bwd_allreduce,
-                 " | step: ", timers_.step,
-                 profile ? str(" | recompute (in bwd_inner): ", timers_.recompute) : std::string());
-  }
-  timers_ = Timers{};
-  if (config_.steps_per_print && *config_.steps_per_print > 0 &&
-      global_steps_ % *config_.steps_per_print == 0) {
-    print_progress();
-  }
-}
-
-void Engine::print_progress() {
-  std::string lr = "[";
-  for (double v : get_lr()) lr += str(lr.size() > 1 ? ", " : "", v);
-  lr += "]";
-  std::string mom;
+  runtime::StepRecord r;
+  r.global_steps = global_steps_;
+  r.global_samples = global_samples_;
+  r.skipped_steps = skipped_steps_;
+  r.loss = last_step_loss_.value_or(NAN);
+  r.last_loss = last_loss_;
+  r.lr = get_lr();
   if (scheduler_ && scheduler_->get_momentum()) {
-    mom = ", mom=[";
+    r.momentum = ", mom=[";
     for (const auto& b : *scheduler_->get_momentum()) {
-      mom += str(mom.size() > 6 ? ", " : "", "(", b.beta1, ", ", b.beta2, ")");
+      r.momentum += str(r.momentum.size() > 6 ? ", " : "", "(", b.beta1, ", ", b.beta2, ")");
     }
-    mom += "]";
+    r.momentum += "]";
   }
-  ZRT_LOG_INFO("step=", global_steps_, ", skipped=", skipped_steps_, ", lr=", lr, mom,
-               ", loss=", last_loss_.value_or(NAN), ", samples/s=", samples_per_second_,
-               ", step_ms=", step_ms_);
+  if (model_dtype_ == at::kHalf) r.loss_scale = loss_scaler_->cur_scale();
+  r.times = timers_;
+  r.samples_per_second = samples_per_second_;
+  r.step_ms = step_ms_;
+  reporter_->record(r);
+  timers_ = runtime::StepTimes{};
 }
 
 }  // namespace zrt

@@ -1,7 +1,6 @@
 #include "runtime/initialize.h"
 
 #include "comm/init.h"
-#include "config/hf_plan.h"
 #include "config/load.h"
 #include "config/resolved.h"
 #include "core/error.h"
@@ -30,6 +29,11 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model,
   return initialize(std::move(model), config::load_config_source(config), std::move(options));
 }
 
+std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const char* config,
+                                   InitializeOptions options) {
+  return initialize(std::move(model), std::string(config), std::move(options));
+}
+
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Json& config,
                                    InitializeOptions options) {
   std::shared_ptr<comm::Comm> comm = comm_or_default(std::move(options.comm), config);
@@ -39,39 +43,6 @@ std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, con
   config::ResolvedConfig resolved = config::resolve_config(config, ro);
   return std::make_unique<Engine>(std::move(model), std::move(resolved), std::move(comm),
                                   std::move(options.engine));
-}
-
-std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model,
-                                   const config::TrainingArguments& args,
-                                   TrainerInitializeOptions options) {
-  ZRT_CHECK_AS(UsageError, args.deepspeed.has_value() || options.deepspeed_config.has_value(),
-               "initialize(model, TrainingArguments): --deepspeed CONFIG is required");
-  // The config is loaded once: from options.deepspeed_config when the caller has it already.
-  config::DeepSpeedConfig ds = options.deepspeed_config
-                                   ? config::DeepSpeedConfig(*options.deepspeed_config)
-                                   : config::DeepSpeedConfig::from_source(*args.deepspeed);
-  std::shared_ptr<comm::Comm> comm = comm_or_default(std::move(options.comm), ds.json());
-  config::TrainerConfigOptions tco;
-  tco.world_size = comm->size();
-  tco.model = options.model_dims;
-  tco.num_training_steps = options.num_training_steps;
-  tco.inference = options.inference;
-  config::TrainerConfig tc = config::prepare_trainer_config(args, tco, std::move(ds));
-  EngineOptions eo;
-  eo.param_groups = options.param_groups;
-  const bool hf_optimizer = tc.plan && tc.plan->hf_optimizer;
-  if (eo.param_groups.empty() && args.weight_decay != 0.0 && hf_optimizer) {
-    // HF's create_optimizer: no weight decay for biases and normalization weights. Only when HF
-    // builds the optimizer: with an "optimizer" section transformers hands DeepSpeed all the
-    // parameters in one group (accelerate's DummyOptim), and the decay applies to every one.
-    eo.param_groups.push_back(no_weight_decay_for({"bias", "norm", "LayerNorm", "ln_"}));
-  }
-  if (tc.plan) {
-    eo.client_optimizer = tc.plan->hf_optimizer;
-    if (tc.plan->hf_scheduler) eo.client_scheduler = *tc.plan->hf_scheduler;
-  }
-  return std::make_unique<Engine>(std::move(model), std::move(tc.resolved), std::move(comm),
-                                  std::move(eo));
 }
 
 }  // namespace zrt

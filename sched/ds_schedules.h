@@ -1,7 +1,7 @@
 // DeepSpeed's learning-rate schedules (WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle,
 // LRRangeTest; deepspeed/runtime/lr_schedules.py as of v0.19.8, checked step by step against it
 // by tests/peers/schedule_differential.py) as pure functions of i = last_batch_iteration.
-// Formulas and quirks follow spec/deepspeed.md §1.8 with DeepSpeed 0.19's changes (WarmupLR's
+// Formulas and quirks follow docs/DEEPSPEED.md §1.8 with DeepSpeed 0.19's changes (WarmupLR's
 // max lr defaults to the groups' lr; warmup_num_steps must be > 0; WarmupCosineLR's cosine is
 // clamped at T; OneCycle's stair counts are used); where DeepSpeed would crash we throw
 // ConfigError instead.

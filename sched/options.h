@@ -1,5 +1,5 @@
 // Options of the learning-rate schedules (leaf header: includes only core/).
-// DeepSpeed schedules carry DeepSpeed's code defaults (spec/deepspeed.md §1.8); HF schedules carry
+// DeepSpeed schedules carry DeepSpeed's code defaults (docs/DEEPSPEED.md §1.8); HF schedules carry
 // transformers' (get_scheduler). Per-group values are vectors: one entry applies to every group,
 // otherwise there must be one entry per parameter group.
 #pragma once
@@ -99,7 +99,7 @@ inline const char* warmup_type_name(WarmupType type) {
 // Which schedule reads a "warmup_type" (the two readers differ on unknown names).
 enum class WarmupTypeReader { kWarmupLR, kWarmupCosineLR };
 
-// DeepSpeed's reading of "warmup_type" (spec/deepspeed.md §1.8): "log" or "linear". An unknown
+// DeepSpeed's reading of "warmup_type" (docs/DEEPSPEED.md §1.8): "log" or "linear". An unknown
 // name makes every warmup schedule warn and fall back to log (DeepSpeed 0.19; older
 // WarmupCosineLR crashed on it). `reader` names the schedule in the warning.
 inline WarmupType resolve_warmup_type(const std::string& text, WarmupTypeReader reader) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes examples/unicode_tables.cpp: the Unicode data examples/unicode_text.cpp needs for the
-byte-level BPE tokenizer (examples/bpe_tokenizer.h), from this Python's `unicodedata`.
+"""Writes text/unicode_tables.cpp: the Unicode data text/unicode_text.cpp needs for the
+byte-level BPE tokenizer (text/bpe_tokenizer.h), from this Python's `unicodedata`.
 
-Usage: gen_unicode_tables.py [OUT]   (default: examples/unicode_tables.cpp next to this script)
+Usage: gen_unicode_tables.py [OUT]   (default: text/unicode_tables.cpp next to this script)
 
 Tables (all sorted, searched by binary search):
   letters, numbers     ranges of general category L* (Lu Ll Lt Lm Lo) and N* (Nd Nl No): \\p{L}, \\p{N}
@@ -171,7 +171,7 @@ def main():
 // ranges as (start - previous end - 1, end - start) pairs, combining classes as such pairs
 // followed by the class, decompositions as (code point - previous one, 2 * length + composes,
 // mapping...) with Hangul syllables left out.
-#include "examples/unicode_text.h"
+#include "text/unicode_text.h"
 
 namespace zrt::examples::unicode {{
 

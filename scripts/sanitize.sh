@@ -28,7 +28,7 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=None \
   -DCMAKE_C_FLAGS="$FLAGS" -DCMAKE_CXX_FLAGS="$FLAGS" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined $BUILD/no_dlclose.o -Wl,--export-dynamic-symbol=dlclose" \
   -DZRT_WITH_CUDA=OFF -DZRT_WITH_NCCL=OFF >/dev/null
-TARGETS=(core_test aio_test local_comm_test sched_test optim_math_test zero_test config_test
+TARGETS=(core_test aio_test text_test local_comm_test sched_test optim_math_test zero_test config_test
          optim_test kernels_test checkpoint_test launch_test tools_test zrt-ckpt zrt-config zrt-train
          zrt-launch)
 if ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q '^engine_test:'; then

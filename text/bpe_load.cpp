@@ -5,11 +5,12 @@
 #include <unordered_set>
 
 #include "core/error.h"
-#include "examples/bpe_tokenizer.h"
-#include "examples/hf_tokenizer_files.h"
-#include "examples/unicode_text.h"
+#include "text/bpe_tokenizer.h"
+#include "text/hf_tokenizer_files.h"
+#include "text/tokenizer_class.h"
+#include "text/unicode_text.h"
 
-namespace zrt::examples {
+namespace zrt::text {
 namespace {
 
 namespace fs = std::filesystem;
@@ -59,24 +60,30 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::open(const std::string& dir, std::st
     return nullptr;
   }
   const std::string file = path.string();
-  const Json j = read_json(path);
-  ZRT_CHECK_AS(ConfigError, j.is_object() && j.contains("model") && j["model"].is_object(), file,
-               ": no 'model' object");
-  const Json& model = j["model"];
-  const std::string type = model.contains("type") ? type_of(model) : "BPE";
+  const Json raw = read_json(path);
+  ZRT_CHECK_AS(ConfigError, raw.is_object() && raw.contains("model") && raw["model"].is_object(),
+               file, ": no 'model' object");
+  const std::string type = raw["model"].contains("type") ? type_of(raw["model"]) : "BPE";
   if (type != "BPE") {
     *why = str(file, ": the model is ", type, ", not a byte-level BPE");
     return nullptr;
   }
-  const Json pre = j.value("pre_tokenizer", Json());
-  if (!has_byte_level(pre)) {
-    *why = str(file, ": a BPE without a ByteLevel pre-tokenizer (pre_tokenizer ", type_of(pre),
-               flag(model, "byte_fallback", false, file + ": model") ? ", byte_fallback" : "",
+  if (!has_byte_level(raw.value("pre_tokenizer", Json()))) {
+    *why = str(file, ": a BPE without a ByteLevel pre-tokenizer (pre_tokenizer ",
+               type_of(raw.value("pre_tokenizer", Json())),
+               flag(raw["model"], "byte_fallback", false, file + ": model") ? ", byte_fallback" : "",
                "), not byte-level: SentencePiece-style, as LLaMA 2's");
     return nullptr;
   }
+  // Note [The tokenizer class transformers picks]: a family's class brings its own pipeline.
+  const TokenizerClass cls = tokenizer_class_of(dir, raw);
+  const Json j = with_class_pipeline(raw, cls, read_json(fs::path(dir) / "tokenizer_config.json"),
+                                     file);
+  const Json& model = j["model"];
+  const Json pre = j.value("pre_tokenizer", Json());
   std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
   t->file_ = file;
+  t->class_ = cls.generic ? "" : str(cls.name, " (", cls.why, ")");
   t->read_model(model, file);
   t->read_normalizer(j.value("normalizer", Json()), file);
   t->read_pre_tokenizer(pre, file);
@@ -278,4 +285,4 @@ void BpeTokenizer::read_decoder(const Json& decoder, const std::string& file) {
                " is not supported (only ByteLevel)");
 }
 
-}  // namespace zrt::examples
+}  // namespace zrt::text

@@ -1,11 +1,11 @@
-#include "examples/bpe_model.h"
+#include "text/bpe_model.h"
 
 #include <algorithm>
 #include <functional>
 
-#include "examples/unicode_text.h"
+#include "text/unicode_text.h"
 
-namespace zrt::examples {
+namespace zrt::text {
 
 const std::array<uint32_t, 256>& byte_chars() {
   static const std::array<uint32_t, 256> chars = [] {
@@ -211,4 +211,4 @@ void BpeModel::encode_word(std::string_view word, std::vector<int64_t>* out) con
   cache_ids_.insert(cache_ids_.end(), ids.begin(), ids.end());
 }
 
-}  // namespace zrt::examples
+}  // namespace zrt::text

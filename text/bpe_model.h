@@ -1,4 +1,4 @@
-// The model of a byte-level BPE tokenizer (examples/bpe_tokenizer.h): its vocabulary and merges,
+// The model of a byte-level BPE tokenizer (text/bpe_tokenizer.h): its vocabulary and merges,
 // kept over raw bytes, and the merging of one pre-tokenized word into token ids.
 //
 // Note [Byte-level BPE over raw bytes]
@@ -26,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-namespace zrt::examples {
+namespace zrt::text {
 
 // The code point GPT-2's byte-to-character map gives each byte.
 const std::array<uint32_t, 256>& byte_chars();
@@ -100,4 +100,4 @@ class BpeModel {
   mutable std::vector<int32_t> cache_ids_;  // at each offset: the count, then the ids
 };
 
-}  // namespace zrt::examples
+}  // namespace zrt::text

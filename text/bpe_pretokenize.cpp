@@ -1,11 +1,11 @@
-#include "examples/bpe_pretokenize.h"
+#include "text/bpe_pretokenize.h"
 
 #include <algorithm>
 #include <cstdint>
 
-#include "examples/unicode_text.h"
+#include "text/unicode_text.h"
 
-namespace zrt::examples {
+namespace zrt::text {
 namespace {
 
 using unicode::CharClass;
@@ -144,4 +144,4 @@ void split_words(SplitPattern p, std::string_view text, std::vector<std::string_
   }
 }
 
-}  // namespace zrt::examples
+}  // namespace zrt::text

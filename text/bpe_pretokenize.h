@@ -1,4 +1,4 @@
-// The regex splits of byte-level BPE pre-tokenizers (examples/bpe_tokenizer.h), matched by
+// The regex splits of byte-level BPE pre-tokenizers (text/bpe_tokenizer.h), matched by
 // hand-written scanners over code points: the three patterns below, nothing else.
 //
 // Note [Pre-tokenizer patterns]
@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-namespace zrt::examples {
+namespace zrt::text {
 
 enum class SplitPattern { kGpt2, kLlama3, kQwen2 };
 
@@ -33,4 +33,4 @@ const char* split_pattern_name(SplitPattern p);
 // Appends the pieces of valid UTF-8 `text` (each a view into it, in order, together all of it).
 void split_words(SplitPattern p, std::string_view text, std::vector<std::string_view>* out);
 
-}  // namespace zrt::examples
+}  // namespace zrt::text

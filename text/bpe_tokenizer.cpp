@@ -1,14 +1,14 @@
-#include "examples/bpe_tokenizer.h"
+#include "text/bpe_tokenizer.h"
 
 #include <algorithm>
 #include <deque>
 
 #include "core/error.h"
-#include "examples/hf_tokenizer_files.h"
-#include "examples/tokenizer.h"
-#include "examples/unicode_text.h"
+#include "text/hf_tokenizer_files.h"
+#include "text/tokenizer.h"
+#include "text/unicode_text.h"
 
-namespace zrt::examples {
+namespace zrt::text {
 
 // --- added tokens (steps 1 and 3 of Note [Byte-level BPE pipeline]) ---
 
@@ -187,11 +187,12 @@ std::string BpeTokenizer::describe() const {
                          s.use_regex ? " (GPT-2 split)" : "");
   }
   const auto specials = std::count(kind_.begin(), kind_.end(), uint8_t{2});
-  return str(file_, ": byte-level BPE, ", vocab_size_, " tokens (", model_tokens_,
+  return str(file_, ": byte-level BPE", class_.empty() ? "" : str(" as ", class_), ", ",
+             vocab_size_, " tokens (", model_tokens_,
              " in the model, ", added_.size(), " added, ", specials, " special), ", model_.merges(),
              " merges", model_.ignore_merges() ? " (ignore_merges)" : "", "; normalizer ",
              nfc_ ? "NFC" : "none", "; pre-tokenizer ", pre, "; each text gets ", ids_text(prefix_),
              " before and ", ids_text(suffix_), " after it (", special_source_, ")");
 }
 
-}  // namespace zrt::examples
+}  // namespace zrt::text

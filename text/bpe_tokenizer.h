@@ -36,7 +36,10 @@
 // normalizer other than NFC, byte_fallback, dropout, a subword prefix or suffix, a post_processor
 // other than TemplateProcessing / ByteLevel / Sequence (RobertaProcessing, BertProcessing), a
 // decoder other than ByteLevel, merges naming tokens the vocabulary lacks. tokenizer.json's
-// truncation and padding are not applied (transformers sets its own per call).
+// truncation and padding are not applied (transformers sets its own per call). When transformers
+// would build a family's class for the folder (Qwen2Tokenizer, GPT2Tokenizer, GPTNeoXTokenizer),
+// that class's normalizer, pre-tokenizer, decoder and BPE options replace the file's (Note [The
+// tokenizer class transformers picks] in tokenizer_class.h).
 #pragma once
 
 #include <cstdint>
@@ -47,10 +50,10 @@
 #include <vector>
 
 #include "core/json.h"
-#include "examples/bpe_model.h"
-#include "examples/bpe_pretokenize.h"
+#include "text/bpe_model.h"
+#include "text/bpe_pretokenize.h"
 
-namespace zrt::examples {
+namespace zrt::text {
 
 class BpeTokenizer {
  public:
@@ -122,6 +125,7 @@ class BpeTokenizer {
   std::optional<int64_t> token_id(const std::string& text) const;
 
   std::string file_;
+  std::string class_;  // a family class whose pipeline replaced the file's, with why; "" if none
   BpeModel model_;
   bool nfc_ = false;
   std::vector<PreTokenizeStep> steps_;
@@ -136,4 +140,4 @@ class BpeTokenizer {
   int64_t vocab_size_ = 0, model_tokens_ = 0;
 };
 
-}  // namespace zrt::examples
+}  // namespace zrt::text

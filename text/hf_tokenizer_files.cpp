@@ -1,10 +1,10 @@
-#include "examples/hf_tokenizer_files.h"
+#include "text/hf_tokenizer_files.h"
 
 #include <fstream>
 
 #include "core/error.h"
 
-namespace zrt::examples {
+namespace zrt::text {
 
 namespace fs = std::filesystem;
 
@@ -87,4 +87,4 @@ std::string ids_text(const std::vector<int64_t>& ids) {
   return s + "]";
 }
 
-}  // namespace zrt::examples
+}  // namespace zrt::text

@@ -1,5 +1,5 @@
 // Reading a Hugging Face model folder's tokenizer files (tokenizer.json, tokenizer_config.json):
-// the pieces the SentencePiece and the byte-level BPE tokenizers of examples/tokenizer.h share.
+// the pieces the SentencePiece and the byte-level BPE tokenizers of text/tokenizer.h share.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 #include "core/json.h"
 
-namespace zrt::examples {
+namespace zrt::text {
 
 // The JSON document in `file`, or null when there is no such file; ConfigError when it does not
 // read or parse.
@@ -40,4 +40,4 @@ std::optional<std::vector<TemplateToken>> template_tokens(const Json& post_proce
 // "[1, 2, 3]".
 std::string ids_text(const std::vector<int64_t>& ids);
 
-}  // namespace zrt::examples
+}  // namespace zrt::text

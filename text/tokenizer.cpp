@@ -1,19 +1,19 @@
-#include "examples/tokenizer.h"
+#include "text/tokenizer.h"
 
 #include <filesystem>
 #include <optional>
 
 #include "core/error.h"
 #include "core/json.h"
-#include "examples/bpe_tokenizer.h"
-#include "examples/hf_tokenizer_files.h"
+#include "text/bpe_tokenizer.h"
+#include "text/hf_tokenizer_files.h"
 #include "zrt/build_config.h"
 
 #if ZRT_WITH_SENTENCEPIECE
 #include <sentencepiece_processor.h>
 #endif
 
-namespace zrt::examples {
+namespace zrt::text {
 
 bool valid_utf8(const std::string& s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
@@ -250,4 +250,4 @@ std::string TextTokenizer::continuation(const std::vector<int64_t>& prompt,
   return decode(generated);
 }
 
-}  // namespace zrt::examples
+}  // namespace zrt::text

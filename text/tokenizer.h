@@ -1,5 +1,5 @@
 // Text in and out of zrt-generate through a model folder's tokenizer: a byte-level BPE
-// tokenizer.json (GPT-2, LLaMA 3, Qwen2: examples/bpe_tokenizer.h, exactly as the tokenizers
+// tokenizer.json (GPT-2, LLaMA 3, Qwen2: text/bpe_tokenizer.h, exactly as the tokenizers
 // library encodes and decodes), else a SentencePiece model (tokenizer.model, as LLaMA 1/2, Mistral
 // and TinyLlama ship it), read by Debian's libsentencepiece. The rest of this comment is about
 // SentencePiece.
@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-namespace zrt::examples {
+namespace zrt::text {
 
 class TextTokenizer {
  public:
@@ -67,4 +67,4 @@ class TextTokenizer {
 // Whether `s` is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
 bool valid_utf8(const std::string& s);
 
-}  // namespace zrt::examples
+}  // namespace zrt::text

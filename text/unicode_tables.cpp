@@ -5,9 +5,9 @@
 // ranges as (start - previous end - 1, end - start) pairs, combining classes as such pairs
 // followed by the class, decompositions as (code point - previous one, 2 * length + composes,
 // mapping...) with Hangul syllables left out.
-#include "examples/unicode_text.h"
+#include "text/unicode_text.h"
 
-namespace zrt::examples::unicode {
+namespace zrt::text::unicode {
 
 const char kUnicodeVersion[] = "14.0.0";
 
@@ -242,4 +242,4 @@ const char kDecompositions[] =
     "e12ksud12ptm712iqgse12ksv812iqhg512iqige12iqip112purb12ktl612puv912puve12pvg512pvgf12pvh612pvj"
     "b12iqmg0";
 
-}  // namespace zrt::examples::unicode
+}  // namespace zrt::text::unicode

@@ -1,11 +1,11 @@
-#include "examples/unicode_text.h"
+#include "text/unicode_text.h"
 
 #include <algorithm>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
-namespace zrt::examples::unicode {
+namespace zrt::text::unicode {
 namespace {
 
 constexpr uint32_t kCodePoints = 0x110000;
@@ -307,4 +307,4 @@ std::string utf8_lossy(std::string_view bytes) {
   return out;
 }
 
-}  // namespace zrt::examples::unicode
+}  // namespace zrt::text::unicode

@@ -1,4 +1,4 @@
-#include "examples/clm_data.h"
+#include "tools/clm_data.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -8,9 +8,12 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/logging.h"
-#include "examples/tokenizer.h"
+#include "text/tokenizer.h"
 
-namespace zrt::examples {
+namespace zrt::tools {
+
+using hf::DocumentTokenizer;
+using text::TextTokenizer;
 
 DocumentTokenizer data_tokenizer(const cxxopts::ParseResult& result, const std::string& model_dir,
                                  int64_t vocab) {
@@ -42,14 +45,14 @@ void load_clm_data(const cxxopts::ParseResult& result, const DocumentTokenizer& 
                    std::shared_ptr<Dataset>* eval) {
   ZRT_CHECK_AS(UsageError, context >= 2, "--block_size must be at least 2 to predict a token, got ",
                context);
-  TextDataOptions o;
+  hf::TextDataOptions o;
   o.train_file = result["train_file"].as<std::string>();
   if (result.count("validation_file")) o.validation_file = result["validation_file"].as<std::string>();
   o.text_column_name = result["text_column_name"].as<std::string>();
   o.validation_split_percentage = result["validation_split_percentage"].as<int64_t>();
   o.keep_linebreaks = result["keep_linebreaks"].as<bool>();
   o.block_size = context;
-  TextSplits s = load_text_data(o, tokenizer, comm);
+  hf::TextSplits s = hf::load_text_data(o, tokenizer, comm);
   ZRT_LOG_INFO("data: ", s.train->size(), " training blocks (SHA-1 ", s.train->digest(), ") and ",
                s.validation->size(), " validation blocks (SHA-1 ", s.validation->digest(), ") of ",
                context, " tokens");
@@ -81,4 +84,4 @@ int64_t clm_block_size(const cxxopts::ParseResult& result, std::optional<int64_t
   return std::min(asked, model_max);
 }
 
-}  // namespace zrt::examples
+}  // namespace zrt::tools

@@ -9,17 +9,17 @@
 
 #include <cxxopts.hpp>
 
-#include "examples/text_data.h"
+#include "hf/text_data.h"
 
 namespace zrt::comm {
 class Comm;
 }
 
-namespace zrt::examples {
+namespace zrt::tools {
 
 // The tokenizer of --tokenizer_name, else of the model folder `model_dir`, for the data; refused
 // when it has more tokens than the model's `vocab`.
-DocumentTokenizer data_tokenizer(const cxxopts::ParseResult& result, const std::string& model_dir,
+hf::DocumentTokenizer data_tokenizer(const cxxopts::ParseResult& result, const std::string& model_dir,
                                  int64_t vocab);
 
 // run_clm.py's block size: `asked` (--block_size or --context) capped at the tokenizer's
@@ -30,8 +30,8 @@ int64_t clm_block_size(const cxxopts::ParseResult& result, std::optional<int64_t
 
 // The blocks of --train_file (and --validation_file or the held-out percentage); *eval stays
 // null when the validation split has no whole block.
-void load_clm_data(const cxxopts::ParseResult& result, const DocumentTokenizer& tokenizer,
+void load_clm_data(const cxxopts::ParseResult& result, const hf::DocumentTokenizer& tokenizer,
                    int64_t context, comm::Comm& comm, std::shared_ptr<Dataset>* train,
                    std::shared_ptr<Dataset>* eval);
 
-}  // namespace zrt::examples
+}  // namespace zrt::tools

@@ -30,7 +30,7 @@
 #include "config/hf_plan.h"
 #include "config/load.h"
 #include "config/resolved.h"
-#include "config/training_args.h"
+#include "config/training_args_flags.h"
 #include "core/error.h"
 #include "core/tool_main.h"
 #include "report/schedule_plot.h"

@@ -1,4 +1,4 @@
-// zrt-generate: generation with a LLaMA-architecture model (examples/llama.h) from a Hugging Face
+// zrt-generate: generation with a LLaMA-architecture model (models/llama.h) from a Hugging Face
 // model folder (config.json and the weights: model.safetensors, its shards with the index, or
 // pytorch_model.bin), served by ZeRO-3 inference over the ranks of the job: the model is built
 // without values (zrt::defer_parameters, one part at a time), each rank loads only the elements of
@@ -12,18 +12,13 @@
 //
 // Prompts are token ids (--prompt_ids: ',' between ids, ';' between prompts) or text (--prompt,
 // repeated, or --prompts_file: one JSON string per line) where the folder has a tokenizer: a
-// byte-level BPE tokenizer.json or a SentencePiece tokenizer.model (examples/tokenizer.h: how
+// byte-level BPE tokenizer.json or a SentencePiece tokenizer.model (text/tokenizer.h: how
 // BOS/EOS are added, what differs from transformers).
-// Each rank generates its share of them (prompt i on rank
-// i mod N), as each DeepSpeed rank feeds its own inputs; --replicate_prompts makes every rank run
-// every prompt instead (rank 0 picks the tokens; the logits are then the same at every N). A
-// rank's prompts of one length form one batch (the KV cache of a batch shares its positions) and
-// its batches run one after the other. Every forward gathers each layer from all ranks, so ranks
-// run forwards in step: a rank that has finished runs one-token forwards until every rank has.
-// Greedy by default; --do_sample samples as transformers' generate does (temperature, then
-// top-k, then top-p), prompt i from a generator seeded with --seed + i, so the tokens do not
-// depend on N or on how prompts are batched. Generation of a prompt stops at --max_new_tokens or
-// at the config's eos_token_id (one id or a list). Rank 0 writes one JSON line per prompt,
+// Generation is models/generate.h's: each rank generates its share of the prompts (prompt i on
+// rank i mod N); --replicate_prompts makes every rank run every prompt instead (rank 0 picks the
+// tokens; the logits are then the same at every N). Greedy by default; --do_sample samples as
+// transformers' generate does, prompt i from a generator seeded with --seed + i. Generation of a
+// prompt stops at --max_new_tokens or at the config's eos_token_id (one id or a list). Rank 0 writes one JSON line per prompt,
 // {"prompt": [...], "generated": [...]}, to --output (default stdout), with "prompt_text" for a
 // text prompt and "text", the generated continuation, wherever the folder has a tokenizer;
 // --logits_out writes every prompt's logits from its first forward (fp32, "prompt.<i>":
@@ -31,16 +26,11 @@
 // the timings and every rank's peak RSS as JSON.
 #include <chrono>
 #include <cstdio>
-#include <deque>
 #include <filesystem>
 #include <fstream>
-#include <limits>
-#include <map>
 #include <memory>
-#include <set>
 #include <sstream>
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <cxxopts.hpp>
 #include <torch/torch.h>
 
@@ -51,40 +41,22 @@
 #include "core/logging.h"
 #include "core/malloc_tuning.h"
 #include "core/tool_main.h"
-#include "examples/llama.h"
-#include "examples/tokenizer.h"
+#include "models/generate.h"
+#include "models/llama.h"
 #include "runtime/initialize.h"
-#include "runtime/pretrained.h"
+#include "hf/pretrained.h"
+#include "text/tokenizer.h"
+
 #include <sys/resource.h>
 
-namespace zrt::examples {
+namespace zrt::tools {
 namespace {
 
-struct Sampling {
-  bool do_sample = false;
-  double temperature = 1.0;
-  int64_t top_k = 50;
-  double top_p = 1.0;
-};
-
-// The next token of every row of `logits` (batch, vocab), as transformers' generate picks it.
-at::Tensor next_tokens(const at::Tensor& logits, const Sampling& s, at::Generator& gen) {
-  if (!s.do_sample) return logits.argmax(-1);
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  at::Tensor scores = logits.to(at::kFloat) / s.temperature;
-  if (s.top_k > 0 && s.top_k < scores.size(-1)) {
-    const at::Tensor kth = std::get<0>(scores.topk(s.top_k, -1)).narrow(-1, s.top_k - 1, 1);
-    scores = scores.masked_fill(scores < kth, neg_inf);
-  }
-  if (s.top_p < 1.0) {
-    // Drop the smallest tokens whose probabilities add up to at most 1 - top_p; keep at least one.
-    auto [sorted, order] = scores.sort(-1, /*descending=*/false);
-    at::Tensor drop = sorted.softmax(-1).cumsum(-1) <= (1.0 - s.top_p);
-    drop.narrow(-1, drop.size(-1) - 1, 1).fill_(false);
-    scores = scores.masked_fill(drop.scatter(-1, order, drop), neg_inf);
-  }
-  return at::multinomial(scores.softmax(-1), 1, /*replacement=*/false, gen).squeeze(-1);
-}
+using models::GenerateOptions;
+using models::LlamaConfig;
+using models::LlamaForCausalLMImpl;
+using text::TextTokenizer;
+using text::valid_utf8;
 
 std::vector<std::vector<int64_t>> parse_prompts(const std::string& text, int64_t vocab) {
   std::vector<std::vector<int64_t>> prompts;
@@ -165,140 +137,6 @@ std::string json_text(const std::string& s) {
   return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-struct GenerateOptions {
-  Sampling sampling;
-  int64_t max_new_tokens = 20;
-  std::set<int64_t> eos;   // generation of a prompt stops at any of these
-  bool replicate = false;  // every rank runs every prompt (rank 0 picks the tokens)
-  bool keep_logits = false;
-  int64_t vocab_size = 0;
-};
-
-struct Results {
-  std::vector<std::vector<int64_t>> generated;  // per prompt
-  std::vector<at::Tensor> first_logits;         // per prompt, (length, vocab), with keep_logits
-  int64_t new_tokens = 0;
-};
-
-// Prompts of one length that a rank generates together.
-struct Batch {
-  std::vector<size_t> members;  // prompt indices
-  at::Tensor input;             // the next forward's tokens, (rows, t)
-  KvCache cache;
-  std::vector<bool> done;
-  int64_t steps = 0;  // tokens picked so far for every row
-};
-
-// This rank's prompts, batched by length (shortest first).
-std::deque<Batch> rank_batches(const std::vector<std::vector<int64_t>>& prompts, int rank,
-                               int world, bool replicate) {
-  std::map<size_t, std::vector<size_t>> by_length;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    if (replicate || static_cast<int>(i % static_cast<size_t>(world)) == rank)
-      by_length[prompts[i].size()].push_back(i);
-  }
-  std::deque<Batch> batches;
-  for (auto& [length, members] : by_length) {
-    std::vector<int64_t> ids;
-    for (size_t m : members) ids.insert(ids.end(), prompts[m].begin(), prompts[m].end());
-    Batch b;
-    b.input = at::tensor(ids, at::kLong)
-                  .view({static_cast<int64_t>(members.size()), static_cast<int64_t>(length)});
-    b.done.assign(members.size(), false);
-    b.members = std::move(members);
-    batches.push_back(std::move(b));
-  }
-  return batches;
-}
-
-// One forward of `b` and the token it picks for every unfinished row; false once `b` is done.
-bool advance(LlamaForCausalLMImpl& model, comm::Comm& comm, Batch& b, const GenerateOptions& o,
-             std::vector<at::Generator>& gens, Results& res) {
-  const at::Tensor logits = model.forward(b.input, &b.cache);
-  const auto rows = static_cast<int64_t>(b.members.size());
-  if (b.steps == 0 && o.keep_logits) {
-    for (int64_t r = 0; r < rows; ++r) res.first_logits[b.members[r]] = logits[r].to(at::kFloat);
-  }
-  const at::Tensor last = logits.select(1, logits.size(1) - 1);
-  at::Tensor next = at::empty({rows}, at::kLong);
-  int64_t* ids = next.data_ptr<int64_t>();
-  for (int64_t r = 0; r < rows; ++r) {  // row by row: each prompt draws from its own generator
-    ids[r] = next_tokens(last.narrow(0, r, 1), o.sampling, gens[b.members[r]]).item<int64_t>();
-  }
-  if (o.replicate) comm.broadcast(next, 0);  // rank 0's choice: every rank feeds the same tokens
-  bool all_done = true;
-  for (int64_t r = 0; r < rows; ++r) {
-    if (!b.done[r]) {
-      res.generated[b.members[r]].push_back(ids[r]);
-      b.done[r] = o.eos.count(ids[r]) != 0;
-    }
-    all_done = all_done && b.done[r];
-  }
-  b.steps += 1;
-  if (all_done || b.steps == o.max_new_tokens) return false;
-  b.input = next.view({rows, 1});
-  return true;
-}
-
-// Collective: every prompt's tokens and logits from the rank that generated it to rank 0.
-void collect_results(comm::Comm& comm, const std::vector<std::vector<int64_t>>& prompts,
-                     const GenerateOptions& o, Results& res) {
-  const int world = comm.size();
-  if (world == 1 || o.replicate) return;
-  const auto count = static_cast<int64_t>(prompts.size());
-  auto owner = [&](int64_t i) { return static_cast<int>(i % world); };
-  // Row i: the number of tokens, then the tokens; zeros on every rank but the owner, then summed.
-  at::Tensor table = at::zeros({count, o.max_new_tokens + 1}, at::kLong);
-  for (int64_t i = 0; i < count; ++i) {
-    if (owner(i) != comm.rank()) continue;
-    const auto& g = res.generated[i];
-    table[i][0] = static_cast<int64_t>(g.size());
-    if (!g.empty())
-      table[i].narrow(0, 1, static_cast<int64_t>(g.size())).copy_(at::tensor(g, at::kLong));
-  }
-  comm.all_reduce(table, comm::ReduceOp::kSum);
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t* row = table[i].data_ptr<int64_t>();
-    res.generated[i].assign(row + 1, row + 1 + row[0]);
-  }
-  if (!o.keep_logits) return;
-  for (int64_t i = 0; i < count; ++i) {
-    at::Tensor& t = res.first_logits[i];
-    if (owner(i) != comm.rank())
-      t = at::empty({static_cast<int64_t>(prompts[i].size()), o.vocab_size}, at::kFloat);
-    comm.broadcast(t, owner(i));
-  }
-}
-
-// Collective: every rank generates its batches one forward at a time, and runs as many forwards
-// as the busiest rank (a rank without work runs a one-token forward, no cache), because each
-// forward gathers every layer with all ranks.
-Results generate_all(LlamaForCausalLMImpl& model, comm::Comm& comm,
-                     const std::vector<std::vector<int64_t>>& prompts, const GenerateOptions& o,
-                     uint64_t seed) {
-  at::NoGradGuard no_grad;
-  Results res;
-  res.generated.resize(prompts.size());
-  if (o.keep_logits) res.first_logits.resize(prompts.size());
-  std::vector<at::Generator> gens;
-  for (size_t i = 0; i < prompts.size(); ++i)
-    gens.push_back(at::detail::createCPUGenerator(seed + i));
-  std::deque<Batch> queue = rank_batches(prompts, comm.rank(), comm.size(), o.replicate);
-  const at::Tensor idle = at::zeros({1, 1}, at::kLong);
-  while (true) {
-    at::Tensor busy = at::full({1}, queue.empty() ? 0 : 1, at::kLong);
-    if (!o.replicate) comm.all_reduce(busy, comm::ReduceOp::kMax);  // else: the same queues
-    if (busy.item<int64_t>() == 0) break;
-    if (queue.empty()) {
-      model.forward(idle);
-    } else if (!advance(model, comm, queue.front(), o, gens, res)) {
-      queue.pop_front();
-    }
-  }
-  collect_results(comm, prompts, o, res);
-  for (const auto& g : res.generated) res.new_tokens += static_cast<int64_t>(g.size());
-  return res;
-}
 
 std::string json_ids(const std::vector<int64_t>& ids) {
   Json j = Json::array();
@@ -496,7 +334,7 @@ std::optional<Args> parse_args(int argc, char** argv) {
   return a;
 }
 
-void write_results(const Args& a, const Results& res, const Json& metrics) {
+void write_results(const Args& a, const models::GenerateResult& res, const Json& metrics) {
   std::ostringstream lines;
   int64_t dropped = 0;
   for (size_t i = 0; i < a.prompts.size(); ++i) {
@@ -555,8 +393,8 @@ int run(int argc, char** argv) {
   engine->eval();
   const int64_t resident = resident_parameter_elements(*model);
   const auto t1 = std::chrono::steady_clock::now();
-  const Results res =
-      generate_all(*model, *comm, args->prompts, args->generate, args->seed);
+  const models::GenerateResult res =
+      models::generate(*model, *comm, args->prompts, args->generate, args->seed);
   const auto t2 = std::chrono::steady_clock::now();
   const double gen_s = std::chrono::duration<double>(t2 - t1).count();
   const Json metrics = {{"ranks", comm->size()},
@@ -574,11 +412,11 @@ int run(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace zrt::examples
+}  // namespace zrt::tools
 
 int main(int argc, char** argv) {
   // This program, not the library, opts in to returning large freed blocks to the system
   // (core/malloc_tuning.h): ZeRO-3's memory bound on models larger than one rank needs it.
   zrt::tune_malloc_for_large_models();
-  return zrt::run_tool("zrt-generate", [&] { return zrt::examples::run(argc, argv); });
+  return zrt::run_tool("zrt-generate", [&] { return zrt::tools::run(argc, argv); });
 }

@@ -1,4 +1,4 @@
-// zrt-tokenize: a model folder's tokenizer (examples/tokenizer.h: a byte-level BPE tokenizer.json
+// zrt-tokenize: a model folder's tokenizer (text/tokenizer.h: a byte-level BPE tokenizer.json
 // or a SentencePiece tokenizer.model) over JSON lines, torch-free.
 //
 //   zrt-tokenize DIR [--no_special_tokens] [--stats]   {"text": "..."} lines -> {"ids": [...]}
@@ -17,14 +17,14 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/tool_main.h"
-#include "examples/tokenizer.h"
+#include "text/tokenizer.h"
 
 namespace {
 
 using zrt::Json;
 using zrt::str;
 using zrt::UsageError;
-using zrt::examples::TextTokenizer;
+using zrt::text::TextTokenizer;
 
 constexpr const char* kUsage =
     "usage: zrt-tokenize DIR [--decode] [--no_special_tokens] [--keep_special_tokens] "

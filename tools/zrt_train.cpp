@@ -13,7 +13,7 @@
 // weights: a checkpoint folder (ZeroRT's or DeepSpeed's, any stage and world size) or a
 // .safetensors/.pt state dict. Prediction alone with a ZeRO-3 config runs ZeRO-3 inference.
 //
-// A LLaMA's --train_file .txt/.json/.jsonl is read as run_clm.py reads it (examples/text_data.h:
+// A LLaMA's --train_file .txt/.json/.jsonl is read as run_clm.py reads it (hf/text_data.h:
 // the folder tokenizer's blocks, drawn in the HF Trainer's order). Otherwise the corpus is
 // generated in-process (a small grammar, so the loss visibly falls in a minute on two CPU cores)
 // or --train_file's bytes are the token ids. Without --deepspeed the
@@ -38,21 +38,29 @@
 #include "comm/init.h"
 #include "comm/nccl_comm.h"
 #include "config/load.h"
-#include "config/training_args.h"
+#include "config/resolved.h"
+#include "config/training_args_flags.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/malloc_tuning.h"
 #include "core/tool_main.h"
-#include "examples/clm_data.h"
-#include "examples/gpt.h"
-#include "examples/llama.h"
-#include "examples/mlp.h"
+#include "hf/text_data.h"
+#include "models/gpt.h"
+#include "models/llama.h"
+#include "models/mlp.h"
 #include "runtime/initialize.h"
-#include "runtime/pretrained.h"
-#include "runtime/trainer.h"
+#include "hf/pretrained.h"
+#include "hf/trainer.h"
+#include "tools/clm_data.h"
 
-namespace zrt::examples {
+namespace zrt::tools {
 namespace {
+
+using models::GptConfig;
+using models::GptImpl;
+using models::LlamaConfig;
+using models::LlamaForCausalLMImpl;
+using models::MlpImpl;
 
 // Sentences from a small grammar: learnable structure with some randomness.
 std::string generate_corpus(int64_t bytes, uint64_t seed) {
@@ -98,10 +106,10 @@ class ByteDataset : public Dataset {
   at::Tensor bytes_;
 };
 
-// zrt-train's MLP training and evaluation sets (examples/mlp.h regression_data).
+// zrt-train's MLP training and evaluation sets (models/mlp.h regression_data).
 class RegressionDataset : public Dataset {
  public:
-  RegressionDataset(int64_t n, uint64_t seed) { std::tie(x_, y_) = regression_data(n, seed); }
+  RegressionDataset(int64_t n, uint64_t seed) { std::tie(x_, y_) = models::regression_data(n, seed); }
   int64_t size() const override { return x_.size(0); }
   std::pair<at::Tensor, at::Tensor> get(int64_t i) const override { return {x_[i], y_[i]}; }
 
@@ -149,11 +157,6 @@ int64_t block_size(const cxxopts::ParseResult& result) {
   return n;
 }
 
-bool zero_stage3(const Json& ds_config) {
-  return ds_config.contains("zero_optimization") &&
-         ds_config["zero_optimization"].value("stage", 0) == 3;
-}
-
 // --model llama: transformers' LlamaForCausalLM from --config_name (a config.json or a folder with
 // one: trained from scratch) or --model_name_or_path's config.json (fine-tuned from its weights).
 // A .txt/.json/.jsonl --train_file is read as run_clm.py reads it (Note [run_clm's data]): blocks
@@ -173,7 +176,7 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
                               : result["model_name_or_path"].as<std::string>();
   ModelSetup m;
   m.llama = LlamaConfig::from_file(dir);
-  m.text_data = result.count("train_file") && is_text_data_file(result["train_file"].as<std::string>());
+  m.text_data = result.count("train_file") && hf::is_text_data_file(result["train_file"].as<std::string>());
   if (m.text_data) {
     const std::optional<int64_t> asked =
         result.count("block_size") || result.count("context") ? std::optional<int64_t>(block_size(result)) : std::nullopt;
@@ -184,9 +187,10 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
                m.llama->max_position_embeddings, " (", dir,
                "): the positions past it were never trained");
   const int64_t vocab = m.llama->vocab_size;
-  const bool stage3 = zero_stage3(ds_config);
+  const bool stage3 = config::resolve_zero_stage(ds_config) == 3;
   auto llama = std::make_shared<LlamaForCausalLMImpl>(*m.llama, /*deferred=*/stage3);
-  ZRT_LOG_INFO("LLaMA from ", dir, ": ", m.llama->num_hidden_layers, " layers, hidden ",
+  ZRT_LOG_INFO(models::family_name(*m.llama), " from ", dir, ": ", m.llama->num_hidden_layers,
+               " layers, hidden ",
                m.llama->hidden_size, ", ", llama->num_params(), " parameters",
                stage3 ? " (built partitioned: no rank holds the whole model)" : "");
   m.model = llama;
@@ -299,7 +303,7 @@ at::DeviceType training_device(const config::TrainingArguments& args) {
 
 // The model onto this rank's GPU (the NCCL backend picked it: local rank modulo the devices).
 void move_to_device(ExampleModel& m, const comm::Comm& comm, const Json& ds_config) {
-  ZRT_CHECK_AS(UsageError, !(m.llama && zero_stage3(ds_config)),
+  ZRT_CHECK_AS(UsageError, !(m.llama && config::resolve_zero_stage(ds_config) == 3),
                "--model llama at ZeRO-3 is built partitioned on the CPU and cannot move to the "
                "GPU yet: use --use_cpu, or ZeRO stage 0-2 on the GPU");
   const auto devices = static_cast<int>(torch::cuda::device_count());
@@ -377,19 +381,6 @@ void save_llama(Trainer& trainer, const cxxopts::ParseResult& result, const Llam
   save_pretrained(trainer.engine(), output_dir, so);
 }
 
-// Without --deepspeed, the counterpart of the HF Trainer without DeepSpeed: plain data parallel
-// (every rank the whole model and optimizer, gradients averaged) with the optimizer and schedule
-// the TrainingArguments name, built as HF builds them (no "optimizer"/"scheduler" section), every
-// other value from the arguments ("auto").
-Json plain_data_parallel_config() {
-  return Json::parse(R"({
-    "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
-    "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
-    "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"},
-    "zero_optimization": {"stage": 0}
-  })");
-}
-
 // zrt-train's own flags (the model) and transformers' TrainingArguments.
 cxxopts::Options train_options() {
   cxxopts::Options options("zrt-train",
@@ -464,7 +455,7 @@ int run(int argc, char** argv) {
   config::TrainingArguments targs = config::parse_training_arguments(result);
   // Loaded once: the communicator's "zrt" options from it here, the rest by the Trainer.
   const Json ds_config = targs.deepspeed ? config::load_config_source(*targs.deepspeed)
-                                         : plain_data_parallel_config();
+                                         : config_without_deepspeed();
   const at::DeviceType device = training_device(targs);
   auto comm = comm::init_from_env(comm_options_for_config(ds_config), device);
   torch::manual_seed(static_cast<uint64_t>(targs.seed));
@@ -488,12 +479,12 @@ int run(int argc, char** argv) {
     weights = trainer.resume_path();
   }
   if (weights) {
-    trainer.load_model_weights(*weights, /*inference=*/!do_train);
+    trainer.load_model_weights(*weights, weights_format_of(*weights), /*inference=*/!do_train);
   } else if (llama) {  // from scratch: transformers' initialisation, the same at every world size
     const LlamaConfig cfg = *llama->llama;
     init_deferred(trainer.engine(), static_cast<uint64_t>(targs.seed),
                   [cfg](const std::string& name, at::Tensor& t, at::Generator& gen) {
-                    llama_init_parameter(cfg, name, t, gen);
+                    models::llama_init_parameter(cfg, name, t, gen);
                   });
   }
   if (do_train) {
@@ -525,11 +516,11 @@ int run(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace zrt::examples
+}  // namespace zrt::tools
 
 int main(int argc, char** argv) {
   // This program, not the library, opts in to returning large freed blocks to the system
   // (core/malloc_tuning.h): ZeRO-3's memory bound on models larger than one rank needs it.
   zrt::tune_malloc_for_large_models();
-  return zrt::run_tool("zrt-train", [&] { return zrt::examples::run(argc, argv); });
+  return zrt::run_tool("zrt-train", [&] { return zrt::tools::run(argc, argv); });
 }

@@ -1,6 +1,6 @@
 // Flat parameter groups for ZeRO stages 0–2: the trainable parameters of each optimizer group are
 // concatenated into one contiguous buffer, zero-padded to DeepSpeed's alignment (2·W elements),
-// and the model's parameters become views into it (spec/deepspeed.md §4.7, §5.1). Partitions of
+// and the model's parameters become views into it (docs/DEEPSPEED.md §4.7, §5.1). Partitions of
 // the padded buffer are equal across ranks, so files line up with DeepSpeed's.
 //
 // This file owns the layout only; gradients live in zero/grad_reducer.h.

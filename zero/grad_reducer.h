@@ -1,5 +1,5 @@
 // GradReducer: bucketed gradient reduction for ZeRO stages 0–2, driven by autograd hooks so that
-// communication overlaps the rest of backward (spec/deepspeed.md §5.1, §5.2, §5.6).
+// communication overlaps the rest of backward (docs/DEEPSPEED.md §5.1, §5.2, §5.6).
 //
 // What is reduced where, by StagePolicy (see Note [Gradient modes]):
 //   stage 0  all_reduce of each bucket of the full flat gradient, at the GA boundary;

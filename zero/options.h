@@ -1,5 +1,5 @@
 // Options of the ZeRO partitioner (leaf header: includes only core/). Defaults are DeepSpeed's
-// code defaults for "zero_optimization" (spec/deepspeed.md §1.6), not its documentation's.
+// code defaults for "zero_optimization" (docs/DEEPSPEED.md §1.6), not its documentation's.
 #pragma once
 
 #include <cstdint>

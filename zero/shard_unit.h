@@ -158,7 +158,7 @@ ShardUnits find_shard_units(torch::nn::Module& model,
 // storage of every parameter of `module` — names, shapes, dtypes and requires_grad stay — e.g.
 // right after one layer is built, so that the whole model never exists on one rank. Only ZeRO-3
 // takes such a model: it partitions shapes without values, and the values come from
-// zrt::load_pretrained (runtime/pretrained.h) before the first forward. A model author's
+// zrt::load_pretrained (hf/pretrained.h) before the first forward. A model author's
 // constructor may create parameters with any values and register modules; it may not keep other
 // tensors that alias a parameter (they would keep its memory).
 void defer_parameters(torch::nn::Module& module);

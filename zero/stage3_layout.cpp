@@ -229,7 +229,7 @@ std::vector<int64_t> Stage3Layout::slab_offsets(std::vector<int64_t>* unit_bytes
 // A model built with zrt::defer_parameters (zero/shard_unit.h) has parameters with shapes but no
 // storage, so that no rank ever holds all of it. partition() then gives each one a zero-filled
 // private storage (one parameter at a time, released again at once unless persistent) and zero
-// partitions; the values arrive later through the partitions (runtime/pretrained.h writes the
+// partitions; the values arrive later through the partitions (hf/pretrained.h writes the
 // masters, then the parameters are refreshed from them), as DeepSpeed's zero.Init +
 // from_pretrained.
 

@@ -1,4 +1,4 @@
-// The stage-3 layout (spec/deepspeed.md §4.7, §5.3): every parameter is partitioned on its own —
+// The stage-3 layout (docs/DEEPSPEED.md §4.7, §5.3): every parameter is partitioned on its own —
 // pn = ceil(numel/W), rank r holds elements [r·pn, (r+1)·pn) zero-padded — and each optimizer
 // group keeps this rank's partitions concatenated in one flat buffer (no extra padding), which is
 // also the layout of its fp32 master, its gradient partition and DeepSpeed's fp32_flat_groups.

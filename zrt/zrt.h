@@ -9,8 +9,10 @@
 #include "config/training_args.h"         // zrt::config::TrainingArguments
 #include "core/error.h"                   // zrt::Error and subclasses
 #include "core/tool_main.h"               // zrt::run_tool (exit codes)
+#include "hf/initialize.h"                // zrt::initialize from TrainingArguments
+#include "hf/pretrained.h"                // zrt::load_pretrained, zrt::save_pretrained
+#include "hf/trainer.h"                   // zrt::Trainer
 #include "runtime/engine.h"               // zrt::Engine
 #include "runtime/gathered_parameters.h"  // zrt::GatheredParameters
 #include "runtime/initialize.h"           // zrt::initialize
-#include "runtime/trainer.h"              // zrt::Trainer
 #include "zero/shard_unit.h"              // zrt::ShardUnit (ZeRO-3 units)

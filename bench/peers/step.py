@@ -6,7 +6,7 @@ and MLP, in ZeroRT and in the real peers, side by side (issue 15).
                         [--warmup 2] [--steps 7] [--frameworks zerort,deepspeed,ddp,fsdp2]
                         [--jsonl FILE] [--svg FILE] [--timeout 600] [--quick]
 
-Same model (examples/gpt.h, examples/mlp.h and their twins in tests/peers/twins.py, one seed),
+Same model (models/gpt.h, models/mlp.h and their twins in tests/peers/twins.py, one seed),
 data (a fixed micro-batch per rank, generated alike on both sides), micro-batch, AdamW
 hyper-parameters (lr 1e-3 for the GPT, 1e-4 for the MLP, betas 0.9/0.999, eps 1e-8, weight decay 0.01, no clipping) and
 max(1, cores / N) intra-op threads per rank. Variants at each N:

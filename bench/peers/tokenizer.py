@@ -1,4 +1,4 @@
-"""Encoding speed of zrt-tokenize (examples/bpe_tokenizer.h) against the tokenizers library.
+"""Encoding speed of zrt-tokenize (text/bpe_tokenizer.h) against the tokenizers library.
 
 Usage: python bench/peers/tokenizer.py --bin DIR [--mb 5] [--reps 7] [--vocab 32000] [--kind llama3]
 

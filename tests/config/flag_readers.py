@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Every TrainingArguments flag that zrt-train and zrt-config accept does what it says or says it
-does nothing: each flag declared in config/training_args.cpp's add_training_arguments must either
-be on the no-effect list (ignored_training_arguments(), which warns when the flag is used) or be
-read somewhere: as `<args>.<field>` in the sources outside config/training_args.{h,cpp}, or in a
-function of config/training_args.cpp other than the ones that declare and parse the flags.
+does nothing: each flag declared in config/training_args_flags.cpp's add_training_arguments must
+either be on the no-effect list (ignored_training_arguments() in config/training_args.cpp, which
+warns when the flag is used) or be read somewhere: as `<args>.<field>` in the sources outside
+config/training_args*.{h,cpp}, or in a function of those files other than the ones that declare
+and parse the flags.
 
 Usage: flag_readers.py [ROOT]. Exit 1 with the list of flags that nothing reads.
 """
@@ -18,6 +19,8 @@ import check_layout  # noqa: E402  (its C++ function finder)
 
 ARGS_CPP = "config/training_args.cpp"
 ARGS_H = "config/training_args.h"
+FLAGS_CPP = "config/training_args_flags.cpp"
+FLAGS_H = "config/training_args_flags.h"
 # Functions that only declare or parse the flags: a field used there is not read.
 NOT_READERS = {"add_training_arguments", "parse_training_arguments", "training_bool_flags",
                "ignored_training_arguments", "join_bool_flag_values"}
@@ -25,18 +28,20 @@ NOT_READERS = {"add_training_arguments", "parse_training_arguments", "training_b
 ALIASES = {"evaluation_strategy": "eval_strategy"}
 
 
-def function_body(text, name):
+def function_body(text, name, where):
     for fname, _, open_line, close_line in check_layout.functions(text):
         if fname == name:
             return "\n".join(text.split("\n")[open_line - 1:close_line])
-    raise SystemExit(f"flag_readers: no function {name} in {ARGS_CPP}")
+    raise SystemExit(f"flag_readers: no function {name} in {where}")
 
 
 def main():
-    args_cpp = check_layout.read(ROOT, ARGS_CPP)
-    declared = re.findall(r'"([a-z0-9_]+)",\s*"', function_body(args_cpp, "add_training_arguments"))
+    flags_cpp = check_layout.read(ROOT, FLAGS_CPP)
+    args_cpp = check_layout.read(ROOT, ARGS_CPP) + "\n" + flags_cpp
+    declared = re.findall(r'"([a-z0-9_]+)",\s*"',
+                          function_body(flags_cpp, "add_training_arguments", FLAGS_CPP))
     ignored = set(re.findall(r'\{"([a-z0-9_]+)",\s*(?:true|false)\}',
-                             function_body(args_cpp, "ignored_training_arguments")))
+                             function_body(args_cpp, "ignored_training_arguments", ARGS_CPP)))
     # Reads in training_args.cpp outside the declaring and parsing functions.
     blank = check_layout.blank_cxx(args_cpp).split("\n")
     own_reads = []
@@ -47,7 +52,8 @@ def main():
     others = []
     for rel in check_layout.source_files(ROOT):
         top = rel.split("/", 1)[0]
-        if rel in (ARGS_CPP, ARGS_H) or top in ("tests", "fuzz") or not rel.endswith((".cpp", ".h")):
+        if rel in (ARGS_CPP, ARGS_H, FLAGS_CPP, FLAGS_H) or top in ("tests", "fuzz") or \
+                not rel.endswith((".cpp", ".h")):
             continue
         others.append(check_layout.blank_cxx(check_layout.read(ROOT, rel)))
     elsewhere = "\n".join(others)
@@ -62,7 +68,7 @@ def main():
             continue
         unread.append(flag)
     if len(declared) < 40:
-        print(f"flag_readers: found only {len(declared)} declared flags in {ARGS_CPP}")
+        print(f"flag_readers: found only {len(declared)} declared flags in {FLAGS_CPP}")
         return 1
     print(f"flag_readers: {len(declared)} flags declared, {len(ignored)} on the no-effect list")
     if unread:

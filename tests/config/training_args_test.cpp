@@ -1,5 +1,5 @@
 // TrainingArguments: HF defaults, HF flag spelling through cxxopts, get_warmup_steps, checks.
-#include "config/training_args.h"
+#include "config/training_args_flags.h"
 
 #include <cxxopts.hpp>
 #include <gtest/gtest.h>

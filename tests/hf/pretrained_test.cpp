@@ -1,8 +1,8 @@
-// runtime/pretrained.h over the in-process backend (ranks as threads): bf16 safetensors shards
+// hf/pretrained.h over the in-process backend (ranks as threads): bf16 safetensors shards
 // with an index load into every stage at world sizes 1-3, fp32 and bf16 models; every rank reads
 // exactly the bytes of the elements it holds; the fp32 masters hold the file's values; a model
 // that trains on afterwards; missing, unexpected and mis-shaped names reported together.
-#include "runtime/pretrained.h"
+#include "hf/pretrained.h"
 
 #include <cmath>
 #include <fstream>
@@ -316,6 +316,29 @@ TEST(Pretrained, MismatchesAreReportedTogether) {
     EXPECT_TRUE(torch::equal(model->blocks[1]->fc->bias, kept));  // kept its value
     EXPECT_TRUE(torch::equal(model->out->weight, torch::zeros({3, 7})));
   });
+}
+
+// save_pretrained of a bf16 engine: bf16 weights, and config.json says so whatever the config
+// given said (transformers' "dtype", and the older "torch_dtype" when present).
+TEST(Pretrained, SavedConfigSaysTheWeightsDtype) {
+  test::TempDir dir("zrt_saved_dtype");
+  comm::run_local_world(1, [&](comm::Comm& comm) {
+    auto model = std::make_shared<test::TinyStackImpl>(false);
+    InitializeOptions io;
+    io.comm = std::shared_ptr<comm::Comm>(&comm, [](comm::Comm*) {});
+    auto engine = initialize(model, test::config_for(Case{2, Precision::kBf16Adam}), io);
+    SavePretrainedOptions so;
+    so.config = {{"model_type", "llama"}, {"dtype", "float32"}, {"torch_dtype", "float32"}};
+    save_pretrained(*engine, dir.path(), so);
+  });
+  std::ifstream in(dir / "config.json");
+  const Json config = Json::parse(in);
+  EXPECT_EQ(config["dtype"], "bfloat16");
+  EXPECT_EQ(config["torch_dtype"], "bfloat16");
+  EXPECT_EQ(config["model_type"], "llama");
+  for (const auto& [name, t] : ckpt::load_safetensors(dir / "model.safetensors").tensors) {
+    EXPECT_EQ(t.scalar_type(), at::kBFloat16) << name;
+  }
 }
 
 }  // namespace

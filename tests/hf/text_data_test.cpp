@@ -1,7 +1,7 @@
-// zrt-train's run_clm data (examples/text_data.h): documents as datasets' loaders cut them, the
+// zrt-train's run_clm data (hf/text_data.h): documents as datasets' loaders cut them, the
 // percent split as datasets rounds it, blocks of 1000 documents at a time, the token cache shared
 // by ranks and reused.
-#include "examples/text_data.h"
+#include "hf/text_data.h"
 
 #include <atomic>
 #include <fstream>
@@ -15,7 +15,7 @@
 #include "tests/support/python.h"
 #include "tests/support/temp_dir.h"
 
-namespace zrt::examples {
+namespace zrt::hf {
 namespace {
 
 void write_file(const std::string& path, const std::string& bytes) {
@@ -159,4 +159,4 @@ TEST(TextData, BlocksOfThousandDocumentRunsFromOneSharedCache) {
 }
 
 }  // namespace
-}  // namespace zrt::examples
+}  // namespace zrt::hf

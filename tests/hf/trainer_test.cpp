@@ -1,6 +1,6 @@
 // The Trainer under mpirun: DistributedSampler semantics, logging, evaluation, checkpoint
 // rotation (save_total_limit), the csv monitor files, prediction order, and resume from "last".
-#include "runtime/trainer.h"
+#include "hf/trainer.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -16,7 +16,7 @@
 #include "core/json.h"
 #include "optim/optimizer.h"
 #include "runtime/engine.h"
-#include "runtime/sampler.h"
+#include "hf/sampler.h"
 #include "tests/support/mpi_world.h"
 #include "tests/support/python.h"
 #include "tests/support/tiny_model.h"
@@ -345,6 +345,33 @@ TEST(Trainer, StrategiesAndBestModel) {
   if (test::world().rank() == 0) fs::remove_all(dir);
 }
 
+// weights_format_of on what Zero3InferenceFromCheckpointEqualsPlainForward saved, and a folder said
+// to be a checkpoint that is none refused before anything loads.
+template <typename MakeTrainer>
+void expect_weights_formats(const std::string& dir, const std::string& checkpoint,
+                            const MakeTrainer& make_trainer) {
+  // A folder with no weights in any known form is named, with what was looked for; a folder
+  // said to be a checkpoint that is none is refused before anything loads.
+  EXPECT_EQ(weights_format_of(checkpoint), WeightsFormat::kCheckpoint);
+  EXPECT_EQ(weights_format_of(checkpoint + "/global_step4"), WeightsFormat::kCheckpointTag);
+  EXPECT_EQ(weights_format_of(dir + "/model.safetensors"), WeightsFormat::kStateDictFile);
+  try {
+    weights_format_of(dir + "/csv");
+    ADD_FAILURE() << "no error";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("no weights found"), std::string::npos) << e.what();
+  }
+  {
+    Trainer nothing = make_trainer();
+    try {
+      nothing.load_model_weights(dir + "/csv", WeightsFormat::kCheckpoint, true);
+      ADD_FAILURE() << "no error";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("no `latest` file"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Issue 19: a training checkpoint serves ZeRO-3 inference. Weights trained at stage 2 load, module
 // only, into a stage-3 inference engine (no optimizer, no scheduler) from the checkpoint folder,
 // the tag folder and a consolidated safetensors file; the predictions equal a plain forward of the
@@ -396,7 +423,7 @@ TEST(Trainer, Zero3InferenceFromCheckpointEqualsPlainForward) {
       for (auto& p : fresh->parameters()) p.zero_();  // nothing right unless the load worked
     }
     Trainer inference(fresh, infer_args, nullptr, nullptr, loss_fn, opts);
-    inference.load_model_weights(source, /*inference=*/true);
+    inference.load_model_weights(source, weights_format_of(source), /*inference=*/true);
     EXPECT_EQ(inference.engine().optimizer(), nullptr);
     EXPECT_EQ(inference.engine().lr_scheduler(), nullptr);
     const PredictionOutput out = inference.predict(
@@ -424,7 +451,7 @@ TEST(Trainer, Zero3InferenceFromCheckpointEqualsPlainForward) {
     tune.output_dir = dir + "/tune";
     tune.max_steps = 1;
     Trainer tuner(fresh, tune, std::make_shared<TinyData>(64), nullptr, loss_fn, opts);
-    tuner.load_model_weights(checkpoint, /*inference=*/false);
+    tuner.load_model_weights(checkpoint, WeightsFormat::kCheckpoint, /*inference=*/false);
     EXPECT_EQ(tuner.engine().global_steps(), 0);
     {
       torch::NoGradGuard no_grad;
@@ -432,17 +459,9 @@ TEST(Trainer, Zero3InferenceFromCheckpointEqualsPlainForward) {
     }
     EXPECT_EQ(tuner.train().global_step, 1);
   }
-  // A folder with no weights in any known form is named, with what was looked for.
-  {
-    Trainer nothing(std::make_shared<test::TinyMlpImpl>(false), args, nullptr, nullptr, loss_fn,
-                    opts);
-    try {
-      nothing.load_model_weights(dir + "/csv", true);
-      ADD_FAILURE() << "no error";
-    } catch (const CheckpointError& e) {
-      EXPECT_NE(std::string(e.what()).find("no weights found"), std::string::npos) << e.what();
-    }
-  }
+  expect_weights_formats(dir, checkpoint, [&] {
+    return Trainer(std::make_shared<test::TinyMlpImpl>(false), args, nullptr, nullptr, loss_fn, opts);
+  });
   test::world().barrier();
   if (test::world().rank() == 0) fs::remove_all(dir);
 }

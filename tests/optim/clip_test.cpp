@@ -1,4 +1,4 @@
-// Clipping coefficients of spec/deepspeed.md §2.4 with hand-computed values, and the treatment of
+// Clipping coefficients of docs/DEEPSPEED.md §2.4 with hand-computed values, and the treatment of
 // inf/NaN norms.
 #include "optim/clip.h"
 

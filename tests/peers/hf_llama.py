@@ -282,7 +282,7 @@ def check_rope_scaling(args, tmp):
     return ok
 
 
-# LLaMA's relatives (Note [LLaMA families] in examples/llama.h): model_type, config overrides.
+# LLaMA's relatives (Note [LLaMA families] in models/llama.h): model_type, config overrides.
 # Mistral's sliding window of 4 is shorter than the prompts, so most keys fall out of it.
 FAMILY_VARIANTS = [
     ("qwen2", dict(vocab_size=107, hidden_size=48, intermediate_size=60, num_hidden_layers=2,

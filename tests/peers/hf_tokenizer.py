@@ -1,4 +1,4 @@
-"""zrt-tokenize (examples/bpe_tokenizer.h) against the tokenizers library, id for id and byte for byte.
+"""zrt-tokenize (text/bpe_tokenizer.h) against the tokenizers library, id for id and byte for byte.
 
 Usage: python hf_tokenizer.py --bin DIR [--texts N] [--seed S] [--keep DIR]
 

@@ -13,7 +13,7 @@ zrt-train logs to trainer_state.json), the learning rate after the step, the gra
 The matrix: MLP twin (width 32, 2 blocks: 2,722 parameters; reduce/allgather buckets of 512
 elements, stage-3 persistence threshold 0, so every stage splits the model into several buckets
 and partitions) x ZeRO stage 0-3 x {fp32, bf16} x gradient accumulation {1, 4} x clipping
-{off, 0.05} = 32 cases; plus the GPT twin (examples/gpt.h: width 32, 2 heads, 2 layers, context
+{off, 0.05} = 32 cases; plus the GPT twin (models/gpt.h: width 32, 2 heads, 2 layers, context
 16, 42,368 parameters) at stages 2 and 3 in fp32 and bf16 (GA 4, clipping on), plus the GPT at
 stage 3 in fp32 with activation checkpointing on both sides (every block through
 torch.utils.checkpoint in DeepSpeed's run, as HF's gradient_checkpointing; zrt-train

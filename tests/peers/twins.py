@@ -1,5 +1,5 @@
 """Python twins of zrt-train's example models: the same parameter names, shapes and maths as the
-C++ modules of examples/zrt_train.cpp, so that one state dict means the same model on both
+C++ modules of tools/zrt_train.cpp, so that one state dict means the same model on both
 sides; and the example's data, generated the same way (torch's CPU generator, the library the
 main build links)."""
 import math
@@ -9,7 +9,7 @@ import torch.utils.checkpoint
 
 
 class MlpBlock(torch.nn.Module):
-    """examples/zrt_train.cpp MlpBlockImpl: x + tanh(fc(x))."""
+    """tools/zrt_train.cpp MlpBlockImpl: x + tanh(fc(x))."""
 
     def __init__(self, width):
         super().__init__()
@@ -20,7 +20,7 @@ class MlpBlock(torch.nn.Module):
 
 
 class Mlp(torch.nn.Module):
-    """examples/zrt_train.cpp MlpImpl: input (16 -> width), blocks h0..h{L-1}, output (width -> 2)."""
+    """tools/zrt_train.cpp MlpImpl: input (16 -> width), blocks h0..h{L-1}, output (width -> 2)."""
 
     def __init__(self, width, layers):
         super().__init__()
@@ -38,7 +38,7 @@ class Mlp(torch.nn.Module):
 
 
 def regression_data(n, seed):
-    """examples/zrt_train.cpp RegressionDataset(n, seed): y = [sin(2 x.a), 0.5 cos(3 x.b)]."""
+    """tools/zrt_train.cpp RegressionDataset(n, seed): y = [sin(2 x.a), 0.5 cos(3 x.b)]."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.rand(n, 16, generator=gen) * 2 - 1
     a = torch.linspace(-1, 1, 16).view(16, 1)
@@ -48,7 +48,7 @@ def regression_data(n, seed):
 
 
 class CausalSelfAttention(torch.nn.Module):
-    """examples/gpt.h CausalSelfAttentionImpl: one qkv projection, masked scores (-1e4 above the
+    """models/gpt.h CausalSelfAttentionImpl: one qkv projection, masked scores (-1e4 above the
     diagonal), softmax in fp32, projection."""
 
     def __init__(self, width, heads):
@@ -69,7 +69,7 @@ class CausalSelfAttention(torch.nn.Module):
 
 
 class Norm(torch.nn.Module):
-    """examples/gpt.h NormImpl: LayerNorm (eps 1e-5) computed in fp32, back to the input's dtype."""
+    """models/gpt.h NormImpl: LayerNorm (eps 1e-5) computed in fp32, back to the input's dtype."""
 
     def __init__(self, width):
         super().__init__()
@@ -83,7 +83,7 @@ class Norm(torch.nn.Module):
 
 
 class Block(torch.nn.Module):
-    """examples/gpt.h BlockImpl: pre-norm attention and MLP (gelu, exact), both residual."""
+    """models/gpt.h BlockImpl: pre-norm attention and MLP (gelu, exact), both residual."""
 
     def __init__(self, width, heads):
         super().__init__()
@@ -99,7 +99,7 @@ class Block(torch.nn.Module):
 
 
 class Gpt(torch.nn.Module):
-    """examples/gpt.h GptImpl: wte, wpe, blocks h0..h{L-1}, ln_f, lm_head (no bias); tokens
+    """models/gpt.h GptImpl: wte, wpe, blocks h0..h{L-1}, ln_f, lm_head (no bias); tokens
     (batch, t) int64 -> fp32 logits (batch, t, vocab). zrt-train's defaults: vocab 256, context
     32, width 64, 4 heads, 2 layers. The initialisation is GPT-2's (N(0, 0.02), residual
     projections N(0, 0.02/sqrt(2 layers)), biases 0, norms 1/0) but not the same random numbers
@@ -145,7 +145,7 @@ def gpt_loss(logits, targets):
 
 
 def byte_windows(text, context):
-    """zrt-train --model gpt --train_file F's training set: examples/zrt_train.cpp ByteDataset
+    """zrt-train --model gpt --train_file F's training set: tools/zrt_train.cpp ByteDataset
     over the first 9/10 of F's bytes `text`; example i is bytes [i*context, (i+1)*context) and,
     as targets, the bytes one further. (The generated corpus, without --train_file, comes from
     std::mt19937_64 and is not reproduced here: give both sides one file.)"""

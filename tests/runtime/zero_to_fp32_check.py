@@ -1,4 +1,4 @@
-"""Reads a ZeroRT checkpoint the way DeepSpeed's zero_to_fp32 does (spec/deepspeed.md §4.6),
+"""Reads a ZeroRT checkpoint the way DeepSpeed's zero_to_fp32 does (docs/DEEPSPEED.md §4.6),
 written here independently, and compares the result with an expected state dict.
 
   /usr/bin/python3 zero_to_fp32_check.py SAVE_DIR EXPECTED.pt

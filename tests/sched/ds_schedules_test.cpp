@@ -1,4 +1,4 @@
-// DeepSpeed's schedules: the golden vectors of spec/deepspeed.md §7, every boundary step, the
+// DeepSpeed's schedules: the golden vectors of docs/DEEPSPEED.md §7, every boundary step, the
 // construction-time values, the quirks of §1.8 and the per-group option rules.
 #include "sched/ds_schedules.h"
 

@@ -1,4 +1,4 @@
-// Helpers shared by the sched tests: comparing against spec/deepspeed.md §7 golden vectors and
+// Helpers shared by the sched tests: comparing against docs/DEEPSPEED.md §7 golden vectors and
 // capturing log lines.
 #pragma once
 

@@ -4,7 +4,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -16,6 +19,8 @@ namespace zrt::test {
 namespace {
 
 std::shared_ptr<comm::Comm> g_world;
+// Rank 0: the folders shared_temp_dir made, removed when the tests end.
+std::vector<std::string> g_temp_dirs;
 
 class RankFailurePrinter : public ::testing::EmptyTestEventListener {
  public:
@@ -48,6 +53,7 @@ std::string shared_temp_dir(comm::Comm& comm, const std::string& label) {
     std::string pattern = "/tmp/zrt_" + label + "_XXXXXX";
     ZRT_INTERNAL_ASSERT(mkdtemp(pattern.data()) != nullptr, "mkdtemp failed for ", pattern);
     path = pattern;
+    g_temp_dirs.push_back(path);
   }
   at::Tensor bytes = at::zeros({256}, at::kByte);
   if (comm.rank() == 0) std::memcpy(bytes.data_ptr(), path.data(), path.size());
@@ -73,6 +79,13 @@ int main(int argc, char** argv) {
   const bool any_failed = failed.item<int>() != 0;
   if (rank == 0 && any_failed && rc == 0) {
     std::fprintf(stderr, "a test failed on another rank (see the [rank N] lines)\n");
+  }
+  // Every shared_temp_dir goes, whether its test passed, failed or returned early.
+  if (rank == 0) {
+    for (const std::string& dir : zrt::test::g_temp_dirs) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
   }
   zrt::test::g_world.reset();
   return any_failed ? 1 : 0;

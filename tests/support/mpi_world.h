@@ -12,7 +12,8 @@ namespace zrt::test {
 comm::Comm& world();
 
 // Collective: a fresh directory under /tmp that every rank of `comm` agrees on (rank 0 makes it
-// with mkdtemp, the name is broadcast). The caller removes it (rank 0).
+// with mkdtemp, the name is broadcast). It is removed when the test binary ends, whatever the
+// tests did; a test may remove it earlier (rank 0).
 std::string shared_temp_dir(comm::Comm& comm, const std::string& label);
 
 }  // namespace zrt::test

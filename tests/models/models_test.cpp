@@ -1,0 +1,218 @@
+// models/: the LLaMA family's config.json rules, its KV cache against full forwards, the GPT and
+// MLP shapes, and generate() (models/generate.h) on 1-3 in-process ranks against a plain greedy
+// loop. (Logits against transformers: tests/peers/hf_llama.py.)
+#include <string>
+#include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "comm/local_comm.h"
+#include "core/error.h"
+#include "models/generate.h"
+#include "models/gpt.h"
+#include "models/llama.h"
+#include "models/mlp.h"
+
+namespace zrt::models {
+namespace {
+
+LlamaConfig tiny_llama(const std::string& family = "llama") {
+  LlamaConfig c;
+  c.vocab_size = 61;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;  // GQA
+  c.head_dim = 8;
+  c.max_position_embeddings = 64;
+  c.model_type = family;
+  if (family == "mistral") c.sliding_window = 5;
+  return c;
+}
+
+std::shared_ptr<LlamaForCausalLMImpl> make_llama(const LlamaConfig& c, uint64_t seed = 7) {
+  torch::manual_seed(seed);
+  auto m = std::make_shared<LlamaForCausalLMImpl>(c);
+  m->eval();
+  return m;
+}
+
+// One copy of the same model per rank, made here: the ranks are threads, and torch's default
+// generator, which the initialisation draws from, is shared by them.
+std::vector<std::shared_ptr<LlamaForCausalLMImpl>> models_for(const LlamaConfig& c, int world) {
+  std::vector<std::shared_ptr<LlamaForCausalLMImpl>> out;
+  for (int r = 0; r < world; ++r) out.push_back(make_llama(c));
+  return out;
+}
+
+TEST(LlamaConfig, ReadsAndRefusesByKey) {
+  const Json j = {{"model_type", "qwen2"},        {"vocab_size", 100},
+                  {"hidden_size", 16},            {"intermediate_size", 32},
+                  {"num_hidden_layers", 1},       {"num_attention_heads", 2},
+                  {"num_key_value_heads", 1},     {"max_position_embeddings", 128},
+                  {"tie_word_embeddings", true},  {"hidden_act", "silu"},
+                  {"custom_key", "kept"}};
+  const LlamaConfig c = LlamaConfig::from_json(j, "config.json");
+  EXPECT_EQ(c.model_type, "qwen2");
+  EXPECT_STREQ(family_name(c), "Qwen2");  // what zrt-train's log calls the model
+  EXPECT_TRUE(c.qkv_bias());
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.to_json()["custom_key"], "kept");  // written back as read
+  EXPECT_EQ(c.to_json()["vocab_size"], 100);
+
+  Json bad = j;
+  bad["model_type"] = "gpt_neox";
+  try {
+    LlamaConfig::from_json(bad, "dir/config.json");
+    FAIL() << "another model_type must be refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("gpt_neox"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("dir/config.json"), std::string::npos) << e.what();
+  }
+  bad = j;
+  bad["hidden_act"] = "gelu";
+  EXPECT_THROW(LlamaConfig::from_json(bad, "config.json"), ConfigError);
+}
+
+// Logits of one forward over t tokens equal those of a forward over the first k and then the rest
+// through the KV cache (GQA; Mistral's sliding window shorter than the sequence).
+TEST(Llama, KvCacheEqualsFullForward) {
+  torch::NoGradGuard no_grad;
+  for (const std::string family : {"llama", "mistral", "qwen2"}) {
+    SCOPED_TRACE(family);
+    auto m = make_llama(tiny_llama(family));
+    const at::Tensor tokens = torch::randint(0, 61, {2, 11}, torch::kLong);
+    const at::Tensor full = m->forward(tokens);
+    ASSERT_EQ(full.sizes(), (std::vector<int64_t>{2, 11, 61}));
+    KvCache cache;
+    const at::Tensor head = m->forward(tokens.narrow(1, 0, 4), &cache);
+    std::vector<at::Tensor> parts = {head};
+    for (int64_t t = 4; t < 11; ++t) parts.push_back(m->forward(tokens.narrow(1, t, 1), &cache));
+    EXPECT_EQ(cache.length, 11);
+    EXPECT_TRUE(torch::allclose(torch::cat(parts, 1), full, 1e-5, 1e-5));
+  }
+}
+
+TEST(SmallModels, Shapes) {
+  torch::manual_seed(1);
+  GptConfig g;
+  g.width = 16;
+  g.layers = 1;
+  g.heads = 2;
+  g.context = 8;
+  GptImpl gpt(g);
+  EXPECT_EQ(gpt.forward(torch::randint(0, 256, {3, 8}, torch::kLong)).sizes(),
+            (std::vector<int64_t>{3, 8, 256}));
+  MlpImpl mlp(8, 2);
+  auto [x, y] = regression_data(5, 3);
+  EXPECT_EQ(mlp.forward(x).sizes(), y.sizes());
+  auto [x2, y2] = regression_data(5, 3);
+  EXPECT_TRUE(torch::equal(x, x2));  // seeded: the same examples
+}
+
+TEST(Sampling, NextTokens) {
+  const at::Tensor logits = torch::tensor({{0.1f, 3.0f, 2.9f, -1.0f}, {5.0f, 0.0f, 0.0f, 4.0f}});
+  at::Generator gen = at::detail::createCPUGenerator(3);
+  SamplingOptions greedy;
+  EXPECT_TRUE(torch::equal(next_tokens(logits, greedy, gen), torch::tensor({1, 0}, torch::kLong)));
+  SamplingOptions top1;
+  top1.do_sample = true;
+  top1.top_k = 1;
+  SamplingOptions nucleus;
+  nucleus.do_sample = true;
+  nucleus.top_k = 0;
+  nucleus.top_p = 0.01;  // only the most likely token survives
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_TRUE(torch::equal(next_tokens(logits, top1, gen), torch::tensor({1, 0}, torch::kLong)));
+    EXPECT_TRUE(
+        torch::equal(next_tokens(logits, nucleus, gen), torch::tensor({1, 0}, torch::kLong)));
+  }
+  SamplingOptions top2;
+  top2.do_sample = true;
+  top2.top_k = 2;
+  for (int i = 0; i < 50; ++i) {
+    const int64_t row0 = next_tokens(logits.narrow(0, 0, 1), top2, gen).item<int64_t>();
+    EXPECT_TRUE(row0 == 1 || row0 == 2) << row0;
+  }
+}
+
+// The greedy tokens of a plain loop: a full forward over the whole sequence for every new token.
+std::vector<int64_t> plain_greedy(LlamaForCausalLMImpl& m, std::vector<int64_t> seq, int64_t n,
+                                  int64_t eos) {
+  torch::NoGradGuard no_grad;
+  std::vector<int64_t> out;
+  for (int64_t i = 0; i < n; ++i) {
+    const at::Tensor logits =
+        m.forward(torch::tensor(seq, torch::kLong).view({1, static_cast<int64_t>(seq.size())}));
+    const int64_t next = logits[0][-1].argmax().item<int64_t>();
+    out.push_back(next);
+    seq.push_back(next);
+    if (next == eos) break;
+  }
+  return out;
+}
+
+// generate() on 1-3 ranks (each rank its own copy of the same model: no ZeRO here), prompts of
+// mixed lengths spread over the ranks or replicated: every rank gets every prompt's tokens, and
+// they are the plain loop's.
+TEST(Generate, GreedyEqualsPlainLoopAtEveryWorldSize) {
+  const LlamaConfig c = tiny_llama();
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4, 5}, {6, 7, 8}, {9}, {10, 11}};
+  auto reference_model = make_llama(c);
+  // An eos that the plain loop of prompt 0 reaches: generation of that prompt stops there.
+  const std::vector<int64_t> first = plain_greedy(*reference_model, prompts[0], 6, -1);
+  const int64_t eos = first[2];
+  std::vector<std::vector<int64_t>> expected;
+  for (const auto& p : prompts) expected.push_back(plain_greedy(*reference_model, p, 6, eos));
+  ASSERT_EQ(expected[0].size(), 3u);
+  for (int world : {1, 2, 3}) {
+    for (bool replicate : {false, true}) {
+      SCOPED_TRACE("world " + std::to_string(world) + (replicate ? " replicated" : ""));
+      const auto models = models_for(c, world);
+      comm::run_local_world(world, [&](comm::Comm& comm) {
+        LlamaForCausalLMImpl& m = *models[comm.rank()];
+        GenerateOptions o;
+        o.max_new_tokens = 6;
+        o.eos = {eos};
+        o.replicate = replicate;
+        o.keep_logits = true;
+        o.vocab_size = c.vocab_size;
+        const GenerateResult r = generate(m, comm, prompts, o, 0);
+        EXPECT_EQ(r.generated, expected);
+        ASSERT_EQ(r.first_logits.size(), prompts.size());
+        EXPECT_EQ(r.first_logits[2].sizes(), (std::vector<int64_t>{3, c.vocab_size}));
+        int64_t total = 0;
+        for (const auto& g : expected) total += static_cast<int64_t>(g.size());
+        EXPECT_EQ(r.new_tokens, total);
+      });
+    }
+  }
+}
+
+// Sampled tokens depend on the seed and the prompt's index, not on the world size.
+TEST(Generate, SamplingIsIndependentOfTheWorldSize) {
+  const LlamaConfig c = tiny_llama();
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2}, {3, 4, 5}, {6, 7}, {8, 9, 10}};
+  GenerateOptions o;
+  o.max_new_tokens = 5;
+  o.sampling.do_sample = true;
+  o.sampling.temperature = 1.5;
+  const auto models = models_for(c, 2);
+  std::vector<std::vector<int64_t>> one;
+  comm::run_local_world(1, [&](comm::Comm& comm) {
+    one = generate(*models[0], comm, prompts, o, 42).generated;
+  });
+  comm::run_local_world(2, [&](comm::Comm& comm) {
+    EXPECT_EQ(generate(*models[comm.rank()], comm, prompts, o, 42).generated, one);
+  });
+  comm::run_local_world(1, [&](comm::Comm& comm) {
+    EXPECT_NE(generate(*models[0], comm, prompts, o, 43).generated, one);
+  });
+}
+
+}  // namespace
+}  // namespace zrt::models
