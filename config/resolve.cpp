@@ -243,13 +243,35 @@ comm::CommOptions resolve_comm_options(const Json& config) {
   return out;
 }
 
+namespace {
+
+// `section` without its "auto" values (nested ones too), which the HF-Trainer layer fills later;
+// `keep` stays whatever it holds.
+Json without_auto_values(const Json& section, const char* keep) {
+  if (!section.is_object()) return section;
+  Json out = Json::object();
+  for (const auto& [key, value] : section.items()) {
+    if (key != keep && detail::is_auto_value(value)) continue;
+    out[key] = value.is_object() ? without_auto_values(value, keep) : value;
+  }
+  return out;
+}
+
+}  // namespace
+
+// Read before the HF-Trainer layer fills "auto" values: those of the section's other keys are left
+// out here, so only the stage itself (and the section's shape) can be an error.
 int resolve_zero_stage(const Json& config) {
   if (!config.is_object()) {
     throw ConfigError(str("a DeepSpeed config must be a JSON object, got ", config.type_name()));
   }
+  Json probe = Json::object();
+  if (config.contains("zero_optimization")) {
+    probe["zero_optimization"] = without_auto_values(config["zero_optimization"], "stage");
+  }
   Diagnostics diag;
   ResolvedConfig out;
-  detail::resolve_zero_section(config, diag, out);
+  detail::resolve_zero_section(probe, diag, out);
   diag.throw_if_errors();
   return out.zero.stage;
 }

@@ -19,6 +19,17 @@ phase "main build (LibTorch 2.x from the venv) in $BUILD"
 ZRT_BUILD_DIR="$BUILD" "$ROOT/scripts/build.sh"
 phase "main build done; its tests"
 status=0
+# Tests clean up after themselves, passing or failing: a zrt_* folder the suite leaves in /tmp
+# fails the run (and is removed).
+scratch() { find /tmp -maxdepth 1 -type d -name 'zrt_*' 2>/dev/null | sort; }
+scratch_before="$(scratch)"
 (cd "$BUILD" && ctest --output-on-failure --timeout 900 -j "$(nproc)" "$@") || status=$?
+left="$(comm -13 <(echo "$scratch_before") <(scratch) | sed '/^$/d')"
+if [[ -n "$left" ]]; then
+  echo "test.sh: the tests left these folders in /tmp:"
+  echo "$left"
+  xargs rm -rf <<< "$left"
+  status=1
+fi
 phase "done, exit status $status"
 exit $status

@@ -317,5 +317,22 @@ TEST(ZeroSection, SubGroupSizeIsAcceptedWithAWarningThatItHasNoEffect) {
   EXPECT_FALSE(warned(resolve(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})")));
 }
 
+// resolve_zero_stage: the stage before the HF-Trainer layer has filled "auto" values, read as
+// resolve_config reads it; a bad stage is still an error.
+TEST(Zero, StageAloneBeforeAutoValuesAreFilled) {
+  EXPECT_EQ(resolve_zero_stage(Json::object()), 0);
+  EXPECT_EQ(resolve_zero_stage(Json::parse(R"({"zero_optimization": {"stage": 3,
+      "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+      "offload_param": {"device": "auto", "nvme_path": "auto"}}})")),
+            3);
+  EXPECT_EQ(resolve_zero_stage(Json::parse(R"({"zero_optimization": {"stage": 2}})")), 2);
+  EXPECT_THROW(resolve_zero_stage(Json::parse(R"({"zero_optimization": {"stage": "auto"}})")),
+               ConfigError);
+  EXPECT_THROW(resolve_zero_stage(Json::parse(R"({"zero_optimization": {"stage": 4}})")),
+               ConfigError);
+  EXPECT_THROW(resolve_zero_stage(Json::parse(R"({"zero_optimization": {"stagee": 3}})")),
+               ConfigError);
+}
+
 }  // namespace
 }  // namespace zrt::config

@@ -112,6 +112,15 @@ struct ToolTest : ::testing::Test {
     return std::nullopt;
   }
 
+  // A fake mpirun that writes "ready", then runs for up to 30 s; SIGTERM makes it write `word` to
+  // got_term and exit 42.
+  std::string term_catching_mpirun(const std::string& word) {
+    return script("fake_mpirun", "trap 'echo " + word + " > got_term; exit 42' TERM\n"
+                                 "echo up > ready\n"
+                                 "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n"
+                                 "exit 5\n");
+  }
+
   // Starts zrt-launch with `fake_mpirun`, waits until the fake writes "ready", sends `sig` to the
   // launcher alone and waits for it to end.
   ToolRun signal_when_ready(const std::string& fake_mpirun, int sig) {
@@ -321,12 +330,7 @@ TEST_F(ToolTest, MpirunKilledBySignalGives128PlusSignal) {
 
 // SIGTERM sent to the launcher reaches mpirun, whose exit code the launcher then returns.
 TEST_F(ToolTest, ForwardsSigtermToMpirun) {
-  const std::string fake = script("fake_mpirun",
-                                  "trap 'echo forwarded > got_term; exit 42' TERM\n"
-                                  "echo up > ready\n"
-                                  "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n"
-                                  "exit 5\n");
-  const ToolRun r = signal_when_ready(fake, SIGTERM);
+  const ToolRun r = signal_when_ready(term_catching_mpirun("forwarded"), SIGTERM);
   EXPECT_EQ(r.exit_code, 42) << r.err;
   EXPECT_EQ(read_text(dir.path() + "/got_term"), "forwarded\n");
   EXPECT_LT(r.seconds, 20);
@@ -335,12 +339,7 @@ TEST_F(ToolTest, ForwardsSigtermToMpirun) {
 // A launcher killed by SIGKILL forwards nothing; mpirun still gets SIGTERM (PR_SET_PDEATHSIG), so
 // the ranks do not go on training without it.
 TEST_F(ToolTest, SigkillOfTheLauncherStopsMpirun) {
-  const std::string fake = script("fake_mpirun",
-                                  "trap 'echo stopped > got_term; exit 42' TERM\n"
-                                  "echo up > ready\n"
-                                  "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done\n"
-                                  "exit 5\n");
-  const ToolRun r = signal_when_ready(fake, SIGKILL);
+  const ToolRun r = signal_when_ready(term_catching_mpirun("stopped"), SIGKILL);
   EXPECT_EQ(r.exit_code, 128 + SIGKILL);
   const std::string got = dir.path() + "/got_term";
   for (int i = 0; i < 200 && read_text(got).empty(); ++i) {
