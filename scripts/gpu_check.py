@@ -31,7 +31,8 @@ Checks (each one line: PASS, FAIL or SKIP, a figure; on the device a SKIP of a G
                   CPU half: the CPU checkpointing tests
   fp16_scaling    zrt-train fp16, ZeRO-2, initial scale 2^24, window 3, hysteresis 1: the first
                   steps overflow and are skipped, the scale halves on each overflow and doubles
-                  after every 3 clean steps (DeepSpeed's DynamicLossScaler rule), losses finite
+                  when the clean steps since the last overflow, less one, are a positive multiple of 3
+                  (DeepSpeed 0.19.8's DynamicLossScaler rule), losses finite
                   (the CPU half runs the same on the CPU where LibTorch has fp16 kernels)
   llama_step      zrt-train --model llama (bf16, ZeRO-0, a size that fills a fraction of the GPU):
                   step time and TFLOP/s against the chip's measured bf16 matrix rate, next to the
@@ -401,21 +402,24 @@ def check_gpt_stages(rep, env, work):
 
 
 def scale_rule_ok(scales, window):
-    """DeepSpeed's DynamicLossScaler with hysteresis 1 on the logged per-step scales: each step
-    either halves (an overflow: the step is skipped), keeps, or doubles it, and it doubles exactly
-    when `window` clean steps have passed since the last overflow (or since the start)."""
+    """DeepSpeed 0.19.8's DynamicLossScaler with hysteresis 1 on the logged per-step scales
+    (scales[0] is the initial scale, scales[j + 1] the scale after update j): each update either
+    halves the scale (an overflow: the step is skipped), keeps it, or doubles it, and it doubles
+    exactly when stable = j - last_overflow - 1 is a positive multiple of `window`
+    (last_overflow starts at -1)."""
     def same(a, b):  # the monitor's csv keeps 6 significant digits
         return abs(a - b) <= 1e-5 * abs(b)
 
     last_overflow, overflows = -1, 0
-    for i in range(1, len(scales)):
-        prev, cur = scales[i - 1], scales[i]
+    for j in range(len(scales) - 1):
+        prev, cur = scales[j], scales[j + 1]
         if same(cur, prev / 2):
-            last_overflow, overflows = i, overflows + 1
+            last_overflow, overflows = j, overflows + 1
             continue
-        should_double = (i - last_overflow) % window == 0 if last_overflow >= 0 else i % window == 0
+        stable = j - last_overflow - 1
+        should_double = stable > 0 and stable % window == 0
         if not same(cur, prev * 2 if should_double else prev):
-            return False, overflows, f"step {i}: scale {prev:g} -> {cur:g}"
+            return False, overflows, f"update {j}: scale {prev:g} -> {cur:g}"
     return True, overflows, ""
 
 
