@@ -16,6 +16,7 @@ std::vector<std::string> supported_keys() {
   add(out, "", keys::kTopLevel);
   add(out, "", keys::kIgnoredTopLevel);
   add(out, "", keys::kUnsupportedWhenEnabled);
+  for (const keys::NoEffectKey& k : keys::kNoEffectTopLevel) out.emplace_back(k.key);
   add(out, "fp16.", keys::kFp16);
   add(out, "bf16.", keys::kBf16);
   add(out, "bfloat16.", keys::kBf16);
@@ -24,6 +25,7 @@ std::vector<std::string> supported_keys() {
     out.push_back("zero_optimization." + std::string(r.key));
   }
   add(out, "zero_optimization.", keys::kZero);
+  add(out, "zero_optimization.leaf_module.", keys::kLeafModule);
   add(out, "zero_optimization.offload_param.", keys::kOffloadParam);
   add(out, "zero_optimization.offload_optimizer.", keys::kOffloadOptimizer);
   add(out, "optimizer.", keys::kOptimizer);
@@ -37,6 +39,7 @@ std::vector<std::string> supported_keys() {
   }
   add(out, "checkpoint.", keys::kCheckpoint);
   add(out, "checkpoint.parallel_write.", keys::kCheckpointParallelWrite);
+  add(out, "checkpoint.writer.", keys::kCheckpointWriter);
   add(out, "data_types.", keys::kDataTypes);
   add(out, "tensorboard.", keys::kMonitor);
   add(out, "csv_monitor.", keys::kMonitor);

@@ -39,6 +39,10 @@ inline const KeyList kTopLevel = {"train_batch_size",
                                   "csv_monitor",
                                   "activation_checkpointing",
                                   "aio",
+                                  "gradient_allreduce_op",
+                                  "managed_gradient_accumulation",
+                                  "sequence_parallel_size",
+                                  "data_parallel_size",
                                   "zrt"};
 
 // Top-level DeepSpeed sections ZeroRT does not use: accepted with a warning.
@@ -57,10 +61,25 @@ inline const KeyList kIgnoredTopLevel = {"flops_profiler",
                                          "use_data_before_expert_parallelism",
                                          "weight_quantization"};
 
+// Top-level DeepSpeed keys that act on the Python process or DeepSpeed's own writers: accepted,
+// no effect in ZeroRT, each with its reason.
+struct NoEffectKey {
+  std::string_view key;
+  std::string_view reason;
+};
+inline const std::vector<NoEffectKey> kNoEffectTopLevel = {
+    {"log_level",
+     "sets DeepSpeed's Python logger; ZeroRT's level is --log_level or ZRT_LOG_LEVEL"},
+    {"disable_python_gc", "a Python garbage-collector switch; ZeroRT runs no Python"},
+    {"datastates_ckpt",
+     "DataStates-LLM's asynchronous checkpoint engine; ZeroRT writes its checkpoints with its own "
+     "writer (the same files)"},
+};
+
 // Top-level DeepSpeed features that change training results; rejected when enabled
 // ("enabled": true inside the section).
 inline const KeyList kUnsupportedWhenEnabled = {"data_efficiency", "hybrid_engine",
-                                                "torch_autocast"};
+                                                "torch_autocast", "expert_parallel"};
 
 // A key DeepSpeed 0.19 removed: its presence alone is an error, with DeepSpeed's message
 // (deepspeed/runtime/config.py _REMOVED_TOP_LEVEL_CONFIG_KEYS / _REMOVED_ZERO_CONFIG_KEYS).
@@ -126,7 +145,8 @@ inline const KeyList kFp16 = {"enabled",
                               "consecutive_hysteresis",
                               "min_loss_scale",
                               "fp16_master_weights_and_grads"};
-inline const KeyList kBf16 = {"enabled", "immediate_grad_update"};
+inline const KeyList kBf16 = {"enabled", "immediate_grad_update", "check_grad_overflow",
+                              "bf16_master_weights_and_grads", "bf16_optimizer_states"};
 
 inline const KeyList kZero = {"stage",
                               "contiguous_gradients",
@@ -171,12 +191,22 @@ inline const KeyList kZero = {"stage",
                               "cpu_offload",
                               "cpu_offload_param",
                               "cpu_offload_use_pin_memory",
-                              "stage3_gather_fp16_weights_on_model_save"};
+                              "stage3_gather_fp16_weights_on_model_save",
+                              "compute_grad_norm",
+                              "allgather_sequential",
+                              "stage3_allgather_sequential",
+                              "parameter_alignment",
+                              "enable_sanity_checks",
+                              "save_muon_momentum_buffer_in_memory",
+                              "leaf_module",
+                              "zenflow"};
+inline const KeyList kLeafModule = {"classes", "names", "name_suffixes"};
 inline const KeyList kOffloadParam = {"device",      "nvme_path",  "buffer_count",
                                       "buffer_size", "max_in_cpu", "pin_memory"};
 inline const KeyList kOffloadOptimizer = {"device",     "nvme_path",     "buffer_count",
                                           "pin_memory", "pipeline_read", "pipeline_write",
-                                          "fast_init",  "ratio"};
+                                          "fast_init",  "ratio",
+                                          "super_offload", "cpuadam_cores_perc"};
 
 inline const KeyList kOptimizer = {"type", "params", "legacy_fusion"};
 inline const KeyList kAdamParams = {"lr",           "betas",           "eps",
@@ -213,9 +243,13 @@ inline const KeyList kLRRangeTestParams = {"lr_range_test_min_lr", "lr_range_tes
                                            "last_batch_iteration"};
 
 inline const KeyList kCheckpoint = {"tag_validation", "use_node_local_storage", "load_universal",
-                                    "parallel_write"};
+                                    "parallel_write", "checkpoint_serialization", "writer"};
+inline const KeyList kCheckpointWriter = {"type",          "io_buffer_size", "io_buffer_double",
+                                          "show_statistics", "data_parallel", "decoupled",
+                                          "io_multiplier"};
 inline const KeyList kCheckpointParallelWrite = {"pipeline_stage"};
-inline const KeyList kDataTypes = {"grad_accum_dtype"};
+inline const KeyList kDataTypes = {"grad_accum_dtype", "param_dtype", "buffer_dtype",
+                                   "keep_in_fp32_modules"};
 inline const KeyList kMonitor = {"enabled", "output_path", "job_name"};
 inline const KeyList kActivationCheckpointing = {
     "partition_activations", "contiguous_memory_optimization",

@@ -72,6 +72,37 @@ void resolve_scalars(SectionReader& top, ResolvedConfig& out) {
   if (auto v = top.get_bool("dataloader_drop_last")) out.dataloader_drop_last = *v;
 }
 
+// Top-level keys DeepSpeed 0.19 reads that ZeroRT implements only at their defaults (mean
+// reduction, managed accumulation, no sequence parallelism), and the data-parallel size that
+// deepspeed.initialize() checks against the world.
+void resolve_parallel_keys(SectionReader& top, int world_size) {
+  if (auto op = top.get_string("gradient_allreduce_op")) {
+    if (*op != "mean" && *op != "sum") {
+      top.error("gradient_allreduce_op",
+                str("Invalid gradient_allreduce_op. Supported operations: ['mean', 'sum']. Got: ",
+                    *op));
+    } else if (*op == "sum") {
+      top.error("gradient_allreduce_op",
+                "'sum' (gradients summed over data-parallel ranks, not averaged) is not supported "
+                "by ZeroRT; remove the key or set \"mean\"");
+    }
+  }
+  if (auto managed = top.get_bool("managed_gradient_accumulation"); managed && !*managed) {
+    top.error("managed_gradient_accumulation",
+              "false (the program reduces gradients itself between boundaries) is not supported "
+              "by ZeroRT, whose engine accumulates and reduces them; remove the key or set true");
+  }
+  if (auto sp = top.get_int("sequence_parallel_size", 1); sp && *sp > 1) {
+    top.error("sequence_parallel_size",
+              str(*sp, ": sequence parallelism is not supported by ZeroRT; remove the key or set 1"));
+  }
+  if (auto dp = top.get_int("data_parallel_size", 1); dp && *dp != world_size) {
+    top.error("data_parallel_size",
+              str(*dp, " does not match the job's ", world_size,
+                  " ranks (ZeroRT's data-parallel group is the whole job)"));
+  }
+}
+
 // A key DeepSpeed 0.19 removed, as its DeepSpeedConfig refuses it (any value).
 bool report_removed(const std::vector<keys::RemovedKey>& removed, std::string_view key,
                     const std::string& path, Diagnostics& diag) {
@@ -88,6 +119,12 @@ void check_top_level_keys(const Json& root, Diagnostics& diag) {
   for (const auto& [key, value] : root.items()) {
     if (listed(keys::kTopLevel, key)) continue;
     if (report_removed(keys::kRemovedTopLevel, key, key, diag)) continue;
+    if (auto it = std::find_if(keys::kNoEffectTopLevel.begin(), keys::kNoEffectTopLevel.end(),
+                               [&](const keys::NoEffectKey& k) { return k.key == key; });
+        it != keys::kNoEffectTopLevel.end()) {
+      if (!value.is_null()) diag.note(str(key, ": ", it->reason, "; no effect"));
+      continue;
+    }
     if (listed(keys::kIgnoredTopLevel, key)) {
       diag.warn(str(key, ": DeepSpeed section ignored by ZeroRT"));
       continue;
@@ -140,6 +177,24 @@ void check_cross_section_rules(Diagnostics& diag, ResolvedConfig& out) {
       diag.error("data_types.grad_accum_dtype",
                  str("unsupported mix of model dtype and gradient accumulation type (model ",
                      dtype_name(m), ", gradient accumulation ", dtype_name(g), ")"));
+    }
+  }
+  // zero_optimization.compute_grad_norm: false, as DeepSpeed's stage 1/2 optimizer checks it.
+  if (!out.zero_extra.compute_grad_norm) {
+    const char* kKey = "zero_optimization.compute_grad_norm";
+    if (out.gradient_clipping > 0.0) {
+      diag.error(kKey, "zero_optimization.compute_grad_norm=false requires gradient_clipping=0");
+    } else if (out.zero.offload_optimizer_enabled()) {
+      diag.error(kKey,
+                 "zero_optimization.compute_grad_norm=false does not support optimizer offload");
+    } else if (stage == 1 && out.model_dtype == DType::kBFloat16 &&
+               out.effective_grad_accum_dtype() == DType::kFloat32) {
+      diag.error(kKey,
+                 "zero_optimization.compute_grad_norm=false does not support ZeRO Stage 1 with "
+                 "BF16 parameters and FP32 gradient accumulation");
+    } else {
+      diag.note(str(kKey, ": false: ZeroRT computes the norm anyway (it is logged as grad_norm); "
+                          "the update is the same"));
     }
   }
   // Optimizer acceptance (spec §1.10).
@@ -215,6 +270,7 @@ ResolvedConfig resolve_config(const Json& config, const ResolveOptions& options)
   SectionReader top(config, "", diag);
   resolve_batch_keys(top, options.world_size, diag, out);
   resolve_scalars(top, out);
+  resolve_parallel_keys(top, options.world_size);
   detail::resolve_zero_section(config, diag, out);
   detail::resolve_precision_sections(config, diag, out);
   detail::resolve_optimizer_section(config, diag, out);

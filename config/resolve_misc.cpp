@@ -4,6 +4,8 @@
 // variables give the defaults, the config overrides them).
 #include <algorithm>
 #include <cctype>
+#include <initializer_list>
+#include <optional>
 #include <string>
 
 #include "config/keys.h"
@@ -15,6 +17,37 @@
 
 namespace zrt::config::detail {
 namespace {
+
+// checkpoint.writer: DeepSpeed's fast checkpoint writer. Its values are checked as DeepSpeed
+// checks them; ZeroRT writes the same files with its own writer.
+void resolve_checkpoint_writer(const Json& section, Diagnostics& diag) {
+  SectionReader w(section, "checkpoint.writer", diag);
+  w.check_unknown_keys(keys::kCheckpointWriter, /*strict=*/true);
+  const auto upper_one_of = [&](const char* key, std::initializer_list<const char*> valid) {
+    auto value = w.get_string(key);
+    if (!value) return;
+    std::string upper = *value;
+    std::transform(upper.begin(), upper.end(), upper.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    std::string names;
+    for (const char* v : valid) {
+      if (upper == v) return;
+      names += str(names.empty() ? "" : ", ", "'", v, "'");
+    }
+    diag.error_text(str("writer contains invalid value ", upper, " for ", key,
+                         ", expecting one of [", names, "]"));
+  };
+  upper_one_of("type", {"MOCK", "PYTHON", "FAST"});
+  upper_one_of("data_parallel", {"REPLICA", "SOCKET", "MACHINE"});
+  w.get_int("io_buffer_size", 1);
+  w.get_bool("io_buffer_double");
+  w.get_bool("show_statistics");
+  w.get_bool("decoupled");
+  w.get_int("io_multiplier", 1);
+  diag.note(
+      "checkpoint.writer: DeepSpeed's fast checkpoint writer; ZeroRT writes the same files with "
+      "its own writer: no effect");
+}
 
 void resolve_checkpoint(const Json& root, Diagnostics& diag, ckpt::CheckpointOptions& out) {
   const Json* s = section_object(root, "checkpoint", diag);
@@ -50,6 +83,58 @@ void resolve_checkpoint(const Json& root, Diagnostics& diag, ckpt::CheckpointOpt
       }
     }
   }
+  if (auto zip = r.get_bool("checkpoint_serialization"); zip && !*zip) {
+    diag.note(
+        "checkpoint.checkpoint_serialization: false makes DeepSpeed write torch's legacy (non-zip) "
+        "format; ZeroRT writes the zip format, which torch.load and ZeroRT read alike");
+  }
+  if (const Json* writer = r.get_object("writer")) resolve_checkpoint_writer(*writer, diag);
+}
+
+// data_types.param_dtype must name the dtype the fp16/bf16 flags give (DeepSpeed asserts the
+// same); buffer_dtype is checked against what ZeroRT does with floating buffers (casts them to
+// the training dtype); keep_in_fp32_modules is "auto" or a list of name patterns.
+void resolve_param_and_buffer_dtypes(SectionReader& r, const ResolvedConfig& out) {
+  const DType model = out.fp16.enabled ? DType::kFloat16
+                      : out.bf16.enabled ? DType::kBFloat16
+                                         : DType::kFloat32;
+  const auto read = [&](const char* key) -> std::optional<DType> {
+    auto name = r.get_string(key);
+    if (!name) return std::nullopt;
+    std::string text = *name;
+    if (text.rfind("torch.", 0) == 0) text = text.substr(6);
+    auto dtype = parse_dtype(text);
+    if (!dtype) {
+      r.error(key, str("expected \"fp32\", \"fp16\" or \"bf16\", got \"", *name, "\""));
+    }
+    return dtype;
+  };
+  if (auto p = read("param_dtype"); p && *p != model) {
+    r.error("param_dtype",
+            str("data_types.param_dtype='", r.object()["param_dtype"].get<std::string>(),
+                "' conflicts with the enabled precision mode (model dtype ", dtype_name(model),
+                "). Set the matching fp16/bf16 'enabled' flag or omit data_types.param_dtype."));
+  }
+  if (auto b = read("buffer_dtype"); b && *b != model) {
+    r.error("buffer_dtype",
+            str("ZeroRT casts floating buffers to the training dtype (", dtype_name(model),
+                "); another buffer_dtype is not supported: omit it or set it to match"));
+  }
+  const auto keep_it = r.object().find("keep_in_fp32_modules");
+  const bool keep_given = keep_it != r.object().end() && !keep_it->is_null() &&
+                          !(keep_it->is_string() && *keep_it == "auto");  // "auto": the default
+  if (const Json* keep = keep_given ? &*keep_it : nullptr) {
+    bool ok = keep->is_array();
+    for (const Json& item : ok ? *keep : Json::array()) ok = ok && item.is_string();
+    if (!ok) {
+      r.error("keep_in_fp32_modules",
+              str("must be \"auto\" or a list of name patterns, got ", describe_value(*keep)));
+    } else if (!keep->empty()) {
+      r.diag().warn(
+          "data_types.keep_in_fp32_modules: ZeroRT casts every floating buffer to the training "
+          "dtype; the patterns have no effect");
+    }
+  }
 }
 
 void resolve_data_types(const Json& root, Diagnostics& diag, ResolvedConfig& out) {
@@ -57,6 +142,7 @@ void resolve_data_types(const Json& root, Diagnostics& diag, ResolvedConfig& out
   if (!s) return;
   SectionReader r(*s, "data_types", diag);
   r.check_unknown_keys(keys::kDataTypes, /*strict=*/true);
+  resolve_param_and_buffer_dtypes(r, out);
   auto name = r.get_string("grad_accum_dtype");
   if (!name) return;
   std::string text = *name;

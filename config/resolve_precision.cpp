@@ -79,6 +79,21 @@ void resolve_bf16(const Json& root, Diagnostics& diag, ResolvedConfig& out) {
   r.check_unknown_keys(keys::kBf16, /*strict=*/true);
   if (auto v = r.get_bool("enabled")) out.bf16.enabled = *v;
   if (auto v = r.get_bool("immediate_grad_update")) out.bf16.immediate_grad_update = *v;
+  // DeepSpeed 0.19.8 skips a bf16 step whose gradients are not finite (true, its default) or
+  // applies it (false); ZeroRT stops with an error at such a step either way (docs/DEEPSPEED.md
+  // §1.5).
+  if (auto v = r.get_bool("check_grad_overflow"); v && !*v) {
+    diag.note(str(r.key_path("check_grad_overflow"),
+                  ": false: ZeroRT still checks, and stops with an error at a non-finite gradient "
+                  "rather than apply it"));
+  }
+  for (const char* key : {"bf16_master_weights_and_grads", "bf16_optimizer_states"}) {
+    if (auto v = r.get_bool(key); v && *v) {
+      r.error(key,
+              "not supported by ZeroRT: its master weights, gradient partitions and optimizer "
+              "states are fp32; remove the key or set it to false");
+    }
+  }
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 // keys are errors and "auto" values fall back to the default. Aliases (stage3_*), deprecated
 // keys, the legacy boolean form, stage-dependent defaults and the features ZeroRT does not
 // implement (MiCS) are handled here.
+#include <algorithm>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "config/keys.h"
 #include "config/resolve_sections.h"
@@ -87,6 +89,12 @@ void read_offload_optimizer(const Json& section, Diagnostics& diag,
   read_flag(r, "pipeline_write", o.pipeline_write);
   read_flag(r, "fast_init", o.fast_init);
   if (auto ratio = r.get_number("ratio", NumberRange::unit())) o.ratio = *ratio;
+  r.get_number("cpuadam_cores_perc", NumberRange::unit());
+  if (auto on = r.get_bool("super_offload"); on && *on) {
+    diag.warn(str(r.key_path("super_offload"),
+                  ": SuperOffload overlaps a GPU's work with CPU Adam on superchips; ZeroRT's CPU "
+                  "offload has its own overlap: no effect (cpuadam_cores_perc neither)"));
+  }
 }
 
 // A deprecated boolean that switches an offload section to "cpu".
@@ -141,6 +149,86 @@ void reject_unsupported(SectionReader& r, int stage, ZeroExtraOptions& extra) {
     }
     extra.legacy_stage1 = true;
   }
+}
+
+// A list of strings, or one string (DeepSpeed's leaf_module coerces it to a one-item list).
+void read_string_list(SectionReader& r, std::string_view key, std::vector<std::string>& out) {
+  const Json* v = r.get(key);
+  if (!v) return;
+  if (v->is_string()) {
+    out = {v->get<std::string>()};
+    return;
+  }
+  bool ok = v->is_array();
+  std::vector<std::string> items;
+  for (const Json& item : ok ? *v : Json::array()) {
+    if (!item.is_string()) ok = false;
+    if (ok) items.push_back(item.get<std::string>());
+  }
+  if (!ok) {
+    r.error(key, str("expected a list of strings (or one string), got ", describe_value(*v)));
+    return;
+  }
+  out.clear();
+  for (const std::string& item : items) {  // deduplicated, first occurrence kept
+    if (std::find(out.begin(), out.end(), item) == out.end()) out.push_back(item);
+  }
+}
+
+// zero_optimization.leaf_module: the modules DeepSpeed's ZeRO-3 hooks treat as one unit.
+void read_leaf_module(SectionReader& z, ZeroExtraOptions& extra) {
+  const Json* section = z.get_object("leaf_module");
+  if (!section) return;
+  SectionReader r(*section, z.key_path("leaf_module"), z.diag());
+  r.check_unknown_keys(keys::kLeafModule, /*strict=*/true);
+  read_string_list(r, "classes", extra.leaf_module_classes);
+  read_string_list(r, "names", extra.leaf_module_names);
+  read_string_list(r, "name_suffixes", extra.leaf_module_name_suffixes);
+  if (!extra.leaf_module_names.empty() || !extra.leaf_module_name_suffixes.empty() ||
+      r.has("classes")) {
+    z.diag().warn(str(z.key_path("leaf_module"),
+                      ": ZeroRT's ZeRO-3 units are the ShardUnits the program builds, each gathered "
+                      "and released as one (a leaf in DeepSpeed's sense); put a module that ranks "
+                      "run conditionally inside one ShardUnit. No effect on ShardUnits "
+                      "(config/KEYS.md)"));
+  }
+}
+
+// Keys DeepSpeed 0.19 added to zero_optimization, each with DeepSpeed's meaning where ZeroRT has
+// one (config/KEYS.md lists the treatment of each).
+void read_deepspeed_019_keys(SectionReader& r, const zero::ZeroOptions& z,
+                             ZeroExtraOptions& extra) {
+  read_flag(r, "compute_grad_norm", extra.compute_grad_norm);
+  if (!extra.compute_grad_norm && z.stage != 1 && z.stage != 2) {
+    r.error("compute_grad_norm", "compute_grad_norm=false is supported only with ZeRO Stage 1 or 2");
+  }
+  read_flag(r, pick_name(r, "stage3_allgather_sequential", "allgather_sequential"),
+            extra.allgather_sequential);
+  if (extra.allgather_sequential && z.stage == 3) {
+    r.diag().note(str(kZeroPath,
+                      ".allgather_sequential: no effect: ZeroRT's stage 3 gathers each unit's "
+                      "partitions straight into the unit's flat buffer, with no bucket to bypass"));
+  }
+  if (auto on = r.get_bool("parameter_alignment"); on && *on && (z.stage == 1 || z.stage == 2)) {
+    r.error("parameter_alignment",
+            "true pads ZeRO stage 1/2 flat buffers between parameters to 16 bytes, which changes "
+            "the flat partitions a checkpoint holds; ZeroRT keeps DeepSpeed's unpadded layout: "
+            "remove the key or set it to false");
+  }
+  if (auto on = r.get_bool("enable_sanity_checks"); on && *on) {
+    r.diag().note(str(r.key_path("enable_sanity_checks"),
+                      ": DeepSpeed's internal stage-3 debugging checks; no effect in ZeroRT"));
+  }
+  if (auto on = r.get_bool("save_muon_momentum_buffer_in_memory"); on && *on) {
+    r.diag().warn(str(r.key_path("save_muon_momentum_buffer_in_memory"),
+                      ": ZeroRT has no Muon optimizer; no effect"));
+  }
+  if (r.has("zenflow")) {
+    r.error("zenflow",
+            "ZenFlow (delayed top-k optimizer updates, which change what training computes) is "
+            "not implemented by ZeroRT; remove the section or set it to null");
+  }
+  read_leaf_module(r, extra);
 }
 
 void read_zeropp_and_reject_unsupported(SectionReader& r, zero::ZeroOptions& z,
@@ -317,6 +405,7 @@ void resolve_zero_section(const Json& root, Diagnostics& diag, ResolvedConfig& o
     }
   }
   read_zeropp_and_reject_unsupported(r, z, extra);
+  read_deepspeed_019_keys(r, z, extra);
   apply_stage_rules(diag, z);
 }
 

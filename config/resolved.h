@@ -64,6 +64,17 @@ struct ZeroExtraOptions {
   bool override_module_apply = true;
   bool log_trace_cache_warnings = false;
   bool legacy_stage1 = false;  // true only at stage 0, where DeepSpeed does not read it
+  // false: DeepSpeed skips the gradient norm at stages 1-2 (allowed only without clipping and
+  // CPU offload); ZeroRT computes it anyway, the result is the same.
+  bool compute_grad_norm = true;
+  bool allgather_sequential = false;  // stage3_allgather_sequential; no effect (see KEYS.md)
+  // DeepSpeed's zero_optimization.leaf_module (its defaults: the HF sparse MoE block classes).
+  std::vector<std::string> leaf_module_classes = {
+      "transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock",
+      "transformers.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeSparseMoeBlock",
+      "transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock"};
+  std::vector<std::string> leaf_module_names;
+  std::vector<std::string> leaf_module_name_suffixes;
 };
 
 struct ResolvedConfig {

@@ -399,3 +399,111 @@ TEST(Resolve, WorldSizeMustBePositive) {
 
 }  // namespace
 }  // namespace zrt::config
+
+namespace zrt::config {
+namespace {
+
+using test::resolve;
+using test::resolve_error;
+
+// Keys DeepSpeed 0.19.8 reads that earlier tables lacked: each read with DeepSpeed's meaning,
+// refused where ZeroRT would compute something else, accepted with a note where it cannot apply
+// (tests/peers/ds_config_keys.py checks that every key DeepSpeed reads is accepted).
+TEST(Resolve, DeepSpeed019ZeroKeys) {
+  const std::string base = R"({"train_batch_size": 8, "gradient_clipping": 0,
+                               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                               "zero_optimization": )";
+  auto zero = [&](const std::string& section) { return base + section + "}"; };
+  EXPECT_FALSE(resolve(zero(R"({"stage": 2, "compute_grad_norm": false})"))
+                   .zero_extra.compute_grad_norm);
+  EXPECT_CONTAINS(resolve_error(zero(R"({"stage": 3, "compute_grad_norm": false})")),
+                  "compute_grad_norm=false is supported only with ZeRO Stage 1 or 2");
+  EXPECT_CONTAINS(
+      resolve_error(R"({"train_batch_size": 8, "gradient_clipping": 1.0,
+                       "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                       "zero_optimization": {"stage": 2, "compute_grad_norm": false}})"),
+      "compute_grad_norm=false requires gradient_clipping=0");
+  EXPECT_CONTAINS(resolve_error(zero(R"({"stage": 2, "compute_grad_norm": false,
+                                         "offload_optimizer": {"device": "cpu"}})")),
+                  "does not support optimizer offload");
+  EXPECT_TRUE(resolve(zero(R"({"stage": 3, "stage3_allgather_sequential": true})"))
+                  .zero_extra.allgather_sequential);
+  EXPECT_CONTAINS(resolve_error(zero(R"({"stage": 3, "stage3_allgather_sequential": true,
+                                         "allgather_sequential": true})")),
+                  "two names of the same setting");
+  EXPECT_CONTAINS(resolve_error(zero(R"({"stage": 1, "parameter_alignment": true})")),
+                  "zero_optimization.parameter_alignment: true pads ZeRO stage 1/2 flat buffers");
+  resolve(zero(R"({"stage": 3, "parameter_alignment": true, "enable_sanity_checks": true,
+                   "save_muon_momentum_buffer_in_memory": true, "zenflow": null})"));
+  EXPECT_CONTAINS(resolve_error(zero(R"({"stage": 2, "zenflow": {"topk_ratio": 0.1}})")),
+                  "zero_optimization.zenflow: ZenFlow");
+  const ResolvedConfig leaf = resolve(zero(
+      R"({"stage": 3, "leaf_module": {"classes": "MoeBlock", "names": ["a", "b", "a"]}})"));
+  EXPECT_EQ(leaf.zero_extra.leaf_module_classes, std::vector<std::string>{"MoeBlock"});
+  EXPECT_EQ(leaf.zero_extra.leaf_module_names, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(resolve(zero(R"({"stage": 3})")).zero_extra.leaf_module_classes.size(), 3u);
+  EXPECT_CONTAINS(resolve_error(zero(R"({"stage": 3, "leaf_module": {"names": [1]}})")),
+                  "zero_optimization.leaf_module.names: expected a list of strings");
+  EXPECT_CONTAINS(resolve_error(zero(R"({"stage": 3, "leaf_module": {"name": []}})")),
+                  "zero_optimization.leaf_module.name: unknown key");
+  resolve(zero(R"({"stage": 3, "offload_optimizer": {"device": "cpu", "super_offload": true,
+                                                    "cpuadam_cores_perc": 0.5}})"));
+  EXPECT_CONTAINS(resolve_error(zero(R"({"stage": 3, "offload_optimizer": {
+                                         "cpuadam_cores_perc": 1.5}})")),
+                  "zero_optimization.offload_optimizer.cpuadam_cores_perc: expected a number in");
+}
+
+TEST(Resolve, DeepSpeed019PrecisionCheckpointAndDataTypeKeys) {
+  resolve(R"({"train_batch_size": 8, "bf16": {"enabled": true, "check_grad_overflow": false}})");
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8,
+                                    "bf16": {"enabled": true, "bf16_optimizer_states": true}})"),
+                  "bf16.bf16_optimizer_states: not supported by ZeroRT");
+  EXPECT_CONTAINS(
+      resolve_error(R"({"train_batch_size": 8,
+                        "bfloat16": {"enabled": true, "bf16_master_weights_and_grads": true}})"),
+      "bfloat16.bf16_master_weights_and_grads: not supported by ZeroRT");
+  resolve(R"({"train_batch_size": 8, "checkpoint": {"checkpoint_serialization": false,
+              "writer": {"type": "fast", "data_parallel": "socket", "io_buffer_size": 1024}}})");
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8,
+                                    "checkpoint": {"writer": {"type": "disk"}}})"),
+                  "writer contains invalid value DISK for type, expecting one of ['MOCK', "
+                  "'PYTHON', 'FAST']");
+  resolve(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+              "data_types": {"param_dtype": "bf16", "buffer_dtype": "bf16",
+                             "keep_in_fp32_modules": "auto"}})");
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+                                    "data_types": {"param_dtype": "fp16"}})"),
+                  "data_types.param_dtype='fp16' conflicts with the enabled precision mode");
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8,
+                                    "data_types": {"buffer_dtype": "bf16"}})"),
+                  "data_types.buffer_dtype: ZeroRT casts floating buffers to the training dtype");
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8,
+                                    "data_types": {"keep_in_fp32_modules": "rotary"}})"),
+                  "data_types.keep_in_fp32_modules: must be \"auto\" or a list of name patterns");
+}
+
+TEST(Resolve, DeepSpeed019TopLevelKeys) {
+  const ResolvedConfig ok = resolve(R"({"train_batch_size": 8, "gradient_allreduce_op": "mean",
+      "managed_gradient_accumulation": true, "sequence_parallel_size": 1,
+      "data_parallel_size": 2, "log_level": "info", "disable_python_gc": true,
+      "datastates_ckpt": {"enabled": false}, "expert_parallel": {"enabled": false}})",
+                                    /*world_size=*/2);
+  EXPECT_TRUE(ok.warnings.empty() || ok.warnings.size() == 1);  // expert_parallel: ignored
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8, "gradient_allreduce_op": "sum"})"),
+                  "gradient_allreduce_op: 'sum' (gradients summed");
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8, "gradient_allreduce_op": "max"})"),
+                  "Invalid gradient_allreduce_op. Supported operations: ['mean', 'sum']");
+  EXPECT_CONTAINS(
+      resolve_error(R"({"train_batch_size": 8, "managed_gradient_accumulation": false})"),
+      "managed_gradient_accumulation: false");
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8, "sequence_parallel_size": 2})"),
+                  "sequence_parallel_size: 2: sequence parallelism is not supported");
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8, "data_parallel_size": 4})", 2),
+                  "data_parallel_size: 4 does not match the job's 2 ranks");
+  EXPECT_CONTAINS(
+      resolve_error(R"({"train_batch_size": 8, "expert_parallel": {"enabled": true}})"),
+      "expert_parallel: this DeepSpeed feature is not supported by ZeroRT");
+}
+
+}  // namespace
+}  // namespace zrt::config
