@@ -34,6 +34,9 @@ if(ZRT_TORCH STREQUAL "venv")
     if(NOT ZRT_TORCH_EXPORT_${_var})
       set(ZRT_TORCH_EXPORT_${_var} "")
     endif()
+    # Paths inside this machine's torch become paths inside the user's (ZeroRTConfig.cmake.in).
+    string(REPLACE "${TORCH_INSTALL_PREFIX}" "\${ZeroRT_TORCH_ROOT}" ZRT_TORCH_EXPORT_${_var}
+                   "${ZRT_TORCH_EXPORT_${_var}}")
   endforeach()
 endif()
 configure_package_config_file(${ZRT_SOURCE_ROOT}/cmake/ZeroRTConfig.cmake.in
