@@ -34,11 +34,12 @@ namespace zrt::launch {
 namespace {
 
 std::atomic<pid_t> g_child{0};
-std::atomic<bool> g_interrupted{false};  // a SIGINT arrived (Ctrl-C or kill -INT)
+std::atomic<int> g_stop_signal{0};  // the first SIGINT, SIGTERM or SIGHUP that arrived
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
 void forward_signal(int sig, siginfo_t* info, void*) {
-  if (sig == SIGINT) g_interrupted.store(true);
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);
   const pid_t child = g_child.load();
   if (child > 0 && (info == nullptr || info->si_code != SI_KERNEL)) kill(child, sig);
 }
@@ -197,7 +198,7 @@ int run_and_wait(const std::vector<std::string>& argv, const EnvVars& env) {
   {
     SignalForwarding forwarding;  // blocks the signals until the child's pid is known
     prctl(PR_SET_CHILD_SUBREAPER, 1);  // Note [Waiting for the ranks]
-    g_interrupted.store(false);
+    g_stop_signal.store(0);
     const pid_t launcher = getpid();
     pid = fork();
     if (pid == 0) {
@@ -238,8 +239,13 @@ int run_and_wait(const std::vector<std::string>& argv, const EnvVars& env) {
     ZRT_CHECK(pid > 0, "cannot start '", argv[0], "': fork failed: ", std::strerror(fork_errno));
     ZRT_CHECK(n != static_cast<ssize_t>(sizeof(exec_errno)), "cannot start '", argv[0],
               "': ", std::strerror(exec_errno));
-    // Interrupted: the shell's code for SIGINT, whatever mpirun made of it (it exits 1).
-    if (g_interrupted.load()) return 128 + SIGINT;
+    // Stopped by a signal: the shell's code for it, whatever mpirun made of it (it exits 1).
+    if (const int sig = g_stop_signal.load(); sig != 0) {
+      std::fprintf(stderr,
+                   "zrt-launch: stopped by %s: sent on to mpirun, which ended the ranks\n",
+                   sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP");
+      return 128 + sig;
+    }
     return exit_code_from_status(status);
   }
 }

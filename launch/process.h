@@ -20,8 +20,8 @@ int exit_code_from_status(int status);
 // Runs argv[0] (a path) with argv and the current environment plus `env` (which wins), forwards
 // SIGINT, SIGTERM and SIGHUP sent to this process (Note [Forwarding signals]), waits for it and
 // for the processes it leaves behind (Note [Waiting for the ranks]) and returns
-// exit_code_from_status, or 130 when a SIGINT arrived. Throws Error when the program cannot be
-// started.
+// exit_code_from_status, or 128 + the signal when a SIGINT, SIGTERM or SIGHUP arrived (saying so
+// on stderr). Throws Error when the program cannot be started.
 int run_and_wait(const std::vector<std::string>& argv, const EnvVars& env);
 
 }  // namespace zrt::launch

@@ -123,10 +123,12 @@ struct ToolTest : ::testing::Test {
 
   // Starts zrt-launch with `fake_mpirun`, waits until the fake writes "ready", sends `sig` to the
   // launcher alone and waits for it to end.
-  ToolRun signal_when_ready(const std::string& fake_mpirun, int sig) {
+  ToolRun signal_when_ready(const std::string& fake_mpirun, int sig,
+                            const std::vector<std::string>& program = {"true"}) {
     const auto start = std::chrono::steady_clock::now();
-    const pid_t pid =
-        start_tool({"--np", "1", "--mpirun", fake_mpirun, "--", "true"}, dir.path(), {});
+    std::vector<std::string> args = {"--np", "1", "--mpirun", fake_mpirun, "--"};
+    args.insert(args.end(), program.begin(), program.end());
+    const pid_t pid = start_tool(args, dir.path(), {});
     const std::string ready = dir.path() + "/ready";
     for (int i = 0; i < 200 && !std::filesystem::exists(ready); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -328,12 +330,32 @@ TEST_F(ToolTest, MpirunKilledBySignalGives128PlusSignal) {
   EXPECT_EQ(run({"--np", "1", "--mpirun", fake, "--", "true"}).exit_code, 128 + SIGKILL);
 }
 
-// SIGTERM sent to the launcher reaches mpirun, whose exit code the launcher then returns.
+// SIGTERM sent to the launcher reaches mpirun; the launcher says so and exits with the shell's
+// code for SIGTERM (mpirun's own, here 42, would hide why the job ended).
 TEST_F(ToolTest, ForwardsSigtermToMpirun) {
   const ToolRun r = signal_when_ready(term_catching_mpirun("forwarded"), SIGTERM);
-  EXPECT_EQ(r.exit_code, 42) << r.err;
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  EXPECT_NE(r.err.find("zrt-launch: stopped by SIGTERM"), std::string::npos) << r.err;
   EXPECT_EQ(read_text(dir.path() + "/got_term"), "forwarded\n");
   EXPECT_LT(r.seconds, 20);
+}
+
+// A job stopped by SIGTERM: the launcher names the newest complete checkpoint-N of the program's
+// --output_dir (checkpoint-6 has no `latest` yet: a save in progress) and how to resume.
+TEST_F(ToolTest, SigtermNamesTheNewestCheckpoint) {
+  for (const char* step : {"2", "10", "6"}) {
+    std::filesystem::create_directories(dir.path() + "/out/checkpoint-" + std::string(step));
+  }
+  dir.write("out/checkpoint-2/latest", "global_step2");
+  dir.write("out/checkpoint-10/latest", "global_step10");
+  const ToolRun r = signal_when_ready(term_catching_mpirun("forwarded"), SIGTERM,
+                                      {"true", "--output_dir", dir.path() + "/out"});
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.err;
+  const std::string newest = dir.path() + "/out/checkpoint-10";
+  EXPECT_NE(r.err.find("the newest checkpoint is " + newest + "; to go on, run the same command "
+                       "with --resume_from_checkpoint " + newest),
+            std::string::npos)
+      << r.err;
 }
 
 // A launcher killed by SIGKILL forwards nothing; mpirun still gets SIGTERM (PR_SET_PDEATHSIG), so
