@@ -52,6 +52,17 @@ struct OpQueue::Core {
   std::string fatal;  // non-empty once broken
   std::thread thread;
   CommTimes times;  // guarded by mutex
+  // Note [Waited time is a union]: threads can wait at once (the step and a backward hook);
+  // exposed_seconds adds the time during which at least one waited, so it never exceeds the
+  // time a collective was running or queued. Guarded by mutex.
+  int waiters = 0;
+  Clock::time_point waiting_since;
+  void begin_wait_locked() {
+    if (waiters++ == 0) waiting_since = Clock::now();
+  }
+  void end_wait_locked() {
+    if (--waiters == 0) times.exposed_seconds += seconds_since(waiting_since);
+  }
 
   void mark_broken(const std::string& message) {
     if (fatal.empty()) fatal = message;
@@ -187,12 +198,11 @@ class QueuedWork final : public Work {
 
   void wait() override {
     std::unique_lock<std::mutex> lock(core_->mutex);
-    const Clock::time_point start = Clock::now();
-    struct AddWaited {  // on every way out, including the throws
+    struct AddWaited {  // on every way out, including the throws (the lock is held then)
       OpQueue::Core& core;
-      Clock::time_point start;
-      ~AddWaited() { core.times.exposed_seconds += seconds_since(start); }
-    } add_waited{*core_, start};
+      explicit AddWaited(OpQueue::Core& c) : core(c) { core.begin_wait_locked(); }
+      ~AddWaited() { core.end_wait_locked(); }
+    } add_waited{*core_};
     for (;;) {
       if (op_->status == Status::kDone) return;
       if (op_->status == Status::kFailed) std::rethrow_exception(op_->error);
@@ -263,10 +273,11 @@ std::shared_ptr<Work> OpQueue::submit(const OpInfo& info, std::function<void()> 
         !core_->running) {
       // Note [The caller runs what it waits for]
       core_->start_locked(op);
+      core_->begin_wait_locked();  // the caller waits it all
       lock.unlock();
       std::exception_ptr error = Core::run_body(*op);
       lock.lock();
-      core_->times.exposed_seconds += seconds_since(op->started);  // the caller waited it all
+      core_->end_wait_locked();
       core_->finish_locked(*op, error);
       // Another thread may have queued a collective meanwhile: the queue's thread, asleep until
       // this one's deadline, starts it now.

@@ -311,6 +311,21 @@ TEST(OpQueueCallerRuns, ACollectiveQueuedMeanwhileStartsWhenTheCallersEnds) {
   EXPECT_GE(q.times().exposed_seconds, 0.45);
 }
 
+// Note [Waited time is a union]: two threads waiting for one collective at once add its time
+// once, so the time waited never exceeds the time the collectives took.
+TEST(OpQueueTimes, ConcurrentWaitersCountOnce) {
+  OpQueue q("test", 0, 60.0, /*caller_runs=*/false);
+  auto work = q.submit(barrier_info(1),
+                       [] { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }, {});
+  std::thread other([&] { work->wait(); });
+  work->wait();
+  other.join();
+  const CommTimes t = q.times();
+  EXPECT_GE(t.busy_seconds, 0.29);
+  EXPECT_GE(t.exposed_seconds, 0.2);
+  EXPECT_LE(t.exposed_seconds, t.busy_seconds + 0.05) << "two waits of one collective counted twice";
+}
+
 TEST(OpQueueCallerRuns, AFailureOnTheCallersThreadBreaksTheQueueLikeAnyOther) {
   OpQueue q("test", 3, 5.0, /*caller_runs=*/true);
   std::shared_ptr<Work> work;
