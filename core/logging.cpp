@@ -22,6 +22,18 @@ struct LogState {
   std::FILE* rank_file = nullptr;  // ZRT_LOG_DIR's file, opened on the first line
   bool rank_file_tried = false;
   LogState() {
+    // Until the communicator sets it, the launcher's rank: lines logged before MPI starts (a
+    // config's warnings) then come once per job, not once per rank.
+    for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK"}) {
+      const char* env = std::getenv(name);
+      if (env == nullptr || *env == '\0') continue;
+      char* end = nullptr;
+      const long r = std::strtol(env, &end, 10);
+      if (*end == '\0' && r >= 0) {
+        rank = static_cast<int>(r);
+        break;
+      }
+    }
     if (const char* env = std::getenv("ZRT_LOG_LEVEL"); env != nullptr && *env != '\0') {
       try {
         level = static_cast<int>(parse_log_level(env));
