@@ -234,6 +234,30 @@ void Engine::build_flat(std::vector<std::vector<zero::NamedParam>> groups) {
                                                        config_.gradient_options(), config_.aio);
 }
 
+namespace {
+
+// ZeRO-3 with most of the trainable parameters in no ShardUnit would silently be ZeRO-2 for
+// them: LibTorch modules have no forward hooks, so only the program's units are gathered and
+// released (Note [ShardUnit], zero/shard_unit.h). Said once per job.
+void warn_unpartitioned(const zero::Stage3Layout& layout, int world_size) {
+  if (world_size < 2) return;
+  int64_t trainable = 0, outside = 0;
+  for (const zero::Stage3Param& p : layout.params()) {
+    if (p.group < 0) continue;
+    trainable += p.numel;
+    if (p.unit == layout.num_units()) outside += p.numel;
+  }
+  if (trainable == 0 || outside * 2 <= trainable) return;
+  ZRT_LOG_WARN("ZeRO-3: ", outside, " of the ", trainable, " trainable parameter elements (",
+               (outside * 100) / trainable, "%) are in no zrt::ShardUnit",
+               layout.num_units() == 0 ? " (the model has none)" : "",
+               ", so they stay whole on every rank; only their gradients and optimizer states ",
+               "are partitioned. Declare the repeated blocks as zrt::ShardUnit<Block> to ",
+               "partition them (README, \"Using ZeroRT from C++\"; models/gpt.h)");
+}
+
+}  // namespace
+
 void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
                           const zero::CollectedParams& collected, bool inference) {
   zero::ShardUnits found = zero::find_shard_units(*model_, collected.aliases);
@@ -258,6 +282,7 @@ void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
       comm_->rank(), z.param_persistence_threshold, z.model_persistence_threshold,
       z.offload_param_enabled(), swap ? &*swap : nullptr);
   layout->partition();
+  warn_unpartitioned(*layout, comm_->size());
   states_ = std::make_unique<runtime::Stage3ModelStates>(std::move(layout), std::move(found.units),
                                                          comm_, z, config_.gradient_options(),
                                                          inference, config_.aio);

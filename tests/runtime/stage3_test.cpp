@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "core/error.h"
+#include "core/logging.h"
 #include "core/shard.h"
 #include "runtime/gathered_parameters.h"
 #include "runtime/initialize.h"
@@ -62,6 +63,39 @@ TEST(Stage3Inference, OutputsEqualTheUnshardedModel) {
     // Note [Stage 3 on one rank]: parameters are views of their partitions, never gathered.
     EXPECT_EQ(states.coordinator().stats().peak_gathered_bytes, 0);
     EXPECT_EQ(states.coordinator().stats().all_gathers, 0);
+  }
+}
+
+// A model with no ShardUnit at stage 3 is not partitioned; the job is told so once (rank 0), with
+// the share of trainable elements left whole. A model built of units is not warned about.
+TEST(Stage3Units, AModelWithoutUnitsIsWarnedAbout) {
+  std::vector<std::string> warnings;
+  set_log_sink([&](LogLevel level, const std::string& line) {
+    if (level == LogLevel::kWarn) warnings.push_back(line);
+  });
+  auto count = [&] {
+    int n = 0;
+    for (const std::string& w : warnings) n += w.find("in no zrt::ShardUnit") != std::string::npos;
+    return n;
+  };
+  {
+    auto plain = std::make_shared<torch::nn::SequentialImpl>(torch::nn::Linear(16, 64),
+                                                             torch::nn::Linear(64, 1));
+    auto engine = make_engine(plain, stage3_config(true, false));
+  }
+  const int without_units = count();
+  {
+    auto model = std::make_shared<test::TinyStackImpl>(true);
+    auto engine = make_engine(model, stage3_config(true, false));
+  }
+  set_log_sink(nullptr);
+  const bool rank0_of_many = test::world().size() > 1 && test::world().rank() == 0;
+  EXPECT_EQ(without_units, rank0_of_many ? 1 : 0);
+  EXPECT_EQ(count(), without_units) << "a model of units was warned about";
+  if (rank0_of_many) {
+    EXPECT_NE(warnings.front().find("(100%) are in no zrt::ShardUnit (the model has none)"),
+              std::string::npos)
+        << warnings.front();
   }
 }
 
