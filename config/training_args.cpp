@@ -27,6 +27,31 @@ void check_choice(const char* flag, const std::string& value,
       str("argument --", flag, ": invalid choice: '", value, "' (choose from ", list, ")"));
 }
 
+// HF's trainer_log_levels and "passive".
+const std::vector<std::string> kLogLevels = {"debug", "info",     "warning",
+                                             "error", "critical", "passive"};
+
+// --report_to: "all" is both of ZeroRT's reporters, "none" none; sorted, each once.
+std::vector<std::string> normalized_reports(const std::vector<std::string>& report_to) {
+  std::vector<std::string> reports;
+  for (const std::string& r : report_to) {
+    if (r == "none") continue;
+    if (r == "all") {
+      reports.insert(reports.end(), {"tensorboard", "csv"});
+      continue;
+    }
+    if (r != "tensorboard" && r != "csv") {
+      throw UsageError(str("--report_to ", r,
+                           ": ZeroRT reports to 'tensorboard' (event files) and 'csv'; use "
+                           "'none', 'all' or those"));
+    }
+    reports.push_back(r);
+  }
+  std::sort(reports.begin(), reports.end());
+  reports.erase(std::unique(reports.begin(), reports.end()), reports.end());
+  return reports;
+}
+
 const std::vector<std::string> kSchedulerTypes = {"linear",
                                                   "cosine",
                                                   "cosine_with_restarts",
@@ -62,6 +87,8 @@ void TrainingArguments::validate() {
   check_choice("eval_strategy", eval_strategy, {"no", "steps", "epoch"});
   check_choice("save_strategy", save_strategy, {"no", "steps", "epoch", "best"});
   check_choice("logging_strategy", logging_strategy, {"no", "steps", "epoch"});
+  check_choice("log_level", log_level, kLogLevels);
+  check_choice("log_level_replica", log_level_replica, kLogLevels);
   if (eval_strategy != "no") do_eval = true;  // as HF's __post_init__
   if (eval_strategy == "steps" && (!eval_steps || *eval_steps == 0)) {
     if (logging_steps > 0) {
@@ -100,23 +127,7 @@ void TrainingArguments::validate() {
     const std::string& m = *metric_for_best_model;
     greater_is_better = !(m.size() >= 4 && m.compare(m.size() - 4, 4, "loss") == 0);
   }
-  std::vector<std::string> reports;
-  for (const std::string& r : report_to) {
-    if (r == "none") continue;
-    if (r == "all") {
-      reports.insert(reports.end(), {"tensorboard", "csv"});
-      continue;
-    }
-    if (r != "tensorboard" && r != "csv") {
-      throw UsageError(str("--report_to ", r,
-                           ": ZeroRT reports to 'tensorboard' (event files) and 'csv'; use "
-                           "'none', 'all' or those"));
-    }
-    reports.push_back(r);
-  }
-  std::sort(reports.begin(), reports.end());
-  reports.erase(std::unique(reports.begin(), reports.end()), reports.end());
-  report_to = reports;
+  report_to = normalized_reports(report_to);
   check_choice("lr_scheduler_type", lr_scheduler_type, kSchedulerTypes);
   check_choice("fp16_backend", fp16_backend, kBackends);
   check_choice("half_precision_backend", half_precision_backend, kBackends);
@@ -176,6 +187,7 @@ const std::vector<std::string>& training_bool_flags() {
                                                   "gradient_checkpointing",
                                                   "use_cpu",
                                                   "load_best_model_at_end",
+                                                  "save_only_model",
                                                   "greater_is_better"};
   return kFlags;
 }
@@ -190,7 +202,6 @@ const std::vector<IgnoredTrainingArgument>& ignored_training_arguments() {
       {"optim_args", false},
       {"optim_target_modules", false},
       {"average_tokens_across_devices", true},
-      {"label_smoothing_factor", false},
       {"tf32", true},
       {"activation_checkpointing", true},
       {"activation_checkpointing_kwargs", false},
@@ -205,8 +216,6 @@ const std::vector<IgnoredTrainingArgument>& ignored_training_arguments() {
       {"log_on_each_node", true},
       {"logging_nan_inf_filter", true},
       {"include_num_input_tokens_seen", false},
-      {"log_level", false},
-      {"log_level_replica", false},
       {"disable_tqdm", true},
       {"project", false},
       {"trackio_space_id", false},
@@ -220,7 +229,6 @@ const std::vector<IgnoredTrainingArgument>& ignored_training_arguments() {
       {"eval_accumulation_steps", false},
       {"include_for_metrics", false},
       {"batch_eval_metrics", true},
-      {"save_only_model", true},
       {"enable_jit_checkpoint", true},
       {"push_to_hub", true},
       {"hub_token", false},

@@ -28,6 +28,16 @@ struct TrainingArguments {
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;
+  // HF's LabelSmoother epsilon: (1 - e) x cross entropy + e x the mean over the vocabulary of
+  // -log p, per token (torch's cross_entropy label_smoothing); in [0, 1].
+  double label_smoothing_factor = 0.0;
+  // checkpoint-N holds the model only (TrainerOptions::save_model), no optimizer or schedule: it
+  // cannot be resumed from.
+  bool save_only_model = false;
+  // HF's log levels: rank 0's and the other ranks' (debug, info, warning, error, critical, or
+  // passive: ZRT_LOG_LEVEL's, else info). The Trainer applies them when it is built.
+  std::string log_level = "passive";
+  std::string log_level_replica = "warning";
   double num_train_epochs = 3.0;
   int64_t max_steps = -1;  // > 0 overrides num_train_epochs
   std::string lr_scheduler_type = "linear";

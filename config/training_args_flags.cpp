@@ -76,9 +76,21 @@ Json checked_checkpointing_kwargs(const cxxopts::ParseResult& result) {
 // Flags accepted for compatibility: recorded in `a.ignored` with a warning that they have no
 // effect; --auto_find_batch_size with a warning about the part it has.
 void warn_about_effects(const cxxopts::ParseResult& result, TrainingArguments* a) {
+  if (result.count("group_by_length")) {
+    throw UsageError(
+        "--group_by_length: transformers 5 removed this flag (its TrainingArguments has no such "
+        "field; the sampler is --train_sampling_strategy group_by_length, which ZeroRT does not "
+        "implement)");
+  }
   for (const auto& ignored : ignored_training_arguments()) {
     if (result.count(ignored.name) == 0) continue;
     const std::string value = result[ignored.name].as<std::string>();
+    // Another batch order changes what is trained: only the default is accepted.
+    ZRT_CHECK_AS(UsageError,
+                 ignored.name != std::string("train_sampling_strategy") || value == "random",
+                 "--train_sampling_strategy ", value,
+                 ": ZeroRT draws batches in the HF Trainer's default order (\"random\") only; "
+                 "\"sequential\" and \"group_by_length\" are not implemented");
     a->ignored.emplace_back(ignored.name, value);
     ZRT_LOG_WARN("--", ignored.name, " ", value,
                  ": accepted for compatibility with transformers' TrainingArguments; it has no "
@@ -107,6 +119,41 @@ void add_ignored_arguments(cxxopts::Options& options) {
       group(ignored.name, "no effect in ZeroRT", cxxopts::value<std::string>());
     }
   }
+}
+
+// The rest of add_training_arguments: the loss, model-only checkpoints and log levels.
+void add_more_training_arguments(cxxopts::Options& options) {
+  using cxxopts::value;
+  options.add_options("Training arguments")(
+      "label_smoothing_factor",
+      "Label smoothing epsilon of the language-model loss (HF's LabelSmoother), in [0, 1]",
+      value<double>()->default_value("0.0"))(
+      "save_only_model",
+      "checkpoint-N holds only the model (and trainer_state.json): not resumable",
+      value<std::string>()->default_value("false")->implicit_value("true"))(
+      "log_level",
+      "rank 0's log level: debug, info, warning, error, critical or passive (ZRT_LOG_LEVEL's)",
+      value<std::string>()->default_value("passive"))(
+      "log_level_replica", "the other ranks' log level (as --log_level)",
+      value<std::string>()->default_value("warning"));
+}
+
+// Flags transformers 5 removed: declared so that using one is refused with a hint
+// (warn_about_effects) rather than cxxopts' "does not exist".
+void add_removed_arguments(cxxopts::Options& options) {
+  options.add_options("Removed in transformers 5 (refused)")(
+      "group_by_length", "now --train_sampling_strategy group_by_length",
+      cxxopts::value<std::string>()->implicit_value("true"));
+}
+
+void parse_more_training_arguments(const cxxopts::ParseResult& result, TrainingArguments& a) {
+  a.max_grad_norm = result["max_grad_norm"].as<double>();
+  a.label_smoothing_factor = result["label_smoothing_factor"].as<double>();
+  ZRT_CHECK_AS(UsageError, a.label_smoothing_factor >= 0.0 && a.label_smoothing_factor <= 1.0,
+               "--label_smoothing_factor must be in [0, 1], got ", a.label_smoothing_factor);
+  a.save_only_model = parse_hf_bool(result["save_only_model"].as<std::string>());
+  a.log_level = result["log_level"].as<std::string>();
+  a.log_level_replica = result["log_level_replica"].as<std::string>();
 }
 
 }  // namespace
@@ -185,7 +232,9 @@ void add_training_arguments(cxxopts::Options& options) {
       "run_name", "Name of the run (TensorBoard folder)", value<std::string>())(
       "report_to", "tensorboard, csv, all or none (comma-separated)",
       value<std::string>()->default_value("none"));
+  add_more_training_arguments(options);
   add_ignored_arguments(options);
+  add_removed_arguments(options);
 }
 
 TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
@@ -206,7 +255,7 @@ TrainingArguments parse_training_arguments(const cxxopts::ParseResult& result) {
   a.adam_beta1 = f64("adam_beta1");
   a.adam_beta2 = f64("adam_beta2");
   a.adam_epsilon = f64("adam_epsilon");
-  a.max_grad_norm = f64("max_grad_norm");
+  parse_more_training_arguments(result, a);
   a.num_train_epochs = f64("num_train_epochs");
   a.max_steps = i64("max_steps");
   a.lr_scheduler_type = text("lr_scheduler_type");

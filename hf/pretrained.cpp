@@ -356,7 +356,8 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
   comm::Comm& comm = engine.comm();
   const bool writer = comm.rank() == 0;
   const std::vector<SaveItem> items = save_items(engine);
-  const auto shards = plan_shards(items, options.max_shard_size);
+  auto shards = plan_shards(items, options.max_shard_size);
+  if (!options.weights) shards.clear();
   const auto groups = engine.model_states().group_partitions();
   ckpt::PosixStorage storage;
   std::exception_ptr failure;
@@ -422,8 +423,10 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
     failure = std::current_exception();
   }
   vote(comm, failure, dir);
-  ZRT_LOG_INFO("saved ", items.size(), " tensors (", total >> 20, " MiB) to ", dir, " in ",
-               shards.size(), " file(s)");
+  if (options.weights) {
+    ZRT_LOG_INFO("saved ", items.size(), " tensors (", total >> 20, " MiB) to ", dir, " in ",
+                 shards.size(), " file(s)");
+  }
 }
 
 std::vector<std::string> hf_tokenizer_and_generation_files() {

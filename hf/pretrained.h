@@ -66,6 +66,10 @@ struct SavePretrainedOptions {
   // generation_config.json), so that the saved folder serves text as the source did.
   std::string extra_files_from;
   std::vector<std::string> extra_files;
+  // false: config.json and the extra files only, no weights (transformers' save_model under
+  // ZeRO-3 without stage3_gather_16bit_weights_on_model_save); weight files already in `dir` are
+  // removed, as HF removes its empty ones.
+  bool weights = true;
 };
 
 // The tokenizer and generation files of an HF model folder (tokenizer.model, tokenizer.json,

@@ -67,6 +67,10 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, config::TrainingArgum
     if (p.requires_grad()) num_params_ += p.numel();
   }
   comm_ = options_.comm ? options_.comm : comm::init_from_env();
+  // HF's Trainer sets the process's log level: --log_level on rank 0, --log_level_replica on the
+  // others ("passive" leaves ZRT_LOG_LEVEL's; ZeroRT's highest level, error, stands for critical).
+  const std::string& level = comm_->rank() == 0 ? args_.log_level : args_.log_level_replica;
+  if (level != "passive") set_log_level(parse_log_level(level == "critical" ? "error" : level));
   // Read once, here: a bad file fails the constructor, and every later question about the
   // config (stage3_config, initialize) reads this copy.
   if (!options_.deepspeed_config) {
@@ -160,8 +164,14 @@ std::vector<std::string> Trainer::checkpoints() const {
     const int64_t step = step_of(entry.path().filename().string());
     if (step < 0 || !entry.is_directory()) continue;
     const auto tag = ckpt::read_latest(entry.path().string());
-    if (!tag ||
-        ckpt::check_tag(entry.path().string(), *tag, ckpt::VerifyLevel::kSizes).size() != 0) {
+    // save_only_model folders hold no engine checkpoint: trainer_state.json, written last, marks
+    // them complete (they count for save_total_limit; a resume from one is refused as not
+    // resumable).
+    const bool model_only = args_.save_only_model && !tag &&
+                            fs::exists(entry.path() / "trainer_state.json", ec);
+    if (!model_only &&
+        (!tag ||
+         ckpt::check_tag(entry.path().string(), *tag, ckpt::VerifyLevel::kSizes).size() != 0)) {
       continue;  // incomplete (a crash during save)
     }
     found.emplace_back(step, entry.path().string());
@@ -205,7 +215,15 @@ void Trainer::save(int64_t epoch, int64_t batches_in_epoch, double epoch_f) {
   position.set("world_size", comm_->size());
   ckpt::Value client = ckpt::Value::dict();
   client.set("zrt_trainer", std::move(position));
-  engine_->save_checkpoint(dir, std::nullopt, client);
+  // HF's _save_checkpoint: save_model(checkpoint-N), then the optimizer and schedule (here the
+  // engine checkpoint), skipped with save_only_model unless the model could not be saved whole
+  // (ZeRO-3 without gathering 16-bit weights: HF's save_model then saves the engine checkpoint).
+  if (options_.save_model) options_.save_model(*engine_, dir);
+  const bool weights_in_engine_only =
+      engine_->zero_stage() == 3 && !engine_->config().zero.gather_16bit_weights_on_model_save;
+  if (!args_.save_only_model || weights_in_engine_only || !options_.save_model) {
+    engine_->save_checkpoint(dir, std::nullopt, client);
+  }
   epoch_ = epoch_f;
   if (best_global_step_ && *best_global_step_ == step) best_model_checkpoint_ = dir;
   save_state(dir);

@@ -50,6 +50,13 @@ struct TrainerOptions {
   // evaluation loss then counts each example once, as the Trainer's gather_for_metrics does).
   enum class BatchOrder { kDistributedSampler, kHfTrainer };
   BatchOrder batch_order = BatchOrder::kDistributedSampler;
+  // HF's Trainer.save_model(checkpoint-N): what makes each checkpoint-N folder a model folder
+  // (config.json, the weights, the tokenizer files), called on every rank (collective) before the
+  // engine's checkpoint is written into the same folder. Unset: the folders hold the engine
+  // checkpoint and trainer_state.json only. With args.save_only_model only this is written (and,
+  // as HF under ZeRO-3 without stage3_gather_16bit_weights_on_model_save, the engine checkpoint,
+  // the one place the weights are then).
+  std::function<void(Engine& engine, const std::string& dir)> save_model;
   // args.deepspeed already loaded by the caller (e.g. to create `comm` from its "zrt" section);
   // unset: the constructor loads args.deepspeed, or without one uses config_without_deepspeed().
   std::optional<Json> deepspeed_config;
@@ -111,8 +118,8 @@ enum class WeightsFormat {
 // looked for when it is none of them.
 WeightsFormat weights_format_of(const std::string& path);
 
-// Whether progress is drawn as a live bar (carriage-return frames) rather than left to the
-// periodic log lines: ZRT_PROGRESS=bar or =lines decides (zrt-launch sets lines when its own
+// Whether progress is drawn as a live bar (carriage-return frames) rather than as progress lines
+// on stderr every 10 s: ZRT_PROGRESS=bar or =lines decides (zrt-launch sets lines when its own
 // stdout is not a terminal), else whether stdout is a terminal.
 bool progress_bar_wanted();
 
@@ -220,6 +227,12 @@ class Trainer {
   std::optional<double> best_metric_;
   std::optional<int64_t> best_global_step_;
   std::optional<std::string> best_model_checkpoint_;
+  // A resumed checkpoint's TrainerState logging_steps, eval_steps and save_steps: they, not the
+  // arguments, decide when to log, evaluate and save (transformers keeps the loaded state's).
+  struct StateSteps {
+    std::optional<int64_t> logging, eval, save;
+  };
+  StateSteps resumed_steps_;
   int64_t num_params_ = 0;  // trainable, counted before the engine partitions them
   std::unique_ptr<EventFileWriter> tensorboard_;
 };

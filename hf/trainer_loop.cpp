@@ -34,6 +34,10 @@ struct Trainer::Run {
   int64_t epoch = 0;  // the current epoch
   int64_t skip = 0;   // micro-batches of the current epoch done before a resume
   bool bar = false;   // a live progress bar on this rank
+  // Without a terminal (a log file, a batch system): a progress line on stderr every 10 s and at
+  // the end, as HF's tqdm bar writes its updates there. Rank 0 only.
+  bool lines = false;
+  double last_line = 0;
   double start = 0;   // seconds
   int64_t start_step = 0;
   double loss_since_log = 0;
@@ -53,6 +57,11 @@ void Trainer::check_trainable() const {
                "', which is not found in the evaluation metrics. The available evaluation "
                "metrics are: ['eval_loss']. Consider changing the `metric_for_best_model` via "
                "the TrainingArguments.");
+  // transformers refuses this under DeepSpeed; ZeroRT loads the best model from its engine
+  // checkpoint always, which save_only_model leaves out.
+  ZRT_CHECK_AS(UsageError, !(args_.save_only_model && args_.load_best_model_at_end),
+               "DeepSpeed can't be used with `save_only_model` along with "
+               "`load_best_model_at_end`.");
   ZRT_CHECK_AS(UsageError, args_.eval_strategy == "no" || eval_ != nullptr,
                "You have set `args.eval_strategy` to ", args_.eval_strategy,
                " but you didn't pass an `eval_dataset` to `Trainer`. Either set "
@@ -73,7 +82,9 @@ Trainer::Run Trainer::begin_run(const std::optional<std::string>& resume) {
   run.save_every = args_.save_strategy == "steps" ? every(args_.save_steps, run.total) : 0;
   if (resume) resume_from(run, *resume);
   run.bar = options_.progress_bar && comm_->rank() == 0 && progress_bar_wanted();
+  run.lines = options_.progress_bar && comm_->rank() == 0 && !run.bar;
   run.start = now_seconds();
+  run.last_line = run.start;
   run.start_step = engine_->global_steps();
   return run;
 }
@@ -102,6 +113,12 @@ void Trainer::resume_from(Run& run, const std::string& path) {
     run.skip = engine_->global_steps() % per_epoch * ga;
   }
   restore_state(path);
+  // The loaded TrainerState's steps decide from here, as in transformers (the strategies stay the
+  // arguments').
+  const StateSteps& s = resumed_steps_;
+  if (run.log_every > 0 && s.logging) run.log_every = every(static_cast<double>(*s.logging), run.total);
+  if (run.eval_every > 0 && s.eval) run.eval_every = every(static_cast<double>(*s.eval), run.total);
+  if (run.save_every > 0 && s.save) run.save_every = every(static_cast<double>(*s.save), run.total);
   ZRT_LOG_INFO("resumed from ", loaded->path, " at global step ", engine_->global_steps());
 }
 
@@ -146,6 +163,17 @@ void Trainer::after_optimizer_step(Run& run, int64_t batches_done) {
   const bool save = run.save_every > 0 && step % run.save_every == 0;
   log_save_evaluate(run, {step, epoch_f, log, eval, save, batches_done});
   if (run.bar) draw_progress(run, step, step_loss);
+  const double now = now_seconds();
+  if (run.lines && (now - run.last_line >= 10.0 || step == run.total)) {
+    run.last_line = now;
+    const int64_t done = step - run.start_step;
+    const double elapsed = now - run.start;
+    const double eta = done > 0 ? elapsed * static_cast<double>(run.total - step) / done : 0;
+    std::fprintf(stderr, "%3.0f%% | step %lld/%lld | %.0f s elapsed, ETA %.0f s | loss %.4f\n",
+                 100.0 * static_cast<double>(step) / std::max<int64_t>(1, run.total),
+                 static_cast<long long>(step), static_cast<long long>(run.total), elapsed, eta,
+                 step_loss);
+  }
 }
 
 // What HF's _maybe_log_save_evaluate does after an optimizer step or at an epoch's end.

@@ -119,17 +119,19 @@ void Trainer::save_state(const std::string& dir_arg) const {
       {"best_model_checkpoint", opt(best_model_checkpoint_)},
       {"epoch", epoch_},
       // Unset eval_steps leaves TrainerState's default, as transformers does.
-      {"eval_steps", args_.eval_steps ? state_steps(*args_.eval_steps, total) : int64_t{500}},
+      {"eval_steps", resumed_steps_.eval   ? *resumed_steps_.eval
+                     : args_.eval_steps ? state_steps(*args_.eval_steps, total)
+                                        : int64_t{500}},
       {"global_step", engine_ ? engine_->global_steps() : 0},
       {"is_hyper_param_search", false},
       {"is_local_process_zero", true},
       {"is_world_process_zero", true},
       {"log_history", history},
-      {"logging_steps", state_steps(args_.logging_steps, total)},
+      {"logging_steps", resumed_steps_.logging.value_or(state_steps(args_.logging_steps, total))},
       {"max_steps", total},
       {"num_input_tokens_seen", 0},
       {"num_train_epochs", epochs},
-      {"save_steps", state_steps(args_.save_steps, total)},
+      {"save_steps", resumed_steps_.save.value_or(state_steps(args_.save_steps, total))},
       {"stateful_callbacks",
        {{"TrainerControl",
          {{"args",
@@ -180,20 +182,39 @@ void Trainer::restore_state(const std::string& checkpoint) {
   } catch (const Json::exception& e) {
     throw CheckpointError(str(path.string(), ": ", e.what()));
   }
-  // transformers' compare_trainer_and_checkpoint_args: a warning when these changed.
-  const int64_t total = num_training_steps();
-  const std::pair<const char*, int64_t> now[] = {
-      {"logging_steps", state_steps(args_.logging_steps, total)},
-      {"save_steps", state_steps(args_.save_steps, total)},
-      {"train_batch_size", args_.per_device_train_batch_size}};
-  for (const auto& [key, value] : now) {
-    if (state.contains(key) && state[key].is_number() && state[key].get<int64_t>() != value) {
-      ZRT_LOG_WARN("Warning: The training argument '", key, "' value (", value,
-                   ") does not match the trainer state '", key, "' value (",
-                   state[key].get<int64_t>(),
-                   "). This argument will be overridden by the one "
-                   "found in trainer_state.json within the checkpoint directory.");
+  // transformers' compare_trainer_and_checkpoint_args: a warning when these changed; the
+  // checkpoint's values are the ones used from here on (its loaded TrainerState).
+  const auto state_int = [&](const char* key) -> std::optional<int64_t> {
+    const auto it = state.find(key);
+    if (it == state.end() || !it->is_number()) return std::nullopt;
+    return static_cast<int64_t>(it->get<double>());
+  };
+  resumed_steps_ = {state_int("logging_steps"), state_int("eval_steps"), state_int("save_steps")};
+  const auto py_number = [](double v) {  // as Python prints an int or a float argument
+    return v == std::floor(v) && std::abs(v) < 1e15 ? str(static_cast<int64_t>(v)) : str(v);
+  };
+  std::string mismatches;
+  const std::pair<const char*, std::optional<double>> args_steps[] = {
+      {"logging_steps", args_.logging_steps},
+      {"eval_steps", args_.eval_steps},
+      {"save_steps", args_.save_steps}};
+  const std::optional<int64_t> state_steps_of[] = {resumed_steps_.logging, resumed_steps_.eval,
+                                                   resumed_steps_.save};
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& [key, value] = args_steps[i];
+    if (value && state_steps_of[i] && *value != static_cast<double>(*state_steps_of[i])) {
+      mismatches += str("\n\t", key, ": ", py_number(*value), " (from args) != ",
+                        *state_steps_of[i], " (from trainer_state.json)");
     }
+  }
+  if (auto bs = state_int("train_batch_size"); bs && *bs != args_.per_device_train_batch_size) {
+    mismatches += str("\n\tper_device_train_batch_size: ", args_.per_device_train_batch_size,
+                      " (from args) != ", *bs, " (from trainer_state.json)");
+  }
+  if (!mismatches.empty()) {
+    ZRT_LOG_WARN("Warning: The following arguments do not match the ones in the "
+                 "`trainer_state.json` within the checkpoint directory: ",
+                 mismatches);
   }
 }
 

@@ -4,6 +4,9 @@
 #include "runtime/engine_checkpointer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <sys/stat.h>
+
+#include <filesystem>
 
 #include "checkpoint/commit.h"
 #include "checkpoint/ds_files.h"
@@ -159,6 +162,52 @@ Value EngineCheckpointer::optim_states_value() {
                        ckpt::from_json(config::to_json(config)), ds_version());
 }
 
+namespace {
+
+// Note [zero_to_fp32.py in a save_dir]: DeepSpeed copies its zero_to_fp32.py into every ZeRO
+// save_dir (docs/DEEPSPEED.md §4.1) and HF users run `python zero_to_fp32.py . out`. ZeroRT writes
+// its own script of that name and those arguments, which runs `zrt-ckpt to-fp32` (found next to
+// the program that saved, through ZRT_CKPT, or on PATH); DeepSpeed's own script reads the
+// checkpoint as well.
+std::string zero_to_fp32_script() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string beside = ec ? "" : (self.parent_path() / "zrt-ckpt").string();
+  std::string quoted;  // a Python string literal of `beside`
+  for (char c : beside) {
+    if (c == '\\' || c == '"') quoted += '\\';
+    quoted += c;
+  }
+  return str(R"PY(#!/usr/bin/env python3
+"""Consolidates this ZeRO checkpoint into full fp32 weights, as DeepSpeed's script of this name
+does and with its arguments (CHECKPOINT_DIR OUTPUT [--safetensors] [--tag T]
+[--exclude_frozen_parameters]). Written by ZeroRT: it runs ZeroRT's `zrt-ckpt to-fp32`. DeepSpeed's
+own zero_to_fp32.py reads this checkpoint too."""
+import os
+import shutil
+import sys
+
+SAVED_BY = ")PY", quoted, R"PY("  # zrt-ckpt next to the program that saved
+tool = os.environ.get("ZRT_CKPT") or (SAVED_BY if os.access(SAVED_BY, os.X_OK) else None)     or shutil.which("zrt-ckpt")
+if not tool:
+    sys.exit("zero_to_fp32.py: zrt-ckpt not found: set ZRT_CKPT or put ZeroRT's bin folder on "
+             "PATH (DeepSpeed's own zero_to_fp32.py reads this checkpoint too)")
+os.execv(tool, [tool, "to-fp32"] + sys.argv[1:])
+)PY");
+}
+
+void write_zero_to_fp32(ckpt::Storage& storage, const std::string& save_dir) {
+  const std::string path = ckpt::join_path(save_dir, "zero_to_fp32.py");
+  try {
+    storage.write_file_atomic(path, zero_to_fp32_script());
+    ::chmod(path.c_str(), 0755);  // as DeepSpeed's copy (a storage other than POSIX: no effect)
+  } catch (const std::exception& e) {
+    ZRT_LOG_WARN("could not write ", path, ": ", e.what(), " (the checkpoint itself is saved)");
+  }
+}
+
+}  // namespace
+
 std::string EngineCheckpointer::save(const std::string& save_dir,
                                      const std::optional<std::string>& tag,
                                      const Value& client_state, bool save_latest) {
@@ -201,6 +250,9 @@ std::string EngineCheckpointer::save(const std::string& save_dir,
                  {"optimizer", optimizer != nullptr ? optimizer->name() : "none"}};
   const ckpt::CommitResult result =
       ckpt::commit_checkpoint(comm, CheckpointAccess(engine_).storage(), spec, config.checkpoint);
+  if (stage > 0 && rank == 0) {
+    write_zero_to_fp32(CheckpointAccess(engine_).storage(), save_dir);
+  }
   ZRT_LOG_INFO("saved checkpoint ", result.tag_dir, " (", result.manifest.files.size(), " files)");
   return result.tag_dir;
 }

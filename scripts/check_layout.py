@@ -116,8 +116,6 @@ LONG_FUNCTION_ALLOWLIST = {
         (173, "EOCD/zip64/central-directory checks, field by field as miniz does"),
     ("config/resolve_zero.cpp", "resolve_zero_section"):
         (120, "one block per zero_optimization key"),
-    ("config/training_args.cpp", "TrainingArguments::validate"):
-        (92, "one check per HF argument"),
     ("config/training_args_flags.cpp", "parse_training_arguments"):
         (88, "one assignment per HF argument"),
     ("report/svg_plot.cpp", "write_svg_line_chart"):

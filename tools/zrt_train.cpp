@@ -9,7 +9,8 @@
 //
 // As HF's example scripts: --do_train trains, --do_eval evaluates on the held-out tenth of the
 // data, --do_predict writes predictions for it (output_dir/predictions.safetensors and
-// predict_results.json); with none of the three it trains. --model_name_or_path starts from
+// predict_results.json); with none of the three given it trains (and evaluates as
+// --eval_strategy says). --model_name_or_path starts from
 // weights: a checkpoint folder (ZeroRT's or DeepSpeed's, any stage and world size) or a
 // .safetensors/.pt state dict. Prediction alone with a ZeRO-3 config runs ZeRO-3 inference.
 //
@@ -165,9 +166,17 @@ int64_t block_size(const cxxopts::ParseResult& result) {
 // vocabulary. Under ZeRO-3 the model is built without values (partitioned construction); the
 // weights load into the partitions, or init_deferred gives them transformers' initialisation, the
 // same at every world size.
+// A language model's loss over [tokens, vocab] logits: cross entropy, with HF's LabelSmoother
+// when --label_smoothing_factor e > 0 ((1 - e) x nll + e x the vocabulary's mean -log p per
+// token, which is torch's label_smoothing), averaged over the tokens.
+at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& target, double smoothing) {
+  return torch::cross_entropy_loss(logits, target, /*weight=*/{}, at::Reduction::Mean,
+                                   /*ignore_index=*/-100, smoothing);
+}
+
 ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config, int64_t context,
                        comm::Comm& comm, std::shared_ptr<Dataset>* train,
-                       std::shared_ptr<Dataset>* eval) {
+                       std::shared_ptr<Dataset>* eval, double smoothing) {
   ZRT_CHECK_AS(UsageError, result.count("model_name_or_path") || result.count("config_name"),
                "--model llama needs --model_name_or_path DIR (a Hugging Face LLaMA folder) or "
                "--config_name CONFIG (a config.json, to train from scratch)");
@@ -196,11 +205,10 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
   m.model = llama;
   if (m.text_data) {
     load_clm_data(result, data_tokenizer(result, dir, vocab), context, comm, train, eval);
-    m.output_loss = [](const at::Tensor& logits, const at::Tensor& y) {  // position t scores t + 1
-      const int64_t n = logits.size(-2) - 1;
-      return torch::cross_entropy_loss(
-          logits.narrow(-2, 0, n).reshape({-1, logits.size(-1)}).to(torch::kFloat),
-          y.narrow(-1, 1, n).reshape({-1}));
+    m.output_loss = [smoothing](const at::Tensor& logits, const at::Tensor& y) {
+      const int64_t n = logits.size(-2) - 1;  // position t scores t + 1
+      return lm_loss(logits.narrow(-2, 0, n).reshape({-1, logits.size(-1)}).to(torch::kFloat),
+                     y.narrow(-1, 1, n).reshape({-1}), smoothing);
     };
     m.forward = [llama](const at::Tensor& x) { return llama->forward(x); };
   } else {
@@ -212,9 +220,9 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
     const size_t split = text.size() * 9 / 10;
     *train = std::make_shared<ByteDataset>(text.substr(0, split), context);
     *eval = std::make_shared<ByteDataset>(text.substr(split), context);
-    m.output_loss = [vocab](const at::Tensor& logits, const at::Tensor& y) {
-      return torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
-                                       y.remainder(vocab).reshape({-1}));
+    m.output_loss = [vocab, smoothing](const at::Tensor& logits, const at::Tensor& y) {
+      return lm_loss(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
+                     y.remainder(vocab).reshape({-1}), smoothing);
     };
     m.forward = [llama, vocab](const at::Tensor& x) { return llama->forward(x.remainder(vocab)); };
   }
@@ -234,7 +242,7 @@ struct ExampleModel {
   std::optional<ModelSetup> llama;
 };
 
-ExampleModel build_gpt(const cxxopts::ParseResult& result) {
+ExampleModel build_gpt(const cxxopts::ParseResult& result, double smoothing) {
   GptConfig c;
   c.width = result["width"].as<int64_t>();
   c.layers = result["layers"].as<int64_t>();
@@ -253,20 +261,24 @@ ExampleModel build_gpt(const cxxopts::ParseResult& result) {
                " training examples");
   m.model = gpt;
   m.hidden_size = c.width;
-  m.output_loss = [](const at::Tensor& logits, const at::Tensor& y) {
-    return torch::cross_entropy_loss(logits.view({-1, logits.size(-1)}), y.reshape({-1}));
+  m.output_loss = [smoothing](const at::Tensor& logits, const at::Tensor& y) {
+    return lm_loss(logits.view({-1, logits.size(-1)}), y.reshape({-1}), smoothing);
   };
   m.loss_fn = [gpt, loss = m.output_loss](torch::nn::Module&, const at::Tensor& x,
                                           const at::Tensor& y) { return loss(gpt->forward(x), y); };
   return m;
 }
 
+// `smoothing`: --label_smoothing_factor, for the language models' loss.
 ExampleModel build_model(const cxxopts::ParseResult& result, const Json& ds_config,
-                         comm::Comm& comm) {
+                         comm::Comm& comm, double smoothing) {
   const std::string kind = model_kind(result);
-  if (kind == "gpt") return build_gpt(result);
+  if (kind == "gpt") return build_gpt(result, smoothing);
   ExampleModel m;
   if (kind == "mlp") {
+    ZRT_CHECK_AS(UsageError, smoothing == 0.0,
+                 "--label_smoothing_factor smooths a language model's token labels; --model mlp "
+                 "is a regression (mean squared error)");
     const int64_t width = result["width"].as<int64_t>();
     m.train = std::make_shared<RegressionDataset>(4096, 1);
     m.eval = std::make_shared<RegressionDataset>(512, 2);
@@ -282,7 +294,8 @@ ExampleModel build_model(const cxxopts::ParseResult& result, const Json& ds_conf
     return m;
   }
   ZRT_CHECK_AS(UsageError, kind == "llama", "--model must be gpt, mlp or llama, got '", kind, "'");
-  m.llama = setup_llama(result, ds_config, block_size(result), comm, &m.train, &m.eval);
+  m.llama =
+      setup_llama(result, ds_config, block_size(result), comm, &m.train, &m.eval, smoothing);
   m.hidden_size = m.llama->llama->hidden_size;
   m.model = m.llama->model;
   m.loss_fn = m.llama->loss_fn;
@@ -365,10 +378,25 @@ void predict_and_save(Trainer& trainer, const ExampleModel& m, const std::string
 
 // trainer.save_model() for --model llama: HF-format weights and config.json in output_dir, and
 // the source folder's tokenizer and generation files, as the HF Trainer's save_model writes them.
-void save_llama(Trainer& trainer, const cxxopts::ParseResult& result, const LlamaConfig& config,
-                const std::string& output_dir) {
+// transformers' save_model(dir): config.json (a LLaMA-family model's), the weights and the source
+// folder's tokenizer and generation files. In a checkpoint-N under ZeRO-3 without
+// stage3_gather_16bit_weights_on_model_save the weights are left to the engine checkpoint, as HF
+// does, and it says so; the final model in output_dir always gets them (`final_model`).
+void save_model(Engine& engine, const cxxopts::ParseResult& result,
+                const std::optional<LlamaConfig>& config, const std::string& output_dir,
+                bool final_model = false) {
   SavePretrainedOptions so;
-  so.config = config.to_json();
+  so.weights = final_model || engine.zero_stage() != 3 ||
+               engine.config().zero.gather_16bit_weights_on_model_save;
+  if (!so.weights) {
+    ZRT_LOG_WARN(" stage3_gather_16bit_weights_on_model_save=false. Saving the full checkpoint "
+                 "instead, use zero_to_fp32.py to recover weights");
+  }
+  if (!config) {  // ZeroRT's example GPT or MLP: the weights alone (no HF architecture)
+    if (so.weights) save_pretrained(engine, output_dir, so);
+    return;
+  }
+  so.config = config->to_json();
   so.max_shard_size = result["max_shard_size"].as<int64_t>();
   std::error_code ec;
   for (const char* flag : {"model_name_or_path", "config_name"}) {
@@ -378,7 +406,24 @@ void save_llama(Trainer& trainer, const cxxopts::ParseResult& result, const Llam
     }
   }
   so.extra_files = hf_tokenizer_and_generation_files();
-  save_pretrained(trainer.engine(), output_dir, so);
+  save_pretrained(engine, output_dir, so);
+}
+
+// The Trainer's options for the model: its batch order, and checkpoint-N folders that are model
+// folders (save_model).
+TrainerOptions trainer_options(const cxxopts::ParseResult& result, const ExampleModel& m,
+                               std::shared_ptr<comm::Comm> comm, const Json& ds_config) {
+  TrainerOptions topts;
+  topts.comm = std::move(comm);
+  topts.deepspeed_config = ds_config;
+  topts.model_dims.hidden_size = m.hidden_size;
+  if (m.llama && m.llama->text_data) topts.batch_order = TrainerOptions::BatchOrder::kHfTrainer;
+  std::optional<LlamaConfig> llama_config;
+  if (m.llama) llama_config = *m.llama->llama;
+  topts.save_model = [&result, llama_config](Engine& engine, const std::string& dir) {
+    save_model(engine, result, llama_config, dir);
+  };
+  return topts;
 }
 
 // zrt-train's own flags (the model) and transformers' TrainingArguments.
@@ -459,19 +504,17 @@ int run(int argc, char** argv) {
   const at::DeviceType device = training_device(targs);
   auto comm = comm::init_from_env(comm_options_for_config(ds_config), device);
   torch::manual_seed(static_cast<uint64_t>(targs.seed));
-  ExampleModel m = build_model(result, ds_config, *comm);
+  ExampleModel m = build_model(result, ds_config, *comm, targs.label_smoothing_factor);
   if (device == at::kCUDA) move_to_device(m, *comm, ds_config);
-  TrainerOptions topts;
-  topts.comm = comm;
-  topts.deepspeed_config = ds_config;
-  topts.model_dims.hidden_size = m.hidden_size;
-  if (m.llama && m.llama->text_data) topts.batch_order = TrainerOptions::BatchOrder::kHfTrainer;
-  std::shared_ptr<torch::nn::Module> model = m.model;
-  std::shared_ptr<Dataset> eval = m.eval;
+  const TrainerOptions topts = trainer_options(result, m, comm, ds_config);
   std::optional<ModelSetup>& llama = m.llama;
-  Trainer trainer(model, targs, m.train, eval, m.loss_fn, topts);
-  // HF's example scripts: each phase only when asked; with no --do_* flag, training.
-  const bool do_train = targs.do_train || !(targs.do_eval || targs.do_predict);
+  Trainer trainer(m.model, targs, m.train, m.eval, m.loss_fn, topts);
+  // HF's example scripts: each phase only when asked. With no --do_* flag on the command line,
+  // training (--eval_strategy alone, which makes do_eval true as in HF's __post_init__, trains
+  // and evaluates on its schedule).
+  const bool phase_given =
+      result.count("do_train") + result.count("do_eval") + result.count("do_predict") > 0;
+  const bool do_train = targs.do_train || !phase_given;
   std::optional<std::string> weights;
   if (result.count("model_name_or_path")) weights = result["model_name_or_path"].as<std::string>();
   if (!do_train && !weights && targs.resume_from_checkpoint) {
@@ -492,7 +535,9 @@ int run(int argc, char** argv) {
     const TrainOutput out = trainer.train();
     const comm::CommTimes comm_after = comm->times();
     trainer.save_state();  // output_dir/trainer_state.json, as HF's scripts do
-    if (llama) save_llama(trainer, result, *llama->llama, targs.output_dir);
+    if (llama) {
+      save_model(trainer.engine(), result, *llama->llama, targs.output_dir, /*final_model=*/true);
+    }
     trainer.save_metrics("train", {{"train_loss", out.training_loss},
                                    {"train_runtime", out.train_runtime_s},
                                    {"train_samples_per_second", out.samples_per_second},

@@ -22,8 +22,12 @@ ARGS_H = "config/training_args.h"
 FLAGS_CPP = "config/training_args_flags.cpp"
 FLAGS_H = "config/training_args_flags.h"
 # Functions that only declare or parse the flags: a field used there is not read.
-NOT_READERS = {"add_training_arguments", "parse_training_arguments", "training_bool_flags",
+NOT_READERS = {"add_training_arguments", "add_more_training_arguments",
+               "parse_training_arguments", "parse_more_training_arguments", "training_bool_flags",
                "ignored_training_arguments", "join_bool_flag_values"}
+# The functions that declare the flags (add_removed_arguments declares flags transformers 5
+# removed, each refused with a hint when used: nothing to read).
+DECLARERS = ("add_training_arguments", "add_more_training_arguments")
 # transformers 4.x spellings that parse_training_arguments stores in the 5.x field.
 ALIASES = {"evaluation_strategy": "eval_strategy"}
 
@@ -38,8 +42,9 @@ def function_body(text, name, where):
 def main():
     flags_cpp = check_layout.read(ROOT, FLAGS_CPP)
     args_cpp = check_layout.read(ROOT, ARGS_CPP) + "\n" + flags_cpp
-    declared = re.findall(r'"([a-z0-9_]+)",\s*"',
-                          function_body(flags_cpp, "add_training_arguments", FLAGS_CPP))
+    declared = [flag for name in DECLARERS
+                for flag in re.findall(r'"([a-z0-9_]+)",\s*"',
+                                       function_body(flags_cpp, name, FLAGS_CPP))]
     ignored = set(re.findall(r'\{"([a-z0-9_]+)",\s*(?:true|false)\}',
                              function_body(args_cpp, "ignored_training_arguments", ARGS_CPP)))
     # Reads in training_args.cpp outside the declaring and parsing functions.

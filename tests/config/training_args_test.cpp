@@ -250,5 +250,28 @@ TEST(TrainingArguments, TransformersArgumentsWithoutEffectAreAcceptedAndRecorded
                            {"ddp_timeout", "60"}}));
 }
 
+// Flags that change what is trained are read (label smoothing, model-only checkpoints, log
+// levels); those ZeroRT cannot honour are refused with what to do instead.
+TEST(TrainingArguments, FlagsThatChangeTheRunAreReadOrRefused) {
+  const TrainingArguments a =
+      parse({"--label_smoothing_factor", "0.1", "--save_only_model", "--log_level", "debug",
+             "--log_level_replica", "error"});
+  EXPECT_EQ(a.label_smoothing_factor, 0.1);
+  EXPECT_TRUE(a.save_only_model);
+  EXPECT_EQ(a.log_level, "debug");
+  EXPECT_EQ(a.log_level_replica, "error");
+  EXPECT_TRUE(a.ignored.empty());
+  EXPECT_CONTAINS(usage_error({"--label_smoothing_factor", "1.5"}),
+                  "--label_smoothing_factor must be in [0, 1], got 1.5");
+  EXPECT_CONTAINS(usage_error({"--group_by_length"}),
+                  "--group_by_length: transformers 5 removed this flag");
+  EXPECT_CONTAINS(usage_error({"--train_sampling_strategy", "group_by_length"}),
+                  "--train_sampling_strategy group_by_length: ZeroRT draws batches in the HF "
+                  "Trainer's default order");
+  EXPECT_TRUE(usage_error({"--train_sampling_strategy", "random"}) == "<no error>");
+  EXPECT_CONTAINS(usage_error({"--log_level_replica", "verbose"}),
+                  "argument --log_level_replica: invalid choice: 'verbose'");
+}
+
 }  // namespace
 }  // namespace zrt::config

@@ -171,7 +171,8 @@ void expect_same_training_state(torch::nn::Module& model_a, Trainer& a, torch::n
 }
 
 // The checkpoint-12 trainer_state.json of LogsEvaluatesRotatesMonitorsAndResumes: transformers'
-// keys, and the log history of the first job (steps 5 and 10) continued after the resume.
+// keys, the first job's logging_steps and save_steps (not the resumed job's 3 and 3), and the log
+// history of the first job (steps 5 and 10) continued after the resume.
 void expect_state_json_continued(const std::string& path) {
   std::ifstream in(path);
   const Json state = Json::parse(in);
@@ -196,6 +197,20 @@ void expect_state_json_continued(const std::string& path) {
   }
   // Steps 5 and 10 were logged by the first job, before the resume from checkpoint-10.
   EXPECT_EQ(loss_steps, (std::vector<int64_t>{5, 10})) << state["log_history"].dump();
+}
+
+// The CSV monitor's per-step train loss, the loss curve and the last checkpoint's state.
+void expect_monitors_written(const std::string& dir, const std::string& output_dir,
+                             const std::string& last_checkpoint) {
+  std::ifstream csv(dir + "/csv/job/Train_Samples_train_loss.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "step,train_loss");
+  int rows = 0;
+  for (std::string line; std::getline(csv, line);) ++rows;
+  EXPECT_EQ(rows, 10);
+  EXPECT_TRUE(fs::exists(output_dir + "/training_loss.svg"));
+  EXPECT_TRUE(fs::exists(last_checkpoint + "/trainer_state.json"));
 }
 
 TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
@@ -232,17 +247,7 @@ TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
   ASSERT_EQ(kept.size(), 2u) << "save_total_limit=2";
   EXPECT_EQ(fs::path(kept.back()).filename(), "checkpoint-10");
   EXPECT_EQ(fs::path(kept.front()).filename(), "checkpoint-8");
-  if (test::world().rank() == 0) {
-    std::ifstream csv(dir + "/csv/job/Train_Samples_train_loss.csv");
-    std::string header;
-    std::getline(csv, header);
-    EXPECT_EQ(header, "step,train_loss");
-    int rows = 0;
-    for (std::string line; std::getline(csv, line);) ++rows;
-    EXPECT_EQ(rows, 10);
-    EXPECT_TRUE(fs::exists(args.output_dir + "/training_loss.svg"));
-    EXPECT_TRUE(fs::exists(kept.back() + "/trainer_state.json"));
-  }
+  if (test::world().rank() == 0) expect_monitors_written(dir, args.output_dir, kept.back());
   // Prediction: every example, in order, equal to a direct forward on the trained weights.
   TinyData data(7);
   auto preds = trainer.predict(data, [](torch::nn::Module& m, const at::Tensor& x) {
@@ -256,8 +261,12 @@ TEST(Trainer, LogsEvaluatesRotatesMonitorsAndResumes) {
     }
   }
   // A new job resumes from the last checkpoint and continues to 12 steps; it must end where one
-  // job that ran 12 steps without stopping ends: weights and Adam moments bit for bit.
+  // job that ran 12 steps without stopping ends: weights and Adam moments bit for bit. Its new
+  // logging_steps and save_steps are overridden by the checkpoint's trainer_state.json, as in
+  // transformers (so no loss is logged at step 12, and the state keeps 5 and 2).
   args.max_steps = 12;
+  args.logging_steps = 3;
+  args.save_steps = 3;
   args.resume_from_checkpoint = "last";
   auto model2 = std::make_shared<test::TinyMlpImpl>(false);
   Trainer again(model2, args, std::make_shared<TinyData>(64), std::make_shared<TinyData>(20),

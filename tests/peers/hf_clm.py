@@ -20,7 +20,9 @@ zrt-train gets the same flags run_clm.py would: --model_name_or_path DIR --train
 Checks: the SHA-1 of every training and validation block in order equals what zrt-train logs;
 the loss and learning rate of every logged step agree (fp32 tolerance of training_parity.py);
 eval_loss and perplexity agree; zrt-train's output folder loads in from_pretrained with its
-tokenizer, and its logits equal those of the Trainer's saved model.
+tokenizer, and its logits equal those of the Trainer's saved model. The llama3 run also saves
+every 4 steps: its last checkpoint-N is an HF model folder too (from_pretrained, the same logits)
+and its zero_to_fp32.py writes the weights model.safetensors holds.
 
     python tests/peers/hf_clm.py --bin build/bin [--keep DIR]
 """
@@ -32,6 +34,7 @@ import os
 import random
 import re
 import struct
+import subprocess
 import sys
 import tempfile
 
@@ -43,15 +46,17 @@ import make_tiny_llama  # noqa: E402
 from peer_launch import run_ranks  # noqa: E402
 
 # The run: both sides read it from run.json in the work folder (bench/peers/clm.py sizes it up).
-RUN = dict(family="llama3", world=2, micro=2, eval_micro=4, steps=8, block=24, lr=2e-3, seed=42,
+RUN = dict(family="llama3", world=2, micro=2, eval_micro=4, steps=8, save_steps=4, block=24,
+           lr=2e-3, seed=42,
            val_pct=7, docs=1310, vocab=300, doc_words=18,
            model=dict(hidden_size=32, intermediate_size=56, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
 # The second run: a Qwen2 folder (NFC tokenizer without BOS, q/k/v biases, tied embeddings) on
 # CRLF .txt files with a validation file, at world size 3, without --block_size: run_clm's
-# default, the tokenizer's model_max_length (an odd 19 here).
+# default, the tokenizer's model_max_length (an odd 19 here), with --label_smoothing_factor 0.1
+# (transformers' LabelSmoother on the training and evaluation losses).
 QWEN2_RUN = dict(RUN, family="qwen2", world=3, block=None, model_max_length=19, docs=700,
-                 vocab=280, steps=6)
+                 vocab=280, steps=6, save_steps=None, label_smoothing=0.1)
 LOSS_RTOL, EVAL_RTOL, LOGITS_ATOL = 1e-5, 1e-5, 1e-4
 DS_CONFIG = {
     "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -193,7 +198,7 @@ def trainer_worker(tmp):
         per_device_train_batch_size=run["micro"], per_device_eval_batch_size=run["eval_micro"],
         max_steps=run["steps"], learning_rate=run["lr"], warmup_steps=2, weight_decay=0.0,
         max_grad_norm=1.0, seed=run["seed"], logging_steps=1, save_strategy="no", report_to=[],
-        use_cpu=True, disable_tqdm=True)
+        use_cpu=True, disable_tqdm=True, label_smoothing_factor=run.get("label_smoothing", 0.0))
     tokenizer = AutoTokenizer.from_pretrained(folder)
     train_docs, val_docs = run_clm_documents(tmp, run)
     block = run["block"]
@@ -240,8 +245,10 @@ def zrt_argv(tmp, run, out):
             "--per_device_train_batch_size", str(run["micro"]),
             "--per_device_eval_batch_size", str(run["eval_micro"]), "--learning_rate", str(run["lr"]),
             "--warmup_steps", "2", "--weight_decay", "0", "--max_grad_norm", "1.0",
-            "--seed", str(run["seed"]), "--logging_steps", "1", "--save_strategy", "no",
-            "--report_to", "none"]
+            "--seed", str(run["seed"]), "--logging_steps", "1", "--report_to", "none",
+            "--save_strategy", "steps" if run.get("save_steps") else "no",
+            "--save_steps", str(run.get("save_steps") or 500),
+            "--label_smoothing_factor", str(run.get("label_smoothing", 0.0))]
 
 
 def compare_models(zrt_dir, hf_dir):
@@ -256,6 +263,31 @@ def compare_models(zrt_dir, hf_dir):
         with torch.no_grad():
             logits.append(m(ids).logits)
     return (logits[0] - logits[1]).abs().max().item()
+
+
+def check_checkpoint_folder(tmp, zrt_out, steps):
+    """zrt-train's last checkpoint-N is a model folder as the Trainer's (config.json, the gathered
+    model.safetensors, the tokenizer files, zero_to_fp32.py next to global_stepN/ and latest):
+    from_pretrained gives the Trainer's final logits, and its zero_to_fp32.py writes the same
+    fp32 weights as model.safetensors holds."""
+    import torch
+    from safetensors.torch import load_file
+    folder = os.path.join(zrt_out, f"checkpoint-{steps}")
+    want = ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+            "zero_to_fp32.py", "latest", f"global_step{steps}", "trainer_state.json"]
+    missing = [n for n in want if not os.path.exists(os.path.join(folder, n))]
+    diff = compare_models(folder, os.path.join(tmp, "hf_model")) if not missing else float("inf")
+    fp32 = os.path.join(tmp, "fp32.safetensors")
+    run = subprocess.run([sys.executable, os.path.join(folder, "zero_to_fp32.py"), folder, fp32],
+                         capture_output=True, text=True)
+    same = False
+    if run.returncode == 0 and not missing:
+        a, b = load_file(fp32), load_file(os.path.join(folder, "model.safetensors"))
+        same = set(b) <= set(a) and all(torch.equal(a[k], b[k].to(a[k].dtype)) for k in b)
+    print(f"checkpoint-{steps}: missing {missing or 'nothing'}; from_pretrained logits within "
+          f"{diff:.2e} of the Trainer's; zero_to_fp32.py exit {run.returncode} "
+          f"{run.stderr.strip()[-200:]}, weights {'equal' if same else 'DIFFERENT'}")
+    return not missing and diff <= LOGITS_ATOL and same
 
 
 def check(tmp, run, zrt_out, zrt_log):
@@ -292,6 +324,8 @@ def check(tmp, run, zrt_out, zrt_log):
     diff = compare_models(zrt_out, os.path.join(tmp, "hf_model"))
     print(f"saved models: max |logits difference| {diff:.2e} (tolerance {LOGITS_ATOL:g})")
     ok &= diff <= LOGITS_ATOL
+    if run.get("save_steps"):
+        ok &= check_checkpoint_folder(tmp, zrt_out, run["steps"])
     print(f"hf_clm {run['family']}: blocks {'equal' if same_blocks else 'DIFFERENT'}, losses within {worst:.2e} "
           f"(tolerance {LOSS_RTOL:g}), eval within {eval_rel:.2e}, logits within {diff:.2e}")
     return ok

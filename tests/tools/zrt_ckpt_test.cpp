@@ -411,15 +411,44 @@ TEST(ZrtCkpt, PythonLoadsToFp32Output) {
 
 #ifdef ZRT_MPIEXEC
 // An HF checkpoint-N folder written by the real zrt-train under mpirun.
-TEST(ZrtCkpt, HfCheckpointFolderFromZrtTrain) {
-  TempDir dir;
-  const std::string cmd =
+// zrt-train on 2 ranks with the MLP: `flags` added.
+ToolResult run_zrt_train_mlp(const TempDir& dir, const std::string& out, const std::string& flags) {
+  return run_command(
       std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + ZRT_MPIEXEC +
       " -np 2 --oversubscribe --bind-to none --timeout 240 " + ZRT_TRAIN_TOOL +
       " --model mlp --deepspeed " + ZRT_SOURCE_DIR + "/examples/configs/zero2.json --output_dir " +
-      shell_quote(dir.path()) + " --max_steps 4 --save_steps 2 --logging_steps 100";
-  ToolResult r = run_command(cmd);
+      shell_quote(dir / out) + " --max_steps 4 --save_steps 2 --logging_steps 100 " + flags);
+}
+
+// checkpoint-N folders as the HF Trainer writes them: the model's weights (save_model) next to
+// the engine checkpoint and a zero_to_fp32.py that consolidates as DeepSpeed's script does. The
+// run has --eval_strategy steps and no --do_* flag: it trains (and evaluates every 2 steps).
+TEST(ZrtCkpt, HfCheckpointFolderFromZrtTrain) {
+  TempDir dir;
+  ToolResult r = run_zrt_train_mlp(dir, "", "--eval_strategy steps --eval_steps 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string last = dir / "checkpoint-4";
+  ASSERT_TRUE(fs::exists(last + "/model.safetensors")) << r.output;
+  r = run_command("python3 " + shell_quote(last + "/zero_to_fp32.py") + " " + shell_quote(last) +
+                  " " + shell_quote(dir / "script.safetensors"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::map<std::string, at::Tensor> by_script;
+  for (auto& [name, t] : ckpt::load_safetensors(dir / "script.safetensors").tensors) {
+    by_script[name] = t;
+  }
+  const auto saved = ckpt::load_safetensors(last + "/model.safetensors").tensors;
+  ASSERT_EQ(by_script.size(), saved.size());
+  for (const auto& [name, t] : saved) {
+    ASSERT_EQ(by_script.count(name), 1u) << name;
+    EXPECT_TRUE(by_script[name].equal(t)) << name;
+  }
+  // save_only_model: the model and trainer_state.json only; no engine checkpoint.
+  r = run_zrt_train_mlp(dir, "model_only", "--save_only_model");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "model_only/checkpoint-2/model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "model_only/checkpoint-2/trainer_state.json"));
+  EXPECT_FALSE(fs::exists(dir / "model_only/checkpoint-2/latest"));
+  EXPECT_FALSE(fs::exists(dir / "model_only/checkpoint-2/global_step2"));
   for (const char* step : {"checkpoint-2", "checkpoint-4"}) {
     r = ckpt_tool("verify " + shell_quote(dir / step));
     EXPECT_EQ(r.exit_code, 0) << r.output;
