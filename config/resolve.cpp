@@ -99,7 +99,8 @@ void resolve_parallel_keys(SectionReader& top, int world_size) {
   if (auto dp = top.get_int("data_parallel_size", 1); dp && *dp != world_size) {
     top.error("data_parallel_size",
               str(*dp, " does not match the job's ", world_size,
-                  " ranks (ZeroRT's data-parallel group is the whole job)"));
+                  " ranks: a data-parallel group smaller than the job is not supported by "
+                  "ZeroRT"));
   }
 }
 

@@ -118,7 +118,8 @@ void resolve_param_and_buffer_dtypes(SectionReader& r, const ResolvedConfig& out
   if (auto b = read("buffer_dtype"); b && *b != model) {
     r.error("buffer_dtype",
             str("ZeroRT casts floating buffers to the training dtype (", dtype_name(model),
-                "); another buffer_dtype is not supported: omit it or set it to match"));
+                "); another buffer_dtype is not supported by ZeroRT: omit it or set it to "
+                "match"));
   }
   const auto keep_it = r.object().find("keep_in_fp32_modules");
   const bool keep_given = keep_it != r.object().end() && !keep_it->is_null() &&

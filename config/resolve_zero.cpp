@@ -211,9 +211,9 @@ void read_deepspeed_019_keys(SectionReader& r, const zero::ZeroOptions& z,
   }
   if (auto on = r.get_bool("parameter_alignment"); on && *on && (z.stage == 1 || z.stage == 2)) {
     r.error("parameter_alignment",
-            "true pads ZeRO stage 1/2 flat buffers between parameters to 16 bytes, which changes "
-            "the flat partitions a checkpoint holds; ZeroRT keeps DeepSpeed's unpadded layout: "
-            "remove the key or set it to false");
+            "true (ZeRO stage 1/2 flat buffers padded between parameters to 16 bytes, which "
+            "changes the flat partitions a checkpoint holds) is not supported by ZeroRT, which "
+            "keeps DeepSpeed's unpadded layout: remove the key or set it to false");
   }
   if (auto on = r.get_bool("enable_sanity_checks"); on && *on) {
     r.diag().note(str(r.key_path("enable_sanity_checks"),

@@ -432,7 +432,7 @@ TEST(Resolve, DeepSpeed019ZeroKeys) {
                                          "allgather_sequential": true})")),
                   "two names of the same setting");
   EXPECT_CONTAINS(resolve_error(zero(R"({"stage": 1, "parameter_alignment": true})")),
-                  "zero_optimization.parameter_alignment: true pads ZeRO stage 1/2 flat buffers");
+                  "zero_optimization.parameter_alignment: true (ZeRO stage 1/2 flat buffers padded");
   resolve(zero(R"({"stage": 3, "parameter_alignment": true, "enable_sanity_checks": true,
                    "save_muon_momentum_buffer_in_memory": true, "zenflow": null})"));
   EXPECT_CONTAINS(resolve_error(zero(R"({"stage": 2, "zenflow": {"topk_ratio": 0.1}})")),

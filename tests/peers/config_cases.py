@@ -17,6 +17,7 @@ both sides must refuse them.
 """
 import copy
 import math
+import random
 
 # TrainingArguments values the generator draws from (the first of each is transformers' default).
 ARG_CHOICES = {
@@ -404,6 +405,60 @@ def _other_sections(g, cfg):
         cfg["zrt"] = {"comm_timeout": 60, "debug_collectives": g.flag()}
 
 
+def _deepspeed_019_keys(g, cfg, world):
+    """Keys DeepSpeed 0.19 added, drawn from their own generator (so the other keys' draws are
+    those of earlier versions of this file): values both sides accept, values ZeroRT refuses as
+    not supported (a documented difference), and ones both refuse. Values that would make the
+    peer build hardware-specific engines (SuperOffload, the fast checkpoint writer, DataStates)
+    are not drawn."""
+    z = cfg.get("zero_optimization")
+    if isinstance(z, dict) and g.p(0.3):
+        for key, make in {"compute_grad_norm": lambda: g.mostly(True, False),
+                          "parameter_alignment": lambda: g.mostly(False, True),
+                          "enable_sanity_checks": g.flag,
+                          "save_muon_momentum_buffer_in_memory": g.flag,
+                          "zenflow": lambda: g.mostly(None, {"topk_ratio": 0.1}),
+                          "leaf_module": lambda: {"classes": g.pick([[], "MoeBlock", ["A", "A"]]),
+                                                  "names": ["layers.0.mlp"],
+                                                  "name_suffixes": g.pick([[], "experts"])}
+                          }.items():
+            if g.p(0.3):
+                z[key] = make()
+        if g.p(0.2):
+            z["stage3_allgather_sequential" if g.p(0.5) else "allgather_sequential"] = g.flag()
+        if isinstance(z.get("offload_optimizer"), dict) and g.p(0.3):
+            z["offload_optimizer"].update(super_offload=False,
+                                          cpuadam_cores_perc=g.pick([0.8, 0.5]))
+    bf16 = cfg.get("bf16")
+    if isinstance(bf16, dict) and g.p(0.3):
+        bf16["check_grad_overflow"] = g.flag(True)
+        if g.p(0.2):
+            bf16["bf16_master_weights_and_grads"] = g.mostly(False, True)
+            bf16["bf16_optimizer_states"] = g.mostly(False, True)
+    if g.p(0.05):  # an invalid writer type: both refuse it (a valid one makes DeepSpeed build it)
+        cfg.setdefault("checkpoint", {})["writer"] = {"type": "disk",
+                                                      "data_parallel": g.pick(["replica", "socket"])}
+    if g.p(0.05):
+        cfg.setdefault("checkpoint", {})["checkpoint_serialization"] = g.flag(True)
+    if g.p(0.05) and "fp16" not in cfg and "bf16" not in cfg and "bfloat16" not in cfg:
+        cfg["data_types"] = {"param_dtype": "fp32", "buffer_dtype": g.pick(["fp32", "float32"]),
+                             "keep_in_fp32_modules": g.pick(["auto", [], ["rotary_emb"]])}
+    for key, make in {"gradient_allreduce_op": lambda: g.mostly("mean", "sum"),
+                      "managed_gradient_accumulation": lambda: g.mostly(True, False),
+                      "log_level": lambda: g.pick(["info", "warning"]),
+                      "disable_python_gc": lambda: False,
+                      "datastates_ckpt": lambda: {"enabled": False}}.items():
+        if g.p(0.03):
+            cfg[key] = make()
+    if g.p(0.02):
+        cfg["expert_parallel"] = {"enabled": g.pick([False, True])}
+    if g.p(0.03):  # one of the two (both together make deepspeed.initialize build a mesh)
+        if g.p(0.5):
+            cfg["sequence_parallel_size"] = 1
+        else:
+            cfg["data_parallel_size"] = world
+
+
 def make_case(rng, index):
     g = Gen(rng)
     mode = "deepspeed" if g.p(0.2) else "hf"
@@ -418,6 +473,7 @@ def make_case(rng, index):
     _optimizer(g, cfg, args)
     _scheduler(g, cfg, args, steps)
     _other_sections(g, cfg)
+    _deepspeed_019_keys(Gen(random.Random(f"deepspeed-0.19-keys-{index}")), cfg, world)
     if mode == "deepspeed":  # no "auto" for deepspeed.initialize alone, mostly
         cfg = _strip_auto(g, cfg)
     model = g.pick([{"hidden_size": g.pick([8, 64, 768, 4096])},

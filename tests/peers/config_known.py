@@ -127,6 +127,11 @@ def first_error_differs(case, kind, d, peer, zrt):
 
 
 # ZeroRT refusals where DeepSpeed goes on (config/README.md, "Where ZeroRT is stricter").
+# Checks DeepSpeed makes in its ZeRO optimizer's constructor (stage_1_and_2.py), past the part of
+# deepspeed.initialize the peer runs: ZeroRT makes them when it resolves the config.
+OPTIMIZER_BUILD = re.compile(r"compute_grad_norm=false (requires gradient_clipping=0|does not "
+                             r"support)")
+
 STRICTER = re.compile(r"^(optimizer|scheduler)\.type: missing|"
                       r"^zero_optimization\.(allgather|reduce)_bucket_size: expected a positive "
                       r"integer, got 0")
@@ -142,6 +147,8 @@ def line_reason(case, line):
         return "bf16 without ZeRO accumulates in fp32"
     if NOT_IMPLEMENTED.search(line):
         return "not implemented by ZeroRT"
+    if OPTIMIZER_BUILD.search(line):
+        return "checked where DeepSpeed builds its ZeRO optimizer"
     if STRICTER.search(line) or (untyped and line.startswith("optimizer")):
         # (an optimizer section without "type" is no optimizer for DeepSpeed: nothing in it is read)
         return "ZeroRT is stricter"
