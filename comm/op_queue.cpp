@@ -53,8 +53,18 @@ struct OpQueue::Core {
   std::thread thread;
   CommTimes times;  // guarded by mutex
   // Note [Waited time is a union]: threads can wait at once (the step and a backward hook);
-  // exposed_seconds adds the time during which at least one waited, so it never exceeds the
-  // time a collective was running or queued. Guarded by mutex.
+  // exposed_seconds adds the time during which at least one waited. busy_seconds likewise adds
+  // the time during which at least one collective was queued or running (a wait can only happen
+  // then, including the queue thread's wake-up after a submit), so the time waited never
+  // exceeds the communication time reported. Guarded by mutex.
+  int in_flight = 0;
+  Clock::time_point in_flight_since;
+  void begin_flight_locked() {
+    if (in_flight++ == 0) in_flight_since = Clock::now();
+  }
+  void end_flight_locked() {
+    if (--in_flight == 0) times.busy_seconds += seconds_since(in_flight_since);
+  }
   int waiters = 0;
   Clock::time_point waiting_since;
   void begin_wait_locked() {
@@ -109,7 +119,7 @@ struct OpQueue::Core {
 
   // Records the end of the running collective `op` and wakes every waiter. Requires mutex.
   void finish_locked(OpState& op, std::exception_ptr error) {
-    times.busy_seconds += seconds_since(op.started);
+    end_flight_locked();
     times.collectives += 1;
     op.body = nullptr;
     op.keep_alive.clear();
@@ -174,6 +184,7 @@ struct OpQueue::Core {
               CommError(str(op->info.describe(), " not run: the communicator is broken: ", fatal)));
           op->body = nullptr;
           op->keep_alive.clear();
+          end_flight_locked();
           cv.notify_all();
           continue;
         }
@@ -269,6 +280,7 @@ std::shared_ptr<Work> OpQueue::submit(const OpInfo& info, std::function<void()> 
       throw CommError(str(info.describe(), " refused: the ", core_->label,
                           " communicator is broken: ", core_->fatal));
     }
+    core_->begin_flight_locked();
     if (core_->caller_runs && BlockingCall::active() && core_->pending.empty() &&
         !core_->running) {
       // Note [The caller runs what it waits for]

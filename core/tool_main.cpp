@@ -38,7 +38,7 @@ int launcher_rank() {
 }
 
 // Note [One error line per job]
-// A bad config or command line fails on every rank the same way. Rank 0 reports it at once and
+// A bad config, command line or checkpoint fails on every rank the same way. Rank 0 reports it at once and
 // ends the job (the abort hook, or its non-zero exit, which makes mpirun stop the others); the
 // other ranks wait kUserErrorGrace before reporting, so that a job prints the error once. A
 // user error that only some rank finds is still printed, by that rank, after the wait.
@@ -84,7 +84,7 @@ int run_tool(const char* tool_name, const std::function<int()>& body) {
   } catch (const Error& e) {
     const ExitCode code = e.exit_code();
     const std::string line = str(tool_name, ": error: ", e.what());
-    if (code == ExitCode::kUsage || code == ExitCode::kInput) {
+    if (code == ExitCode::kUsage || code == ExitCode::kInput || code == ExitCode::kCheckpoint) {
       report_user_error(line);  // Note [One error line per job]
     } else {
       report(line);

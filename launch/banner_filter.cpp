@@ -25,6 +25,13 @@ bool starts_ending_banner(const std::string& line) {
   return false;
 }
 
+// "[host:pid] [[job,0],0] ORTE_ERROR_LOG: ... in file util/show_help.c at line N": Open MPI's
+// help system failing to deliver a banner while the job is being torn down.
+bool is_show_help_failure(const std::string& line) {
+  return line.find("ORTE_ERROR_LOG") != std::string::npos &&
+         line.find("show_help.c") != std::string::npos;
+}
+
 bool is_help_aggregate(const std::string& line) {
   return line.find("has sent help message help-mpi-api.txt / mpi-abort") != std::string::npos ||
          line.find("have sent help message help-mpi-api.txt / mpi-abort") != std::string::npos ||
@@ -55,7 +62,7 @@ std::vector<std::string> BannerFilter::feed(const std::string& line) {
     held_ = line;
     return out;
   }
-  if (error_seen_ && is_help_aggregate(line)) {
+  if (error_seen_ && (is_help_aggregate(line) || is_show_help_failure(line))) {
     ++dropped_;
     return out;
   }

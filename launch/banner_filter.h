@@ -1,7 +1,7 @@
 // BannerFilter: what zrt-launch shows of mpirun's standard error. Once a rank has reported its
 // own error ("zrt-train: error: ..."), Open MPI's banners about the job ending (MPI_ABORT was
-// invoked, a process exited with a non-zero status, and the "N more processes have sent help
-// message" lines) only bury it: they are dropped. Every other line passes unchanged, and before
+// invoked, a process exited with a non-zero status, the "N more processes have sent help
+// message" lines, and ORTE_ERROR_LOG lines from its show_help.c) only bury it: they are dropped. Every other line passes unchanged, and before
 // any error line nothing is dropped (Note [One error line per job] in core/tool_main.cpp).
 #pragma once
 

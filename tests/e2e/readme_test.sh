@@ -29,4 +29,10 @@ for cmd in "${commands[@]}"; do
     exit 1
   fi
 done
+# The fine-tune example logs its loss every 10 steps: in trainer_state.json and as a curve.
+ft=/tmp/zrt-readme-llama3-ft
+python3 -c 'import json, sys; h = json.load(open(sys.argv[1]))["log_history"]
+n = sum("loss" in e for e in h); sys.exit(0 if n >= 10 else f"only {n} losses logged")' \
+  "$ft/trainer_state.json"
+grep -q "<polyline" "$ft/training_loss.svg" || { echo "$ft/training_loss.svg has no curve"; exit 1; }
 echo "readme_test: ${#commands[@]} commands OK"

@@ -41,6 +41,15 @@ TEST(BannerFilter, DropsTheAbortBannerAfterARanksError) {
                             "training...", "zrt-train: error: bad key 'x' in ds.json", "after"}));
 }
 
+TEST(BannerFilter, DropsShowHelpErrorLogLinesAfterARanksError) {
+  const std::string orte =
+      "[vm:11574] [[52103,0],0] ORTE_ERROR_LOG: Data unpack would read past end of buffer in "
+      "file util/show_help.c at line 501";
+  EXPECT_EQ(filter({"zrt-train: error: checkpoint-4: not a checkpoint", orte, "after"}),
+            (std::vector<std::string>{"zrt-train: error: checkpoint-4: not a checkpoint", "after"}));
+  EXPECT_EQ(filter({orte}), std::vector<std::string>{orte}) << "no error of ours: keep it";
+}
+
 TEST(BannerFilter, DropsTheNonZeroExitBanners) {
   const std::vector<std::string> in = {
       "zrt-train: error: no such file",

@@ -424,6 +424,25 @@ TEST_F(ToolTest, RealJobWithABadConfigPrintsTheErrorOnce) {
   }
 }
 
+// A bad checkpoint is a user error too: one line per job, exit code 3, no Open MPI banners.
+TEST_F(ToolTest, RealJobWithABadCheckpointPrintsTheErrorOnce) {
+  SKIP_WITHOUT_MPIRUN();
+  std::filesystem::create_directories(dir.path() + "/ckpt/global_step4");
+  dir.write("ckpt/latest", "global_step4");
+  const ToolRun r = run({"--np", "2", "--timeout", "120", "--", ZRT_TRAIN_TOOL, "--model", "mlp",
+                         "--output_dir", dir.path() + "/out", "--max_steps", "1",
+                         "--resume_from_checkpoint", dir.path() + "/ckpt"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  size_t count = 0;
+  for (size_t at = r.err.find("zrt-train: error:"); at != std::string::npos;
+       at = r.err.find("zrt-train: error:", at + 1)) {
+    ++count;
+  }
+  EXPECT_EQ(count, 1u) << r.err;
+  EXPECT_EQ(r.err.find("ORTE_ERROR_LOG"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("MPI_ABORT was invoked"), std::string::npos) << r.err;
+}
+
 TEST_F(ToolTest, RealJobWithMoreRanksThanCoresIsOversubscribed) {
   SKIP_WITHOUT_MPIRUN();
   const int np = HostFacts::current().cores + 1;

@@ -2,6 +2,7 @@
 // bf16), on checkpoints the real DeepSpeed wrote (tests/data/deepspeed), and on an HF
 // checkpoint-N folder written by zrt-train under mpirun.
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -415,7 +416,8 @@ TEST(ZrtCkpt, PythonLoadsToFp32Output) {
 ToolResult run_zrt_train_mlp(const TempDir& dir, const std::string& out, const std::string& flags) {
   return run_command(
       std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + ZRT_MPIEXEC +
-      " -np 2 --oversubscribe --bind-to none --timeout 240 " + ZRT_TRAIN_TOOL +
+      " -np 2 --oversubscribe --bind-to none --timeout 240 -x ZRT_PROGRESS=lines " +
+      ZRT_TRAIN_TOOL +
       " --model mlp --deepspeed " + ZRT_SOURCE_DIR + "/examples/configs/zero2.json --output_dir " +
       shell_quote(dir / out) + " --max_steps 4 --save_steps 2 --logging_steps 100 " + flags);
 }
@@ -427,6 +429,17 @@ TEST(ZrtCkpt, HfCheckpointFolderFromZrtTrain) {
   TempDir dir;
   ToolResult r = run_zrt_train_mlp(dir, "", "--eval_strategy steps --eval_steps 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Progress as lines on stderr (what zrt-launch asks for when its output is not a terminal;
+  // mpirun gives the ranks a terminal of its own): the last one at the end.
+  EXPECT_NE(r.output.find("100% | step 4/4 |"), std::string::npos) << r.output;
+  // The communication summary: no more time waited than the collectives were in flight.
+  double spent = 0, waited = 0;
+  ASSERT_NE(r.output.find("train: communication "), std::string::npos) << r.output;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + r.output.find("train: communication "),
+                        "train: communication %lf s in %*u collectives, %lf s", &spent, &waited),
+            2)
+      << r.output;
+  EXPECT_LE(waited, spent + 1e-3) << r.output;
   const std::string last = dir / "checkpoint-4";
   ASSERT_TRUE(fs::exists(last + "/model.safetensors")) << r.output;
   r = run_command("python3 " + shell_quote(last + "/zero_to_fp32.py") + " " + shell_quote(last) +
@@ -483,7 +496,8 @@ TEST(ZrtCkpt, ZrtTrainResumesFromDeepSpeedWrittenCheckpoint) {
         "zero_optimization": {"stage": )") + name[4] + "}}");
     const std::string cmd =
         std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + ZRT_MPIEXEC +
-        " -np 2 --oversubscribe --bind-to none --timeout 240 " + ZRT_TRAIN_TOOL +
+        " -np 2 --oversubscribe --bind-to none --timeout 240 -x ZRT_PROGRESS=lines " +
+      ZRT_TRAIN_TOOL +
         " --model mlp --width 8 --layers 1 --deepspeed " + shell_quote(dir / "ds.json") +
         " --output_dir " + shell_quote(dir / "out") +
         " --max_steps 6 --save_steps 3 --logging_steps 1 --learning_rate 0.01"
