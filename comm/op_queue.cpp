@@ -57,22 +57,24 @@ struct OpQueue::Core {
   // the time during which at least one collective was queued or running (a wait can only happen
   // then, including the queue thread's wake-up after a submit), so the time waited never
   // exceeds the communication time reported. Guarded by mutex.
-  int in_flight = 0;
-  Clock::time_point in_flight_since;
-  void begin_flight_locked() {
-    if (in_flight++ == 0) in_flight_since = Clock::now();
-  }
-  void end_flight_locked() {
-    if (--in_flight == 0) times.busy_seconds += seconds_since(in_flight_since);
-  }
-  int waiters = 0;
-  Clock::time_point waiting_since;
-  void begin_wait_locked() {
-    if (waiters++ == 0) waiting_since = Clock::now();
-  }
-  void end_wait_locked() {
-    if (--waiters == 0) times.exposed_seconds += seconds_since(waiting_since);
-  }
+  // Adds to `*total` the time during which the count of open intervals is above zero.
+  struct UnionTimer {
+    double* total;
+    int open = 0;
+    Clock::time_point since;
+    void begin() {
+      if (open++ == 0) since = Clock::now();
+    }
+    void end() {
+      if (--open == 0) *total += seconds_since(since);
+    }
+  };
+  UnionTimer in_flight{&times.busy_seconds};  // collectives queued or running
+  UnionTimer waiting{&times.exposed_seconds};  // callers waiting for one
+  void begin_flight_locked() { in_flight.begin(); }
+  void end_flight_locked() { in_flight.end(); }
+  void begin_wait_locked() { waiting.begin(); }
+  void end_wait_locked() { waiting.end(); }
 
   void mark_broken(const std::string& message) {
     if (fatal.empty()) fatal = message;
