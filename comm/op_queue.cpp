@@ -28,6 +28,7 @@ struct OpState {
   Status status = Status::kQueued;  // guarded by Core::mutex
   std::exception_ptr error;         // set when kFailed
   Clock::time_point started;
+  Clock::time_point finished;  // when it ended (guarded by Core::mutex); a waiter's wait ends here
 };
 
 double seconds_since(Clock::time_point t) {
@@ -52,29 +53,37 @@ struct OpQueue::Core {
   std::string fatal;  // non-empty once broken
   std::thread thread;
   CommTimes times;  // guarded by mutex
-  // Note [Waited time is a union]: threads can wait at once (the step and a backward hook);
-  // exposed_seconds adds the time during which at least one waited. busy_seconds likewise adds
-  // the time during which at least one collective was queued or running (a wait can only happen
-  // then, including the queue thread's wake-up after a submit), so the time waited never
-  // exceeds the communication time reported. Guarded by mutex.
-  // Adds to `*total` the time during which the count of open intervals is above zero.
-  struct UnionTimer {
+  // Note [Waited time is a union]: threads can wait at once (the step and a backward hook).
+  // busy_seconds adds the time during which at least one collective was queued or running, and
+  // exposed_seconds the time during which at least one caller waited for a collective that had
+  // not ended yet: a wait counts until the waited collective's end (not until the waiter wakes
+  // up), so every waited moment lies in some collective's queued-or-running time and the time
+  // waited never exceeds the communication time reported. Guarded by mutex.
+  struct UnionTimer {  // adds to `*total` the time during which some interval is open
     double* total;
     int open = 0;
-    Clock::time_point since;
-    void begin() {
-      if (open++ == 0) since = Clock::now();
+    Clock::time_point since, until;
+    void begin(Clock::time_point at) {
+      if (open++ == 0) since = until = at;
     }
-    void end() {
-      if (--open == 0) *total += seconds_since(since);
+    void end(Clock::time_point at) {
+      until = std::max(until, at);
+      if (--open == 0) *total += std::chrono::duration<double>(until - since).count();
     }
   };
   UnionTimer in_flight{&times.busy_seconds};  // collectives queued or running
   UnionTimer waiting{&times.exposed_seconds};  // callers waiting for one
-  void begin_flight_locked() { in_flight.begin(); }
-  void end_flight_locked() { in_flight.end(); }
-  void begin_wait_locked() { waiting.begin(); }
-  void end_wait_locked() { waiting.end(); }
+  void begin_flight_locked() { in_flight.begin(Clock::now()); }
+  void end_flight_locked(OpState& op) {
+    op.finished = Clock::now();
+    in_flight.end(op.finished);
+  }
+  void begin_wait_locked() { waiting.begin(Clock::now()); }
+  // The wait for `op` ends when op ended, if it has (else now: a wait given up on a failure).
+  void end_wait_locked(const OpState& op) {
+    const bool ended = op.status == Status::kDone || op.status == Status::kFailed;
+    waiting.end(ended ? std::min(Clock::now(), op.finished) : Clock::now());
+  }
 
   void mark_broken(const std::string& message) {
     if (fatal.empty()) fatal = message;
@@ -121,7 +130,7 @@ struct OpQueue::Core {
 
   // Records the end of the running collective `op` and wakes every waiter. Requires mutex.
   void finish_locked(OpState& op, std::exception_ptr error) {
-    end_flight_locked();
+    end_flight_locked(op);
     times.collectives += 1;
     op.body = nullptr;
     op.keep_alive.clear();
@@ -186,7 +195,7 @@ struct OpQueue::Core {
               CommError(str(op->info.describe(), " not run: the communicator is broken: ", fatal)));
           op->body = nullptr;
           op->keep_alive.clear();
-          end_flight_locked();
+          end_flight_locked(*op);
           cv.notify_all();
           continue;
         }
@@ -213,9 +222,10 @@ class QueuedWork final : public Work {
     std::unique_lock<std::mutex> lock(core_->mutex);
     struct AddWaited {  // on every way out, including the throws (the lock is held then)
       OpQueue::Core& core;
-      explicit AddWaited(OpQueue::Core& c) : core(c) { core.begin_wait_locked(); }
-      ~AddWaited() { core.end_wait_locked(); }
-    } add_waited{*core_};
+      const OpState& op;
+      AddWaited(OpQueue::Core& c, const OpState& o) : core(c), op(o) { core.begin_wait_locked(); }
+      ~AddWaited() { core.end_wait_locked(op); }
+    } add_waited{*core_, *op_};
     for (;;) {
       if (op_->status == Status::kDone) return;
       if (op_->status == Status::kFailed) std::rethrow_exception(op_->error);
@@ -291,8 +301,8 @@ std::shared_ptr<Work> OpQueue::submit(const OpInfo& info, std::function<void()> 
       lock.unlock();
       std::exception_ptr error = Core::run_body(*op);
       lock.lock();
-      core_->end_wait_locked();
       core_->finish_locked(*op, error);
+      core_->end_wait_locked(*op);
       // Another thread may have queued a collective meanwhile: the queue's thread, asleep until
       // this one's deadline, starts it now.
       if (!core_->pending.empty()) core_->work_cv.notify_all();

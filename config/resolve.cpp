@@ -120,8 +120,9 @@ void check_top_level_keys(const Json& root, Diagnostics& diag) {
   for (const auto& [key, value] : root.items()) {
     if (listed(keys::kTopLevel, key)) continue;
     if (report_removed(keys::kRemovedTopLevel, key, key, diag)) continue;
+    const std::string& name = key;  // (a structured binding cannot be captured before C++20)
     if (auto it = std::find_if(keys::kNoEffectTopLevel.begin(), keys::kNoEffectTopLevel.end(),
-                               [&](const keys::NoEffectKey& k) { return k.key == key; });
+                               [&](const keys::NoEffectKey& k) { return k.key == name; });
         it != keys::kNoEffectTopLevel.end()) {
       if (!value.is_null()) diag.note(str(key, ": ", it->reason, "; no effect"));
       continue;
