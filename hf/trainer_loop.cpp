@@ -115,10 +115,12 @@ void Trainer::resume_from(Run& run, const std::string& path) {
   restore_state(path);
   // The loaded TrainerState's steps decide from here, as in transformers (the strategies stay the
   // arguments').
-  const StateSteps& s = resumed_steps_;
-  if (run.log_every > 0 && s.logging) run.log_every = every(static_cast<double>(*s.logging), run.total);
-  if (run.eval_every > 0 && s.eval) run.eval_every = every(static_cast<double>(*s.eval), run.total);
-  if (run.save_every > 0 && s.save) run.save_every = every(static_cast<double>(*s.save), run.total);
+  const auto from_state = [&](int64_t& every_n, const std::optional<int64_t>& steps) {
+    if (every_n > 0 && steps) every_n = every(static_cast<double>(*steps), run.total);
+  };
+  from_state(run.log_every, resumed_steps_.logging);
+  from_state(run.eval_every, resumed_steps_.eval);
+  from_state(run.save_every, resumed_steps_.save);
   ZRT_LOG_INFO("resumed from ", loaded->path, " at global step ", engine_->global_steps());
 }
 
