@@ -4,6 +4,7 @@
 // save_metrics' {split}_results.json / all_results.json.
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -194,17 +195,14 @@ void Trainer::restore_state(const std::string& checkpoint) {
     return v == std::floor(v) && std::abs(v) < 1e15 ? str(static_cast<int64_t>(v)) : str(v);
   };
   std::string mismatches;
-  const std::pair<const char*, std::optional<double>> args_steps[] = {
-      {"logging_steps", args_.logging_steps},
-      {"eval_steps", args_.eval_steps},
-      {"save_steps", args_.save_steps}};
-  const std::optional<int64_t> state_steps_of[] = {resumed_steps_.logging, resumed_steps_.eval,
-                                                   resumed_steps_.save};
-  for (size_t i = 0; i < 3; ++i) {
-    const auto& [key, value] = args_steps[i];
-    if (value && state_steps_of[i] && *value != static_cast<double>(*state_steps_of[i])) {
-      mismatches += str("\n\t", key, ": ", py_number(*value), " (from args) != ",
-                        *state_steps_of[i], " (from trainer_state.json)");
+  const std::tuple<const char*, std::optional<double>, std::optional<int64_t>> steps[] = {
+      {"logging_steps", args_.logging_steps, resumed_steps_.logging},
+      {"eval_steps", args_.eval_steps, resumed_steps_.eval},
+      {"save_steps", args_.save_steps, resumed_steps_.save}};
+  for (const auto& [key, arg, saved] : steps) {
+    if (arg && saved && *arg != static_cast<double>(*saved)) {
+      mismatches += str("\n\t", key, ": ", py_number(*arg), " (from args) != ", *saved,
+                        " (from trainer_state.json)");
     }
   }
   if (auto bs = state_int("train_batch_size"); bs && *bs != args_.per_device_train_batch_size) {

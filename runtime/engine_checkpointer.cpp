@@ -188,7 +188,8 @@ import shutil
 import sys
 
 SAVED_BY = ")PY", quoted, R"PY("  # zrt-ckpt next to the program that saved
-tool = os.environ.get("ZRT_CKPT") or (SAVED_BY if os.access(SAVED_BY, os.X_OK) else None)     or shutil.which("zrt-ckpt")
+tool = os.environ.get("ZRT_CKPT") or (SAVED_BY if os.access(SAVED_BY, os.X_OK) else None)
+tool = tool or shutil.which("zrt-ckpt")
 if not tool:
     sys.exit("zero_to_fp32.py: zrt-ckpt not found: set ZRT_CKPT or put ZeroRT's bin folder on "
              "PATH (DeepSpeed's own zero_to_fp32.py reads this checkpoint too)")
