@@ -46,6 +46,7 @@
 #include "models/mlp.h"
 #include "optim/swap_space.h"
 #include "runtime/initialize.h"
+#include "runtime/model_states.h"
 #include "zero/shard_unit.h"
 #include <dlfcn.h>
 #include <sys/resource.h>

@@ -61,7 +61,7 @@ function(zrt_add_module name)
   target_include_directories(${target} PUBLIC
     $<BUILD_INTERFACE:${ZRT_MODULE_INCLUDE}/${name}>
     $<BUILD_INTERFACE:${ZRT_GENERATED_INCLUDE}>
-    $<INSTALL_INTERFACE:include/zrt>)
+    $<INSTALL_INTERFACE:include>)
   if(name STREQUAL "core")
     target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${ZRT_MODULE_INCLUDE}/_options>)
   endif()

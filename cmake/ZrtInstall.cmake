@@ -1,5 +1,5 @@
-# Installation: libraries, headers (<prefix>/include/zrt/<module>/...), the generated build
-# configuration, tools, and the CMake package (ZeroRTConfig.cmake, ZeroRTTargets.cmake).
+# Installation: libraries, the public headers (cmake/ZrtPublicHeaders.cmake, as
+# <prefix>/include/zrt/...), tools, and the CMake package (ZeroRTConfig.cmake, ZeroRTTargets.cmake).
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
@@ -12,13 +12,12 @@ get_property(_modules GLOBAL PROPERTY ZRT_MODULES)
 install(TARGETS zrt ${_modules} EXPORT ZeroRTTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-foreach(_dir core comm kernels aio text zero checkpoint sched report optim config models runtime hf
-             launch zrt)
-  install(DIRECTORY ${ZRT_SOURCE_ROOT}/${_dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/zrt/${_dir}
-          FILES_MATCHING PATTERN "*.h")
-endforeach()
-install(FILES ${ZRT_GENERATED_INCLUDE}/zrt/build_config.h
-        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/zrt/zrt)
+include(${ZRT_SOURCE_ROOT}/cmake/ZrtPublicHeaders.cmake)
+install(CODE "
+  set(ZRT_PUBLIC_HEADERS \"${ZRT_PUBLIC_HEADERS}\")
+  set(ZRT_SOURCE_ROOT \"${ZRT_SOURCE_ROOT}\")
+  set(ZRT_HEADER_DESTINATION \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_INCLUDEDIR}\")
+  include(\"${ZRT_SOURCE_ROOT}/cmake/ZrtInstallHeaders.cmake\")")
 get_property(_tools GLOBAL PROPERTY ZRT_TOOLS)
 install(TARGETS ${_tools} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 

@@ -17,6 +17,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "report/event_file.h"
 #include "report/svg_plot.h"
 #include "hf/initialize.h"
 #include "hf/sampler.h"
@@ -48,6 +49,8 @@ bool progress_bar_wanted() {
                "ZRT_PROGRESS must be 'bar' or 'lines', got '", mode, "'");
   return isatty(STDOUT_FILENO) != 0;
 }
+
+Trainer::~Trainer() = default;
 
 Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, config::TrainingArguments args,
                  std::shared_ptr<Dataset> train_dataset, std::shared_ptr<Dataset> eval_dataset,

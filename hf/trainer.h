@@ -20,10 +20,11 @@
 #include "comm/comm.h"
 #include "config/hf_trainer.h"
 #include "config/training_args.h"
-#include "report/event_file.h"
 #include "runtime/engine.h"
 
 namespace zrt {
+
+class EventFileWriter;
 
 class DistributedSampler;
 
@@ -129,6 +130,9 @@ class Trainer {
   Trainer(std::shared_ptr<torch::nn::Module> model, config::TrainingArguments args,
           std::shared_ptr<Dataset> train_dataset, std::shared_ptr<Dataset> eval_dataset,
           LossFn loss_fn, TrainerOptions options = {});
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // Collective. Trains to max_steps / num_train_epochs, resuming first when
   // args.resume_from_checkpoint is set ("last" or "true": the newest output_dir/checkpoint-*;

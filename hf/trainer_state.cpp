@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "hf/trainer.h"
+#include "report/event_file.h"
 #include <unistd.h>
 
 namespace zrt {

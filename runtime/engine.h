@@ -28,8 +28,6 @@
 #include "comm/comm_stats.h"
 #include "config/resolved.h"
 #include "runtime/engine_options.h"
-#include "runtime/model_states.h"
-#include "runtime/step_report.h"
 
 namespace zrt::optim {
 class Optimizer;
@@ -50,6 +48,8 @@ struct CollectedParams;
 }  // namespace zrt::zero
 namespace zrt::runtime {
 class CheckpointAccess;
+class ModelStates;
+class StepReporter;
 }  // namespace zrt::runtime
 
 namespace zrt {

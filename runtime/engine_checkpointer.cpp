@@ -27,6 +27,7 @@
 #include "runtime/checkpoint_access.h"
 #include "runtime/checkpoint_state.h"
 #include "runtime/gathered_parameters.h"
+#include "runtime/model_states.h"
 #include "sched/lr_scheduler.h"
 #include "zero/stage3_layout.h"
 #include "zrt/build_config.h"

@@ -28,6 +28,7 @@
 #include "runtime/checkpoint_access.h"
 #include "runtime/checkpoint_state.h"
 #include "runtime/engine_checkpointer.h"
+#include "runtime/model_states.h"
 #include "sched/lr_scheduler.h"
 #include "zero/stage3_layout.h"
 

@@ -21,6 +21,7 @@
 #include "runtime/checkpoint_access.h"
 #include "runtime/checkpoint_state.h"
 #include "runtime/engine_checkpointer.h"
+#include "runtime/model_states.h"
 
 namespace zrt::runtime {
 

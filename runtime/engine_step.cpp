@@ -13,6 +13,7 @@
 #include "optim/optimizer.h"
 #include "runtime/engine.h"
 #include "runtime/fault_injection.h"
+#include "runtime/model_states.h"
 #include "runtime/step_report.h"
 #include "sched/lr_scheduler.h"
 #include "zero/activation_checkpoint.h"

@@ -14,6 +14,7 @@
 
 #include "aio/options.h"
 #include "checkpoint/reshard.h"
+#include "runtime/engine_options.h"
 #include "zero/options.h"
 
 namespace zrt::optim {
@@ -31,18 +32,6 @@ struct OptimTarget {
   // The reduced gradient of the same elements (grad-accumulation dtype); undefined in inference.
   at::Tensor grad;
   at::Tensor lp;  // low-precision weights to refresh in the same pass, or undefined
-};
-
-// Bytes of model states this rank holds, counted from the tensors themselves.
-struct ModelStateBytes {
-  int64_t params = 0;        // trainable parameters (flat buffers or partitions)
-  int64_t grads = 0;         // gradient buffers
-  int64_t master = 0;        // fp32 master weights that are not the parameters themselves
-  int64_t optimizer = 0;     // optimizer state (Adam moments)
-  int64_t gathered = 0;      // stage 3: parameters currently gathered beyond the persistent ones
-  int64_t swap_buffers = 0;  // NVMe offload: the aligned buffers sub-groups are streamed through
-  int64_t swapped = 0;       // NVMe offload: bytes of masters and moments on disk (not in memory)
-  int64_t total() const { return params + grads + master + optimizer + swap_buffers; }
 };
 
 // One optimizer group as checkpoints and whole-tensor loads see it: its parameters in flattening

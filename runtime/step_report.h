@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "config/resolved.h"
+#include "runtime/engine_options.h"
 
 namespace zrt {
 
@@ -19,12 +20,6 @@ class CsvMonitor;
 class TensorBoardMonitor;
 
 namespace runtime {
-
-// Milliseconds spent in the phases of one optimizer step (its micro-steps summed).
-struct StepTimes {
-  double fwd = 0, bwd_inner = 0, bwd_allreduce = 0, step = 0;
-  double recompute = 0;  // activation_checkpointing.profile: part of bwd_inner
-};
 
 struct StepRecord {
   int64_t global_steps = 0;

@@ -15,6 +15,7 @@
 #include "checkpoint/tensor_types.h"
 #include "core/error.h"
 #include "core/strings.h"
+#include "runtime/model_states.h"
 #include <sys/stat.h>
 
 namespace zrt::tools {

@@ -8,6 +8,7 @@
 
 #include "checkpoint/consolidate.h"
 #include "core/error.h"
+#include "runtime/model_states.h"
 
 namespace zrt::tools {
 namespace {

@@ -15,6 +15,7 @@
 #include "checkpoint/pt/pt_file.h"
 #include "checkpoint/reshard.h"
 #include "core/error.h"
+#include "runtime/model_states.h"
 
 namespace zrt::tools {
 namespace {

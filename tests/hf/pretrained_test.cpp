@@ -13,6 +13,7 @@
 #include "checkpoint/reshard.h"
 #include "checkpoint/safetensors.h"
 #include "comm/local_comm.h"
+#include "runtime/model_states.h"
 #include "tests/runtime/parity.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"

@@ -8,7 +8,19 @@ WORK="$(mktemp -d /tmp/zrt_package_XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
 cmake --install "$BUILD_DIR" --prefix "$WORK/prefix" >/dev/null
 test -x "$WORK/prefix/bin/zrt-config"
-test -f "$WORK/prefix/include/zrt/zrt/zrt.h"
+# Only the public headers are installed (cmake/ZrtPublicHeaders.cmake), each naming the others as
+# <zrt/...>: an internal header is not there, and no installed header includes a bare module name.
+(cd "$WORK/prefix/include" && find . -type f | sed 's|^\./||' | sort) >"$WORK/installed.txt"
+sed -n '/^set(ZRT_PUBLIC_HEADERS/,/)/p' "$SOURCE_DIR/cmake/ZrtPublicHeaders.cmake" |
+  tr -d '()' | tr ' ' '\n' | grep '\.h$' | sed 's|^zrt/||; s|^|zrt/|' | sort >"$WORK/public.txt"
+if ! diff -u "$WORK/public.txt" "$WORK/installed.txt"; then
+  echo "package test: the installed headers are not exactly the public ones (- public, + installed)"
+  exit 1
+fi
+test -f "$WORK/prefix/include/zrt/zrt.h"
+if grep -rn '#include "' "$WORK/prefix/include" | grep -v '#include "zrt/'; then
+  echo "package test: an installed header includes a header by a bare name"; exit 1
+fi
 # The installed package names no path of this machine's LibTorch: a user's LibTorch is found from
 # Torch_DIR (here the same torch reached through another path), not from where ZeroRT was built.
 torch_args=()

@@ -23,6 +23,7 @@
 #include "optim/optimizer.h"
 #include "runtime/gathered_parameters.h"
 #include "runtime/initialize.h"
+#include "runtime/model_states.h"
 #include "sched/lr_scheduler.h"
 #include "tests/support/mpi_world.h"
 #include "tests/support/python.h"

@@ -15,6 +15,7 @@
 #include "comm/local_comm.h"
 #include "runtime/engine_checkpointer.h"
 #include "runtime/gathered_parameters.h"
+#include "runtime/model_states.h"
 #include "tests/runtime/parity.h"
 #include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"

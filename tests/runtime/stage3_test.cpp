@@ -10,6 +10,7 @@
 #include "core/shard.h"
 #include "runtime/gathered_parameters.h"
 #include "runtime/initialize.h"
+#include "runtime/model_states.h"
 #include "runtime/stage3_model_states.h"
 #include "tests/support/mpi_world.h"
 #include "tests/support/tensor_compare.h"
