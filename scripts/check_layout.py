@@ -43,7 +43,8 @@ Skipped everywhere: hidden folders, build*/, venv/, __pycache__/, third_party/ a
 import os
 import re
 import sys
-import tempfile
+
+from check_selftest import run_in_tree, verdict
 
 MAX_FILE_LINES = 600
 MAX_HEADER_LINES = 250
@@ -548,22 +549,11 @@ def self_test():
         "core/env.cpp:2: setenv() changes process-wide state: a library changes none unless the "
         "user opts in (PROCESS_WIDE_ALLOWED)",
     ]
-    with tempfile.TemporaryDirectory() as tmp:
-        for rel, content in files.items():
-            os.makedirs(os.path.join(tmp, os.path.dirname(rel)), exist_ok=True)
-            with open(os.path.join(tmp, rel), "w") as f:
-                f.write(content)
-        out, table, _ = run_checks(tmp, {("core/f.cpp", "gone"): (81, "test"),
-                                         ("core/g.cpp", "f"): (81, "test")})
-    ok = sorted(out) == sorted(expected)
+    out, table, _ = run_in_tree(files, lambda tmp: run_checks(
+        tmp, {("core/f.cpp", "gone"): (81, "test"), ("core/g.cpp", "f"): (81, "test")}))
     names = sorted(name for _, rel, _, name in table if rel == "core/f.cpp")
-    ok = ok and names == ["S::S", "fits", "long_one"]
-    print("\n".join(["self-test: reported:"] + out + [f"functions in core/f.cpp: {names}"]))
-    if not ok:
-        print("self-test FAILED; expected exactly:\n" + "\n".join(expected))
-        return 1
-    print("self-test passed")
-    return 0
+    ok = sorted(out) == sorted(expected) and names == ["S::S", "fits", "long_one"]
+    return verdict(out, expected, ok, [f"functions in core/f.cpp: {names}"])
 
 
 def main(argv):

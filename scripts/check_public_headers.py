@@ -17,7 +17,8 @@ Each violation is printed as `path:line: message`; the exit status is 1 when the
 import os
 import re
 import sys
-import tempfile
+
+from check_selftest import run_in_tree, verdict
 
 LIST_FILE = "cmake/ZrtPublicHeaders.cmake"
 UMBRELLA = "zrt/zrt.h"
@@ -91,19 +92,9 @@ def self_test():
         "a/a.h:1: includes a/inner.h, which is not in ZRT_PUBLIC_HEADERS",
         f"{LIST_FILE}:1: a/unused.h is listed but {UMBRELLA} does not reach it",
     ]
-    with tempfile.TemporaryDirectory() as root:
-        for rel, text in files.items():
-            os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
-            with open(os.path.join(root, rel), "w", encoding="utf-8") as f:
-                f.write(text)
-        out = check(root)
+    out = run_in_tree(files, check)
     missing = [e for e in expected if not any(line.startswith(e) for line in out)]
-    print("\n".join(["self-test: reported:"] + out))
-    if missing or len(out) != len(expected):
-        print("self-test FAILED; expected lines starting with:\n" + "\n".join(expected))
-        return 1
-    print("self-test passed")
-    return 0
+    return verdict(out, expected, not missing and len(out) == len(expected))
 
 
 def main(argv):

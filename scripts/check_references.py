@@ -18,7 +18,8 @@ Each violation is printed as `path:line: message`; the exit status is 1 when the
 import os
 import re
 import sys
-import tempfile
+
+from check_selftest import run_in_tree, verdict
 
 EXTENSIONS = (".h", ".hpp", ".cuh", ".c", ".cc", ".cpp", ".cu", ".py", ".sh", ".md", ".txt",
               ".cmake", ".json")
@@ -80,18 +81,8 @@ def self_test():
                 "docs/DEEPSPEED.md",
                 "core/a.h:2: docs/DEEPSPEED.md §1.3 is no heading of docs/DEEPSPEED.md",
                 "core/b.cpp:1: core/c.h does not exist"]
-    with tempfile.TemporaryDirectory() as tmp:
-        for rel, content in files.items():
-            os.makedirs(os.path.join(tmp, os.path.dirname(rel)), exist_ok=True)
-            with open(os.path.join(tmp, rel), "w", encoding="utf-8") as f:
-                f.write(content)
-        out = check(tmp)
-    print("\n".join(["self-test: reported:"] + out))
-    if sorted(out) != sorted(expected):
-        print("self-test FAILED; expected exactly:\n" + "\n".join(expected))
-        return 1
-    print("self-test passed")
-    return 0
+    out = run_in_tree(files, check)
+    return verdict(out, expected, sorted(out) == sorted(expected))
 
 
 def main(argv):
