@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "zero/unit_tags.h"
 
 namespace zrt::zero {
 
@@ -33,6 +34,7 @@ struct UnitGatherer::InFlight {
   int64_t chunk = 0;           // Σ parts: one rank's contribution
   int ranks = 0;               // the ranks gathered from: the world, or the hpZ group
   int64_t stride = 0;          // elements between consecutive ranks' chunks in `out`
+  int64_t wire_stride = 0;     // qwZ: bytes between consecutive ranks' pieces in `wire`
   bool secondary = false;      // from hpZ's secondary partitions
   bool exact = true;           // the values are the partitions' (not qwZ's)
   QuantizedChunk quant;        // qwZ's wire layout (quant.bytes == 0: not quantized)
@@ -146,18 +148,21 @@ class UnitGatherer::PartitionReader {
 };
 
 // In place: this rank's pieces go straight into its own chunk of the output.
+// Each rank's chunk ends in the unit's tag (Note [Unit tags]).
 void UnitGatherer::start_plain(InFlight& g, comm::Comm& group) {
-  g.stride = g.chunk;
-  g.out = outputs_.acquire(g.chunk * g.ranks, gather_options(layout_, g.params.front()));
-  g.send = g.out.narrow(0, group.rank() * g.chunk, g.chunk);
+  const at::TensorOptions options = gather_options(layout_, g.params.front());
+  g.stride = g.chunk + gather_tag_elements(c10::typeMetaToScalarType(options.dtype()));
+  g.out = outputs_.acquire(g.stride * g.ranks, options);
+  g.send = g.out.narrow(0, group.rank() * g.stride, g.stride);
   if (g.secondary) {
-    g.send.copy_(secondary_[g.unit]);
+    g.send.narrow(0, 0, g.chunk).copy_(secondary_[g.unit]);
   } else {
     const PartitionReader parts(layout_, g);
     for (size_t k = 0; k < g.params.size(); ++k) {
       g.send.narrow(0, g.offsets[k], g.parts[k]).copy_(parts[k]);
     }
   }
+  write_gather_tag(g.send.narrow(0, g.chunk, g.stride - g.chunk), g.unit);
   g.work = group.all_gather_async(g.out, g.send);
 }
 
@@ -176,9 +181,12 @@ void UnitGatherer::start_quantized(InFlight& g) {
     }
   }
   staged.narrow(0, g.chunk, g.stride - g.chunk).zero_();
-  g.wire = at::empty({g.quant.bytes * g.ranks}, g.out.options().dtype(at::kByte));
-  g.send = g.wire.narrow(0, rank * g.quant.bytes, g.quant.bytes);
-  g.quant.pack(staged, g.send);
+  const int64_t tag_bytes = gather_tag_elements(at::kByte);
+  g.wire_stride = g.quant.bytes + tag_bytes;
+  g.wire = at::empty({g.wire_stride * g.ranks}, g.out.options().dtype(at::kByte));
+  g.send = g.wire.narrow(0, rank * g.wire_stride, g.wire_stride);
+  g.quant.pack(staged, g.send.narrow(0, 0, g.quant.bytes));
+  write_gather_tag(g.send.narrow(0, g.quant.bytes, tag_bytes), g.unit);
   g.work = comm_->all_gather_async(g.wire, g.send);
 }
 
@@ -202,10 +210,18 @@ void UnitGatherer::copy_alone(const InFlight& g) {
 void UnitGatherer::finish(InFlight& g) {
   at::NoGradGuard no_grad;
   g.work->wait();
+  if (g.quant.bytes > 0) {
+    check_gather_tags(layout_, g.wire, g.wire_stride, g.quant.bytes, g.ranks, comm_->rank(),
+                      g.unit, "");
+  } else {
+    const comm::Comm& group = g.secondary ? *hpz_ : *comm_;
+    check_gather_tags(layout_, g.out, g.stride, g.chunk, g.ranks, group.rank(), g.unit,
+                      g.secondary ? " of its hpZ group" : "");
+  }
   const auto& params = layout_.params();
   if (g.quant.bytes > 0) {  // every rank's chunk, this rank's too: all see the same values
     for (int r = 0; r < g.ranks; ++r) {
-      g.quant.unpack(g.wire.narrow(0, r * g.quant.bytes, g.quant.bytes),
+      g.quant.unpack(g.wire.narrow(0, r * g.wire_stride, g.quant.bytes),
                      g.out.narrow(0, r * g.stride, g.stride));
     }
     g.wire = at::Tensor();

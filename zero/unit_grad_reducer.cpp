@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "zero/accumulator_hook.h"
+#include "zero/unit_tags.h"
 
 namespace zrt::zero {
 
@@ -41,6 +42,9 @@ UnitGradReducer::UnitGradReducer(Stage3Layout& layout, std::shared_ptr<comm::Com
     : layout_(layout), comm_(std::move(comm)), options_(options), unit_done_(std::move(unit_done)) {
   if (options_.quantized != nullptr && comm_->size() > 1) {
     qgz_ = std::make_unique<QuantizedReduceScatter>(*options_.quantized);
+  } else if (comm_->size() > 1) {
+    tag_bits_ = reduce_tag_bits(layout_.num_units(), comm_->size(), options_.comm_dtype);
+    tag_elements_ = reduce_tag_elements(tag_bits_, options_.comm_dtype);
   }
   const size_t units = layout_.units().size();
   open_.resize(units);
@@ -104,7 +108,7 @@ void UnitGradReducer::on_grad_ready(int i) {
   if (!r) {
     r = std::make_unique<Pending>();
     r->unit = p.unit;
-    r->send = at::zeros({unit.reduce_partition * comm_->size()},
+    r->send = at::zeros({(unit.reduce_partition + tag_elements_) * comm_->size()},
                         p.param.options().dtype(options_.comm_dtype).requires_grad(false));
     r->arrived.assign(unit.trainable.size(), 0);
   }
@@ -117,7 +121,7 @@ void UnitGradReducer::on_grad_ready(int i) {
   for (int rank = 0; rank < comm_->size(); ++rank) {
     const int64_t n = std::min(p.pn, p.numel - rank * p.pn);
     if (n <= 0) break;
-    r->send.narrow(0, rank * unit.reduce_partition + offset, n)
+    r->send.narrow(0, rank * (unit.reduce_partition + tag_elements_) + offset, n)
         .copy_(grad.narrow(0, rank * p.pn, n));
   }
   p.param.mutable_grad() = at::Tensor();
@@ -130,18 +134,21 @@ void UnitGradReducer::on_grad_ready(int i) {
   }
 }
 
+// Each chunk of the send buffer ends in the unit's tag bits (Note [Unit tags]).
 void UnitGradReducer::launch(int unit) {
   const Stage3Unit& u = layout_.units()[unit];
+  const int64_t stride = u.reduce_partition + tag_elements_;
   std::unique_ptr<Pending> r = std::move(open_[unit]);
   if (!r) {  // no gradient arrived this micro-step: contribute zeros
     r = std::make_unique<Pending>();
     r->unit = unit;
     r->send =
-        at::zeros({u.reduce_partition * comm_->size()},
+        at::zeros({stride * comm_->size()},
                   layout_.params()[u.trainable.front()].param.options().dtype(options_.comm_dtype));
   }
   if (comm_->size() > 1) r->send.div_(comm_->size());
-  r->out = at::empty({u.reduce_partition}, r->send.options());
+  write_reduce_tag(r->send, stride, u.reduce_partition, tag_bits_, comm_->size(), unit);
+  r->out = at::empty({stride}, r->send.options());
   if (qgz_) {
     r->quantized = qgz_->start(r->send);
   } else {
@@ -149,7 +156,7 @@ void UnitGradReducer::launch(int unit) {
   }
   stats_.reduce_scatters += 1;
   pending_grads_[unit] = 0;
-  reducing_elements_ += r->send.numel();
+  reducing_elements_ += u.reduce_partition * comm_->size();
   stats_.peak_reducing_elements = std::max(stats_.peak_reducing_elements, reducing_elements_);
   reduces_.push_back(std::move(r));
   // Note [Bounded gradient reduction]: every unit's reduction holds the unit's whole gradient
@@ -163,15 +170,18 @@ void UnitGradReducer::launch(int unit) {
 void UnitGradReducer::finish_oldest() {
   std::unique_ptr<Pending> r = std::move(reduces_.front());
   reduces_.pop_front();
-  reducing_elements_ -= r->send.numel();
+  const Stage3Unit& u = layout_.units()[r->unit];
+  reducing_elements_ -= u.reduce_partition * comm_->size();
   at::NoGradGuard no_grad;
   if (r->quantized) {
     qgz_->finish(*r->quantized, r->out);
   } else {
     r->work->wait();
   }
+  check_reduce_tag(layout_, r->out, u.reduce_partition, tag_bits_, comm_->size(), comm_->rank(),
+                   r->unit);
   int64_t offset = 0;
-  for (int i : layout_.units()[r->unit].trainable) {
+  for (int i : u.trainable) {
     const Stage3Param& p = layout_.params()[i];
     at::Tensor dest = grad_flats_[p.group].narrow(0, p.group_offset, p.pn);
     dest.add_(r->out.narrow(0, offset, p.pn).to(dest.device()));

@@ -74,7 +74,7 @@ class UnitGradReducer {
   std::function<void(int)> unit_done_;
   std::vector<at::Tensor> grad_flats_;
   std::deque<std::unique_ptr<Pending>> reduces_;
-  int64_t reducing_elements_ = 0;               // send-buffer elements of reduces_
+  int64_t reducing_elements_ = 0;               // gradient elements of reduces_' sends
   std::vector<std::unique_ptr<Pending>> open_;  // per unit, being filled
   std::vector<int> pending_grads_;              // per unit
   std::vector<char> arrived_alone_;  // per parameter, one rank only: gradient added this pass
@@ -83,6 +83,8 @@ class UnitGradReducer {
   struct HookHandle;
   std::vector<HookHandle> hooks_;
   std::unique_ptr<QuantizedReduceScatter> qgz_;
+  int tag_bits_ = 0;          // Note [Unit tags]: bits of the unit's tag (0: unchecked, qgZ)
+  int64_t tag_elements_ = 0;  // what each chunk grows by: tag_bits_ in whole 64-byte slots
 };
 
 }  // namespace zrt::zero

@@ -1,7 +1,8 @@
 // ZeRO-3 under mpirun (world sizes 1–4): inference equals the unsharded model, model states at
 // rest are 16Ψ/N, gathered bytes stay within the prefetch window, the first step moves 3Ψ(N−1)/N
 // elements, reduce_bucket_size bounds the gradients in flight, whole-model access writes back,
-// misuse gives clear errors, and a tied embedding used twice per forward stays partitioned.
+// misuse gives clear errors, ranks that run different units fail together, and a tied embedding
+// used twice per forward stays partitioned.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -15,6 +16,7 @@
 #include "tests/support/mpi_world.h"
 #include "tests/support/tensor_compare.h"
 #include "tests/support/tiny_model.h"
+#include "zero/unit_tags.h"
 
 namespace zrt {
 namespace {
@@ -65,6 +67,49 @@ TEST(Stage3Inference, OutputsEqualTheUnshardedModel) {
     EXPECT_EQ(states.coordinator().stats().peak_gathered_bytes, 0);
     EXPECT_EQ(states.coordinator().stats().all_gathers, 0);
   }
+}
+
+// A mixture of experts as a user first writes one: each expert its own ShardUnit, the tokens of
+// each rank routed to another expert. The experts' gathers have one size, so the communicator
+// would pair rank 0's gather of expert 0 with rank 1's of expert 1 and each rank would compute
+// with the other's weights; the unit tags (Note [Unit tags] in zero/unit_tags.cpp) make every rank
+// fail at that first gather instead, naming the experts.
+struct RoutedExpertsImpl : torch::nn::Module {
+  RoutedExpertsImpl() {
+    for (int i = 0; i < 4; ++i) {
+      experts.push_back(register_module(
+          "expert" + std::to_string(i), std::make_shared<ShardUnit<torch::nn::LinearImpl>>(8, 8)));
+    }
+  }
+  at::Tensor forward(const at::Tensor& x, int expert) { return experts[expert]->forward(x); }
+  std::vector<std::shared_ptr<ShardUnit<torch::nn::LinearImpl>>> experts;
+};
+
+TEST(Stage3Units, RanksRoutedToDifferentExpertsFailAtTheFirstGather) {
+  auto model = std::make_shared<RoutedExpertsImpl>();
+  auto engine = make_engine(model, stage3_config(true, false));
+  const int rank = test::world().rank();
+  const at::Tensor x = torch::ones({4, 8});
+  if (test::world().size() == 1) {  // one rank runs what it runs: nothing to disagree with
+    engine->backward(model->forward(x, 2).sum());
+    engine->step();
+    return;
+  }
+  try {
+    engine->backward(model->forward(x, rank % 4).sum());
+    engine->step();
+    ADD_FAILURE() << "rank " << rank << " trained with another rank's expert";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("ZeRO-3 ranks out of step: rank " + std::to_string(rank) +
+                     " all-gathered unit " + std::to_string(rank % 4) + " (expert" +
+                     std::to_string(rank % 4) + ")"),
+              std::string::npos)
+        << m;
+  }
+  at::Tensor one = torch::ones({1});
+  test::world().all_reduce(one);
+  EXPECT_EQ(one.item<float>(), test::world().size()) << "every rank stopped at one collective";
 }
 
 // A model with no ShardUnit at stage 3 is not partitioned; the job is told so once (rank 0), with
@@ -124,7 +169,9 @@ TEST(Stage3Memory, AtRestSixteenPsiOverNAndWindowDuringSteps) {
   int64_t sum_pn = 0;
   int64_t max_unit_bytes = 0;
   for (const auto& unit : states.layout().units()) {
-    max_unit_bytes = std::max(max_unit_bytes, 2 * (unit.gather_numel + unit.gather_partition * n));
+    // bf16 parameters and the all-gather's buffer: each rank's chunk and its tag slot.
+    max_unit_bytes = std::max(max_unit_bytes, 2 * (unit.gather_numel + unit.gather_partition * n) +
+                                                  n * zero::kTagSlotBytes);
   }
   for (const auto& p : states.layout().params()) sum_pn += param_partition_size(p.numel, n);
   states.coordinator().reset_peak();
@@ -201,8 +248,16 @@ TEST(Stage3Volume, FirstStepMovesThreePsi) {
   engine->backward(torch::mse_loss(model->forward(x.to(at::kBFloat16)).to(at::kFloat), y));
   engine->step();
   // Forward all-gather, backward all-gather, gradient reduce-scatter, each (n−1)·Σpn bf16
-  // elements, plus the 8-byte norm all-reduce.
-  const double expected = 3.0 * 2 * (n - 1) * sum_pn + 2.0 * 8 * (n - 1) / n;
+  // elements, plus the 8-byte norm all-reduce. Each unit collective also carries the unit's tag
+  // (Note [Unit tags]): a 64-byte slot per rank's chunk.
+  const int bits = zero::reduce_tag_bits(states.layout().num_units(), n, at::kBFloat16);
+  const int64_t slots = zero::reduce_tag_elements(bits, at::kBFloat16) * 2;
+  double tags = 0;
+  for (const auto& unit : states.layout().units()) {
+    if (unit.gather_partition > 0) tags += 2.0 * (n - 1) * zero::kTagSlotBytes;
+    if (unit.reduce_partition > 0) tags += 1.0 * (n - 1) * slots;
+  }
+  const double expected = 3.0 * 2 * (n - 1) * sum_pn + 2.0 * 8 * (n - 1) / n + tags;
   EXPECT_DOUBLE_EQ(engine->comm_stats().total_wire_bytes(), expected);
 }
 

@@ -181,8 +181,9 @@ TEST(ParamCoordinator, GathersAndReleasesUnits) {
     EXPECT_FALSE(storage_allocated(p.t["a.w"]));
     EXPECT_EQ(co.stats().gathered_bytes, 0);
     // The peak includes the all-gather's receive buffer, alive while it is copied out: W ranks'
-    // chunks of pn(a.w) + pn(a.b) = 4 + 1 elements.
-    EXPECT_EQ(co.stats().peak_gathered_bytes, (10 + 3) * 4 + 3 * (4 + 1) * 4);
+    // chunks of pn(a.w) + pn(a.b) = 4 + 1 elements, each followed by the unit's 64-byte tag slot
+    // (Note [Unit tags]).
+    EXPECT_EQ(co.stats().peak_gathered_bytes, (10 + 3) * 4 + 3 * ((4 + 1) * 4 + 64));
     co.gather_all();
     EXPECT_TRUE(torch::equal(p.t["b.w"].reshape(-1), torch::arange(1, 9, torch::kFloat) * 1000));
     co.release_all();
@@ -214,9 +215,9 @@ TEST(ParamCoordinator, GathersReuseOneBufferAndOneSlabUntilTrimmed) {
       EXPECT_TRUE(torch::equal(p.t["b.w"].reshape(-1), torch::arange(1, 9, torch::kFloat) * 1000));
       EXPECT_EQ(p.t["b.w"].data_ptr(), slab) << "unit 0's slab is free again, pass " << pass;
       co.post_forward(1);
-      // One buffer of W x the larger unit's chunk: 3 x (pn(a.w) + pn(a.b)) = 3 x (4 + 1), fp32;
-      // one slab, grown to the larger unit: 64 + 64 bytes.
-      EXPECT_EQ(co.stats().gather_buffer_bytes, 3 * 5 * 4) << "pass " << pass;
+      // One buffer of W x the larger unit's chunk: 3 x (pn(a.w) + pn(a.b) + the 64-byte tag
+      // slot) = 3 x (4 + 1 + 16), fp32; one slab, grown to the larger unit: 64 + 64 bytes.
+      EXPECT_EQ(co.stats().gather_buffer_bytes, 3 * 21 * 4) << "pass " << pass;
       EXPECT_EQ(co.stats().parameter_slab_bytes, 128) << "pass " << pass;
     }
     EXPECT_EQ(co.stats().all_gathers, 6);

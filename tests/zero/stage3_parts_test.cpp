@@ -1,6 +1,7 @@
 // The parts of the stage-3 data path on their own: UseTrace (positions, prefetch, reuse; no
 // tensors), ParamStorage (slabs), UnitGatherer (gather and release, ranks as threads over the
 // in-process backend) and UnitGradReducer (gradients into each rank's partition).
+#include <atomic>
 #include <map>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "comm/local_comm.h"
+#include "core/error.h"
 #include "zero/param_storage.h"
 #include "zero/stage3_layout.h"
 #include "zero/unit_gatherer.h"
@@ -195,6 +197,108 @@ TEST(UnitGradReducer, EachRankGetsTheMeanGradientOfItsPartitions) {
     EXPECT_EQ(r.stats().reduce_scatters, 3) << "one per unit, the root included";
     r.zero_grad();
     EXPECT_EQ(r.grad_partition(0).abs().sum().item<float>(), 0.0f);
+  });
+}
+
+
+// ---- ranks that run different units (Note [Unit tags]) ---------------------------------------
+
+// Two experts of one shape in units 0 and 1: their gathers and reductions have the same size, so
+// only the tags tell them apart.
+struct Experts {
+  at::Tensor e0 = torch::arange(1, 7, torch::kFloat).view({2, 3}).requires_grad_();
+  at::Tensor e1 = (torch::arange(1, 7, torch::kFloat) * 10).view({2, 3}).requires_grad_();
+  Stage3Layout layout(int world, int rank) {
+    Stage3Layout l({{{"moe.experts.0.weight", e0}, {"moe.experts.1.weight", e1}}}, {},
+                   {{"moe.experts.0.weight", 0}, {"moe.experts.1.weight", 1}}, 2, world, rank,
+                   /*persistence_threshold=*/0, std::numeric_limits<int64_t>::max());
+    l.partition();
+    return l;
+  }
+};
+
+void expect_out_of_step(const Error& e, const std::vector<std::string>& parts) {
+  const std::string m = e.what();
+  EXPECT_NE(m.find("ZeRO-3 ranks out of step"), std::string::npos) << m;
+  EXPECT_NE(m.find("together in one ShardUnit"), std::string::npos) << m;
+  for (const std::string& p : parts) EXPECT_NE(m.find(p), std::string::npos) << p << " in " << m;
+}
+
+// Rank 0 gathers the experts in the order 0, 1, the other ranks in the order 1, 0 (a fault: the
+// two units swapped on some ranks). Every rank fails at the first gather, none uses the data.
+TEST(UnitTags, GathersOfDifferentUnitsFailOnEveryRank) {
+  for (int world : {2, 3}) {
+    std::atomic<int> failed{0};
+    comm::run_local_world(world, [&](comm::Comm& c) {
+      std::shared_ptr<comm::Comm> comm(&c, [](comm::Comm*) {});
+      Experts e;
+      Stage3Layout l = e.layout(world, c.rank());
+      UnitGatherer g(l, comm, 1);
+      const int first = c.rank() == 0 ? 0 : 1;
+      try {
+        g.wait(first);
+        g.wait(1 - first);
+      } catch (const Error& err) {
+        ++failed;
+        EXPECT_NE(g.state(first), UnitGatherer::State::kGathered);
+        const int other = c.rank() == 0 ? 1 : 0;  // the first rank whose tag differs
+        expect_out_of_step(err, {"rank " + std::to_string(c.rank()) + " all-gathered unit " +
+                                     std::to_string(first) + " (moe.experts." +
+                                     std::to_string(first) + ")",
+                                 "while rank " + std::to_string(other) + " all-gathered unit " +
+                                     std::to_string(1 - first)});
+      }
+    });
+    EXPECT_EQ(failed.load(), world) << world << " ranks";
+  }
+}
+
+// Every rank gathers both experts in one order, but rank 0's loss uses expert 0 and rank 1's
+// expert 1: each reduce-scatters its own expert's gradients first, during the backward.
+TEST(UnitTags, ReductionsOfDifferentUnitsFailOnEveryRank) {
+  std::atomic<int> failed{0};
+  comm::run_local_world(2, [&](comm::Comm& c) {
+    std::shared_ptr<comm::Comm> comm(&c, [](comm::Comm*) {});
+    Experts e;
+    Stage3Layout l = e.layout(2, c.rank());
+    UnitGatherer g(l, comm, 1);
+    for (int u = 0; u < l.num_units(); ++u) g.wait(u);
+    UnitGradReducer r(l, comm, {}, [](int) {});
+    r.begin();
+    const int used = c.rank();
+    try {
+      (used == 0 ? e.e0 : e.e1).sum().backward();
+      r.end();
+    } catch (const Error& err) {
+      ++failed;
+      expect_out_of_step(err, {"rank " + std::to_string(c.rank()) +
+                                   " reduce-scattered the gradients of unit " + std::to_string(used),
+                               "rank " + std::to_string(1 - c.rank()) +
+                                   " reduce-scattered the gradients of unit " +
+                                   std::to_string(1 - used) + " (moe.experts."});
+    }
+  });
+  EXPECT_EQ(failed.load(), 2);
+}
+
+// The same experts run in the same order on every rank (routing that happens to agree) pass, and
+// so does a unit no rank used this step (end() reduces it, in unit order, on every rank).
+TEST(UnitTags, TheSameUnitsInTheSameOrderPass) {
+  comm::run_local_world(3, [&](comm::Comm& c) {
+    std::shared_ptr<comm::Comm> comm(&c, [](comm::Comm*) {});
+    Experts e;
+    Stage3Layout l = e.layout(3, c.rank());
+    UnitGatherer g(l, comm, 1);
+    g.wait(1);
+    EXPECT_TRUE(torch::equal(e.e1.reshape(-1), torch::arange(1, 7, torch::kFloat) * 10));
+    UnitGradReducer r(l, comm, {}, [](int) {});
+    r.begin();
+    (e.e1 * (c.rank() + 1)).sum().backward();
+    r.end();
+    const int64_t n = std::max<int64_t>(0, std::min<int64_t>(2, 6 - c.rank() * 2));
+    const Stage3Param& p1 = l.params()[1];
+    EXPECT_TRUE(torch::allclose(r.grad_partition(0).narrow(0, p1.group_offset, n),
+                                torch::full({n}, 2.0f)));
   });
 }
 
