@@ -4,12 +4,12 @@
 // save_metrics' {split}_results.json / all_results.json.
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/logging.h"

@@ -108,7 +108,7 @@ void UnitGradReducer::on_grad_ready(int i) {
   if (!r) {
     r = std::make_unique<Pending>();
     r->unit = p.unit;
-    r->send = at::zeros({(unit.reduce_partition + tag_elements_) * comm_->size()},
+    r->send = at::zeros({chunk_stride(unit) * comm_->size()},
                         p.param.options().dtype(options_.comm_dtype).requires_grad(false));
     r->arrived.assign(unit.trainable.size(), 0);
   }
@@ -121,7 +121,7 @@ void UnitGradReducer::on_grad_ready(int i) {
   for (int rank = 0; rank < comm_->size(); ++rank) {
     const int64_t n = std::min(p.pn, p.numel - rank * p.pn);
     if (n <= 0) break;
-    r->send.narrow(0, rank * (unit.reduce_partition + tag_elements_) + offset, n)
+    r->send.narrow(0, rank * chunk_stride(unit) + offset, n)
         .copy_(grad.narrow(0, rank * p.pn, n));
   }
   p.param.mutable_grad() = at::Tensor();
@@ -137,7 +137,7 @@ void UnitGradReducer::on_grad_ready(int i) {
 // Each chunk of the send buffer ends in the unit's tag bits (Note [Unit tags]).
 void UnitGradReducer::launch(int unit) {
   const Stage3Unit& u = layout_.units()[unit];
-  const int64_t stride = u.reduce_partition + tag_elements_;
+  const int64_t stride = chunk_stride(u);
   std::unique_ptr<Pending> r = std::move(open_[unit]);
   if (!r) {  // no gradient arrived this micro-step: contribute zeros
     r = std::make_unique<Pending>();

@@ -85,6 +85,8 @@ class UnitGradReducer {
   std::unique_ptr<QuantizedReduceScatter> qgz_;
   int tag_bits_ = 0;          // Note [Unit tags]: bits of the unit's tag (0: unchecked, qgZ)
   int64_t tag_elements_ = 0;  // what each chunk grows by: tag_bits_ in whole 64-byte slots
+  // Elements between consecutive ranks' chunks of a unit's send buffer.
+  int64_t chunk_stride(const Stage3Unit& u) const { return u.reduce_partition + tag_elements_; }
 };
 
 }  // namespace zrt::zero

@@ -52,6 +52,10 @@ std::string common_prefix(const Stage3Layout& layout, const Stage3Unit& u) {
 
 int64_t tag_of(int unit) { return static_cast<int64_t>(unit) + 2; }
 
+int64_t slot_elements(at::ScalarType dtype) {
+  return kTagSlotBytes / static_cast<int64_t>(c10::elementSize(dtype));
+}
+
 std::string label_of_tag(const Stage3Layout& layout, int64_t tag) {
   if (tag < 1 || tag > layout.num_units() + 2) {
     return "a collective that is not a unit gather (" + std::to_string(tag) + ")";
@@ -85,16 +89,20 @@ std::string unit_label(const Stage3Layout& layout, int unit) {
 }
 
 int64_t gather_tag_elements(at::ScalarType dtype) {
-  if (!unit_tags_enabled()) return 0;
-  return kTagSlotBytes / static_cast<int64_t>(c10::elementSize(dtype));
+  return unit_tags_enabled() ? slot_elements(dtype) : 0;
 }
 
 void write_gather_tag(const at::Tensor& slot, int unit) {
   if (slot.numel() == 0) return;
-  at::Tensor cpu = at::zeros({slot.numel()}, slot.options().device(at::kCPU).pinned_memory(false));
   const int64_t tag = tag_of(unit);
-  std::memcpy(cpu.data_ptr(), &tag, sizeof tag);
-  slot.copy_(cpu);
+  if (slot.device().is_cpu()) {  // straight into the send buffer
+    slot.zero_();
+    std::memcpy(slot.data_ptr(), &tag, sizeof tag);
+    return;
+  }
+  at::Tensor host = at::zeros({slot.numel()}, slot.options().device(at::kCPU).pinned_memory(false));
+  std::memcpy(host.data_ptr(), &tag, sizeof tag);
+  slot.copy_(host);
 }
 
 void check_gather_tags(const Stage3Layout& layout, const at::Tensor& gathered, int64_t stride,
@@ -102,9 +110,9 @@ void check_gather_tags(const Stage3Layout& layout, const at::Tensor& gathered, i
                        const std::string& group) {
   const int64_t elems = gather_tag_elements(gathered.scalar_type());
   if (elems == 0) return;
-  std::vector<at::Tensor> slots;
-  for (int r = 0; r < ranks; ++r) slots.push_back(gathered.narrow(0, r * stride + offset, elems));
-  const at::Tensor tags = at::stack(slots).to(at::kCPU).contiguous();
+  // One [ranks, elems] view of every rank's slot: a single copy off the device, none on the CPU.
+  const at::Tensor tags =
+      gathered.view({ranks, stride}).narrow(1, offset, elems).to(at::kCPU).contiguous();
   const auto* bytes = static_cast<const char*>(tags.data_ptr());
   const int64_t mine = tag_of(unit);
   for (int r = 0; r < ranks; ++r) {
@@ -128,7 +136,7 @@ int reduce_tag_bits(int units, int ranks, at::ScalarType dtype) {
 }
 
 int64_t reduce_tag_elements(int bits, at::ScalarType dtype) {
-  const int64_t slot = kTagSlotBytes / static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t slot = slot_elements(dtype);
   return (bits + slot - 1) / slot * slot;
 }
 
