@@ -53,8 +53,19 @@ std::string OpInfo::describe() const {
   }
   s += str(" #", seq);
   if (type != OpType::kBarrier) s += str(" dtype=", c10::toString(dtype), " numel=", numel);
+  if (!context.empty()) s += str(" for ", context);
   return s;
 }
+
+namespace {
+thread_local const std::string* t_context = nullptr;
+}  // namespace
+
+CollectiveContext::CollectiveContext(const std::string& what) : previous_(t_context) {
+  t_context = &what;
+}
+CollectiveContext::~CollectiveContext() { t_context = previous_; }
+const std::string* CollectiveContext::current() { return t_context; }
 
 bool is_supported_dtype(at::ScalarType dtype) {
   switch (dtype) {
@@ -147,6 +158,7 @@ OpInfo Comm::next_info(OpType type, const at::Tensor* tensor, ReduceOp op, int r
     info.numel = tensor->numel();
   }
   info.seq = ++seq_;
+  if (const std::string* context = CollectiveContext::current()) info.context = *context;
   return info;
 }
 

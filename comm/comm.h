@@ -40,9 +40,27 @@ struct OpInfo {
   int root = 0;                 // broadcast only
   uint64_t seq = 0;             // per-communicator sequence number, from 1
   std::vector<int64_t> counts;  // the *_v collectives: elements per rank
+  std::string context;          // what the caller issued it for (CollectiveContext); may be empty
 
-  // "all_reduce(sum) #3 dtype=Float numel=1024"
+  // "all_reduce(sum) #3 dtype=Float numel=1024", then " for <context>" when there is one.
   std::string describe() const;
+};
+
+// Names what the calling thread's collectives are for while it lives, e.g. "ZeRO-3 unit 3
+// (layers.1)": every collective this thread issues meanwhile carries it in OpInfo::context, so
+// error messages (and the stall check of Note [Stalled collectives], comm/op_queue.h) say which
+// part of the program a rank was in. `what` must outlive the object. Nests.
+class CollectiveContext {
+ public:
+  explicit CollectiveContext(const std::string& what);
+  ~CollectiveContext();
+  CollectiveContext(const CollectiveContext&) = delete;
+  CollectiveContext& operator=(const CollectiveContext&) = delete;
+  // The innermost context of the calling thread, or nullptr.
+  static const std::string* current();
+
+ private:
+  const std::string* previous_;
 };
 
 // Handle of an asynchronous collective.

@@ -12,12 +12,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include <mpi.h>
 
+#include "comm/mpi_stall_check.h"
 #include "comm/op_queue.h"
 #include "comm/setup_deadline.h"
 #include "comm/reduce_kernels.h"
@@ -40,7 +42,15 @@ namespace zrt::comm {
   char text[MPI_MAX_ERROR_STRING] = {0};
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw CommError(str("MPI call ", call, " failed at ", file, ":", line, ": ", text));
+  int error_class = MPI_SUCCESS;
+  MPI_Error_class(rc, &error_class);
+  // A collective receiving more than it expects: the ranks passed different sizes to it, or are
+  // in different collectives (Note [Stalled collectives] in comm/op_queue.h).
+  const char* hint = error_class == MPI_ERR_TRUNCATE
+                         ? "; the ranks are out of step: another rank is in a different "
+                           "collective, or in this one with another size"
+                         : "";
+  throw CommError(str("MPI call ", call, " failed at ", file, ":", line, ": ", text, hint));
 }
 
 namespace {
@@ -112,6 +122,9 @@ class MpiRuntime {
     return MPI_SUM;
   }
 
+  // Whether MPI may be called by two threads at once (the stall check needs it).
+  bool thread_multiple() const { return thread_multiple_; }
+
  private:
   MpiRuntime() {
     int initialized = 0;
@@ -124,6 +137,9 @@ class MpiRuntime {
                    "the MPI library provides thread level ", provided,
                    "; ZeroRT needs at least MPI_THREAD_SERIALIZED");
     }
+    int level = 0;
+    ZRT_MPI_CHECK(MPI_Query_thread(&level));
+    thread_multiple_ = level >= MPI_THREAD_MULTIPLE;
     ZRT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     set_abort_hook(&abort_mpi_job);
     ZRT_MPI_CHECK(MPI_Op_create(&user_reduce<at::kBFloat16, ReduceOp::kSum>, 1, &ops_[0]));
@@ -135,6 +151,7 @@ class MpiRuntime {
   }
 
   bool initialized_by_us_ = false;
+  bool thread_multiple_ = false;
   MPI_Op ops_[6] = {};
 };
 
@@ -199,6 +216,7 @@ class MpiComm final : public Comm {
     // every collective to the queue's thread (for comparison).
     const bool caller_runs = env::get_bool("ZRT_MPI_CALLER_RUNS").value_or(true);
     queue_ = std::make_shared<OpQueue>("mpi", rank_, options.timeout_seconds, caller_runs);
+    set_stall_check();
   }
 
   // A sub-communicator over `comm` (owned), run on its parent's queue (Note [Sub-communicators]).
@@ -212,10 +230,12 @@ class MpiComm final : public Comm {
     ZRT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     ZRT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
     set_local_layout();
+    set_stall_check();
   }
 
   ~MpiComm() override {
     queue_.reset();  // joins the thread (or detaches it if a collective hung) once unshared
+    stall_.reset();
     if (!any_comm_broken()) MPI_Comm_free(&comm_);
   }
 
@@ -230,40 +250,40 @@ class MpiComm final : public Comm {
 
  protected:
   std::shared_ptr<Work> all_reduce_impl(const at::Tensor& t, const OpInfo& info) override {
-    return queue_->submit(info, [this, t, info] { run_all_reduce(t, info); }, {t});
+    return submit(info, [this, t, info] { run_all_reduce(t, info); }, {t});
   }
   std::shared_ptr<Work> reduce_scatter_impl(const at::Tensor& out, const at::Tensor& in,
                                             const OpInfo& info) override {
     std::vector<int64_t> counts(size_, out.numel());
-    return queue_->submit(
+    return submit(
         info, [this, out, in, info, counts] { run_reduce_scatter(out, in, info, counts); },
         {out, in});
   }
   std::shared_ptr<Work> reduce_scatter_v_impl(const at::Tensor& out, const at::Tensor& in,
                                               const OpInfo& info) override {
-    return queue_->submit(
+    return submit(
         info, [this, out, in, info] { run_reduce_scatter(out, in, info, info.counts); }, {out, in});
   }
   std::shared_ptr<Work> all_gather_impl(const at::Tensor& out, const at::Tensor& in,
                                         const OpInfo& info) override {
     std::vector<int64_t> counts(size_, in.numel());
-    return queue_->submit(
+    return submit(
         info, [this, out, in, info, counts] { run_all_gather(out, in, info, counts); }, {out, in});
   }
   std::shared_ptr<Work> all_gather_v_impl(const at::Tensor& out, const at::Tensor& in,
                                           const OpInfo& info) override {
-    return queue_->submit(
+    return submit(
         info, [this, out, in, info] { run_all_gather(out, in, info, info.counts); }, {out, in});
   }
   std::shared_ptr<Work> broadcast_impl(const at::Tensor& t, const OpInfo& info) override {
-    return queue_->submit(info, [this, t, info] { run_broadcast(t, info); }, {t});
+    return submit(info, [this, t, info] { run_broadcast(t, info); }, {t});
   }
   std::shared_ptr<Work> barrier_impl(const OpInfo& info) override {
-    return queue_->submit(info, [this] { ZRT_MPI_CHECK(MPI_Barrier(comm_)); }, {});
+    return submit(info, [this] { ZRT_MPI_CHECK(MPI_Barrier(comm_)); }, {});
   }
   std::shared_ptr<Work> all_to_all_impl(const at::Tensor& out, const at::Tensor& in,
                                         const OpInfo& info) override {
-    return queue_->submit(info, [this, out, in] { run_all_to_all(out, in); }, {out, in});
+    return submit(info, [this, out, in] { run_all_to_all(out, in); }, {out, in});
   }
   std::shared_ptr<Comm> split_impl(int color, int key) override {
     return make_sub([color, key](MPI_Comm parent, MPI_Comm* sub) {
@@ -277,6 +297,18 @@ class MpiComm final : public Comm {
   }
 
  private:
+  std::shared_ptr<Work> submit(const OpInfo& info, std::function<void()> body,
+                               std::vector<at::Tensor> keep_alive) {
+    return queue_->submit(info, std::move(body), std::move(keep_alive), stall_);
+  }
+
+  // Note [Stalled collectives] (comm/op_queue.h): only where MPI allows a second thread in.
+  void set_stall_check() {
+    if (size_ > 1 && runtime_.thread_multiple() && stall_check_seconds_from_env() > 0) {
+      stall_ = make_mpi_stall_check(comm_, rank_, size_, "mpi");
+    }
+  }
+
   // The ranks on this rank's host (MPI_COMM_TYPE_SHARED).
   void set_local_layout() {
     MPI_Comm node = MPI_COMM_NULL;
@@ -520,6 +552,7 @@ class MpiComm final : public Comm {
   std::vector<uint8_t> recv_buf_;
   std::vector<MPI_Request> requests_;
   std::shared_ptr<OpQueue> queue_;  // shared with sub-communicators
+  std::shared_ptr<StallCheck> stall_;
 };
 
 }  // namespace

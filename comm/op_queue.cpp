@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "comm/blocking_call.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/tool_main.h"
@@ -29,6 +30,8 @@ struct OpState {
   std::exception_ptr error;         // set when kFailed
   Clock::time_point started;
   Clock::time_point finished;  // when it ended (guarded by Core::mutex); a waiter's wait ends here
+  std::shared_ptr<StallCheck> stall;  // Note [Stalled collectives]; set before it is queued
+  Clock::time_point next_stall_check;  // guarded by Core::mutex
 };
 
 double seconds_since(Clock::time_point t) {
@@ -51,6 +54,8 @@ struct OpQueue::Core {
   bool stop = false;
   bool thread_exited = false;
   std::string fatal;  // non-empty once broken
+  double stall_seconds = 2.0;  // Note [Stalled collectives]; 0: never check
+  bool stall_checking = false;  // a thread is running a StallCheck (guarded by mutex)
   std::thread thread;
   CommTimes times;  // guarded by mutex
   // Note [Waited time is a union]: threads can wait at once (the step and a backward hook).
@@ -116,7 +121,39 @@ struct OpQueue::Core {
   void start_locked(const std::shared_ptr<OpState>& op) {
     op->status = Status::kRunning;
     op->started = Clock::now();
+    op->next_stall_check = op->started + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(stall_seconds));
     running = op;
+  }
+
+  // Seconds until the running collective's next stall check is due (a large value if it has
+  // none). Requires mutex.
+  double until_stall_check_locked() const {
+    if (!running || !running->stall || stall_seconds <= 0 || !fatal.empty()) return 3600.0;
+    return std::max(0.0, std::chrono::duration<double>(running->next_stall_check - Clock::now())
+                             .count());
+  }
+
+  // Runs the running collective's StallCheck if it is due (Note [Stalled collectives]), with the
+  // mutex released meanwhile, and breaks the communicator on a verdict. Returns the verdict (empty:
+  // none). Requires mutex, held through `lock`.
+  std::string check_stall_locked(std::unique_lock<std::mutex>& lock) {
+    if (stall_checking || until_stall_check_locked() > 0) return {};
+    std::shared_ptr<OpState> op = running;
+    op->next_stall_check = Clock::now() + std::chrono::milliseconds(500);
+    stall_checking = true;
+    lock.unlock();
+    std::string verdict;
+    try {
+      verdict = op->stall->check(op->info);
+    } catch (const std::exception& e) {
+      ZRT_LOG_WARN("[rank ", rank, "] stall check of ", op->info.describe(), " failed: ",
+                   e.what());
+    }
+    lock.lock();
+    stall_checking = false;
+    if (!verdict.empty()) mark_broken(verdict);
+    return verdict;
   }
 
   static std::exception_ptr run_body(OpState& op) {
@@ -139,13 +176,20 @@ struct OpQueue::Core {
       op.status = Status::kFailed;
       op.error = error;
       std::string what = "unknown error";
+      bool comm_error = false;
       try {
         std::rethrow_exception(error);
+      } catch (const CommError& e) {
+        what = e.what();
+        comm_error = true;
       } catch (const std::exception& e) {
         what = e.what();
       } catch (...) {
       }
-      mark_broken(str("[rank ", rank, "] ", op.info.describe(), " failed: ", what));
+      const std::string message = str("[rank ", rank, "] ", op.info.describe(), " failed: ", what);
+      // The caller learns which collective failed, and what for (OpInfo::context).
+      if (comm_error) op.error = std::make_exception_ptr(CommError(message));
+      mark_broken(message);
     } else {
       op.status = Status::kDone;
     }
@@ -157,13 +201,18 @@ struct OpQueue::Core {
   // for]). Requires mutex; `running` is the caller's collective.
   void watch_caller_locked(std::unique_lock<std::mutex>& lock) {
     const double waited = seconds_since(running->started);
+    std::string message;
     if (waited <= timeout_seconds) {
       // At most an hour at a time: the loop looks again (and huge timeouts cannot overflow).
-      work_cv.wait_for(lock, std::chrono::duration<double>(
-                                 std::min(3600.0, timeout_seconds - waited + 1e-3)));
-      return;
+      const double sleep = std::min({3600.0, timeout_seconds - waited + 1e-3,
+                                     until_stall_check_locked() + 1e-3});
+      work_cv.wait_for(lock, std::chrono::duration<double>(sleep));
+      if (!running) return;
+      message = check_stall_locked(lock);
+      if (message.empty()) return;
+    } else {
+      message = timeout_message(*running, waited);
     }
-    const std::string message = timeout_message(*running, waited);
     mark_broken(message);
     lock.unlock();
     exit_with_error(message, ExitCode::kComm);
@@ -230,6 +279,7 @@ class QueuedWork final : public Work {
       if (op_->status == Status::kDone) return;
       if (op_->status == Status::kFailed) std::rethrow_exception(op_->error);
       core_->check_deadline_locked();
+      if (!core_->check_stall_locked(lock).empty()) throw CommError(core_->fatal);
       core_->cv.wait_for(lock, std::chrono::milliseconds(50));
     }
   }
@@ -254,6 +304,7 @@ OpQueue::OpQueue(std::string label, int rank, double timeout_seconds, bool calle
   core_->rank = rank;
   core_->timeout_seconds = timeout_seconds;
   core_->caller_runs = caller_runs;
+  core_->stall_seconds = stall_check_seconds_from_env();
   // The thread holds its own reference so a detached thread never touches freed memory.
   std::shared_ptr<Core> core = core_;
   core_->thread = std::thread([core] { core->run(); });
@@ -281,9 +332,11 @@ OpQueue::~OpQueue() {
 }
 
 std::shared_ptr<Work> OpQueue::submit(const OpInfo& info, std::function<void()> body,
-                                      std::vector<at::Tensor> keep_alive) {
+                                      std::vector<at::Tensor> keep_alive,
+                                      std::shared_ptr<StallCheck> stall) {
   auto op = std::make_shared<OpState>();
   op->info = info;
+  op->stall = std::move(stall);
   op->body = std::move(body);
   op->keep_alive = std::move(keep_alive);
   {
@@ -340,5 +393,11 @@ CommTimes OpQueue::times() const {
 }
 
 bool any_comm_broken() { return g_any_broken; }
+
+double stall_check_seconds_from_env() {
+  const double s = env::get_double("ZRT_COMM_STALL_CHECK").value_or(2.0);
+  ZRT_CHECK_AS(ConfigError, s >= 0, "ZRT_COMM_STALL_CHECK must be >= 0 seconds (0: off), got ", s);
+  return s;
+}
 
 }  // namespace zrt::comm

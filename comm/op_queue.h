@@ -45,6 +45,32 @@ namespace zrt::comm {
 // deadline ends the process with the same message (zrt::exit_with_error, exit code 4 and
 // MPI_Abort through the abort hook) instead of a CommError thrown to the caller. Asynchronous
 // collectives that the caller overlaps with compute are picked up by the queue's thread as before.
+// Note [Stalled collectives]
+// Ranks that issue different collectives at the same point (a rank skipped one, or ran a module
+// the others did not) wait for each other forever: each is inside a call that only the matching
+// call on the other ranks can complete. The deadline above ends that, but only after
+// zrt.comm_timeout (600 s by default). A StallCheck ends it within seconds at no cost to a healthy
+// collective: once the running collective has run for `stall_seconds` (2 s; ZRT_COMM_STALL_CHECK
+// sets it, 0 turns it off), the thread watching it (a caller in wait(), or the queue's thread
+// while a caller runs it) asks the backend's check, and again every half second. The MPI check
+// (comm/mpi_stall_check.h) sends this rank's description of the collective (sequence number, op,
+// dtype, count, context) to its two ring neighbours, once per collective, and reads what they
+// sent; two ranks stuck at the same sequence number in different collectives can never complete,
+// so that is the verdict: the communicator breaks with a message naming both calls, thrown to the
+// waiting caller or, where the caller itself is stuck inside MPI, ending the process as the
+// deadline does. A collective that is merely slow (a rank late from a checkpoint write) is the
+// same call on both sides and is left alone; ranks that never arrive still meet the deadline.
+class StallCheck {
+ public:
+  virtual ~StallCheck() = default;
+  // Called with the collective that has been running for `stall_seconds` or longer (by one thread
+  // at a time). Returns why the ranks cannot complete it, or an empty string.
+  virtual std::string check(const OpInfo& running) = 0;
+};
+
+// ZRT_COMM_STALL_CHECK (seconds, default 2; 0: never check).
+double stall_check_seconds_from_env();
+
 class OpQueue {
  public:
   // `label` is used in messages ("mpi", "local"); `rank` is this process's rank. `caller_runs`:
@@ -61,8 +87,10 @@ class OpQueue {
   // Enqueues `body` (run on the queue's thread), or runs it before returning (Note [The caller
   // runs what it waits for]). `keep_alive` tensors are referenced until the collective
   // completed. Throws CommError if the queue is already broken.
+  // `stall`: the check of Note [Stalled collectives] for this collective (none if null).
   std::shared_ptr<Work> submit(const OpInfo& info, std::function<void()> body,
-                               std::vector<at::Tensor> keep_alive);
+                               std::vector<at::Tensor> keep_alive,
+                               std::shared_ptr<StallCheck> stall = nullptr);
 
   // Blocks until every submitted collective completed (throws like Work::wait()).
   void drain();

@@ -52,7 +52,8 @@ UnitGatherer::UnitGatherer(Stage3Layout& layout, std::shared_ptr<comm::Comm> com
       outputs_(pooled_outputs),
       storage_(layout, pooled_outputs),
       hpz_(std::move(hpz)),
-      quantized_(quantized_weights && comm_->size() > 1) {
+      quantized_(quantized_weights && comm_->size() > 1),
+      contexts_(layout, "gather") {
   state_.assign(layout_.units().size(), State::kReleased);
   state_.back() = State::kGathered;  // the root unit's parameters are persistent
   secondary_.resize(layout_.units().size());
@@ -163,6 +164,7 @@ void UnitGatherer::start_plain(InFlight& g, comm::Comm& group) {
     }
   }
   write_gather_tag(g.send.narrow(0, g.chunk, g.stride - g.chunk), g.unit);
+  const comm::CollectiveContext context(contexts_[g.unit]);
   g.work = group.all_gather_async(g.out, g.send);
 }
 
@@ -187,6 +189,7 @@ void UnitGatherer::start_quantized(InFlight& g) {
   g.send = g.wire.narrow(0, rank * g.wire_stride, g.wire_stride);
   g.quant.pack(staged, g.send.narrow(0, 0, g.quant.bytes));
   write_gather_tag(g.send.narrow(0, g.quant.bytes, tag_bytes), g.unit);
+  const comm::CollectiveContext context(contexts_[g.unit]);
   g.work = comm_->all_gather_async(g.wire, g.send);
 }
 

@@ -13,6 +13,7 @@
 #include "zero/buffer_pool.h"
 #include "zero/param_storage.h"
 #include "zero/stage3_layout.h"
+#include "zero/unit_tags.h"
 #include "zero/zeropp.h"
 
 namespace zrt::zero {
@@ -100,6 +101,7 @@ class UnitGatherer {
   bool quantized_ = false;           // qwZ
   std::vector<at::Tensor> secondary_;  // hpZ: per unit, undefined when not valid
   std::vector<char> exact_;            // per unit: gathered (or in flight) with exact values
+  UnitContexts contexts_;              // what each unit's gather is, in communicator messages
 };
 
 }  // namespace zrt::zero

@@ -39,7 +39,11 @@ struct UnitGradReducer::HookHandle : AccumulatorHook {};
 
 UnitGradReducer::UnitGradReducer(Stage3Layout& layout, std::shared_ptr<comm::Comm> comm,
                                  Options options, std::function<void(int unit)> unit_done)
-    : layout_(layout), comm_(std::move(comm)), options_(options), unit_done_(std::move(unit_done)) {
+    : layout_(layout),
+      comm_(std::move(comm)),
+      options_(options),
+      unit_done_(std::move(unit_done)),
+      contexts_(layout, "gradient reduction") {
   if (options_.quantized != nullptr && comm_->size() > 1) {
     qgz_ = std::make_unique<QuantizedReduceScatter>(*options_.quantized);
   } else if (comm_->size() > 1) {
@@ -149,6 +153,7 @@ void UnitGradReducer::launch(int unit) {
   if (comm_->size() > 1) r->send.div_(comm_->size());
   write_reduce_tag(r->send, stride, u.reduce_partition, tag_bits_, comm_->size(), unit);
   r->out = at::empty({stride}, r->send.options());
+  const comm::CollectiveContext context(contexts_[unit]);
   if (qgz_) {
     r->quantized = qgz_->start(r->send);
   } else {

@@ -15,6 +15,7 @@
 
 #include "comm/comm.h"
 #include "zero/stage3_layout.h"
+#include "zero/unit_tags.h"
 #include "zero/zeropp.h"
 
 namespace zrt::zero {
@@ -85,6 +86,7 @@ class UnitGradReducer {
   std::unique_ptr<QuantizedReduceScatter> qgz_;
   int tag_bits_ = 0;          // Note [Unit tags]: bits of the unit's tag (0: unchecked, qgZ)
   int64_t tag_elements_ = 0;  // what each chunk grows by: tag_bits_ in whole 64-byte slots
+  UnitContexts contexts_;     // what each unit's reduction is, in communicator messages
   // Elements between consecutive ranks' chunks of a unit's send buffer.
   int64_t chunk_stride(const Stage3Unit& u) const { return u.reduce_partition + tag_elements_; }
 };

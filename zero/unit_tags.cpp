@@ -88,6 +88,19 @@ std::string unit_label(const Stage3Layout& layout, int unit) {
   return "unit " + std::to_string(unit) + (prefix.empty() ? "" : " (" + prefix + ")");
 }
 
+UnitContexts::UnitContexts(const Stage3Layout& layout, const std::string& what) {
+  const int n = layout.num_units();
+  for (int unit = 0; unit < n; ++unit) labels_.push_back("ZeRO-3 " + what + " of " + unit_label(layout, unit));
+  labels_.push_back("ZeRO-3 " + what + " of " + unit_label(layout, -1));
+  labels_.push_back("ZeRO-3 " + what + " of " + unit_label(layout, n));
+}
+
+const std::string& UnitContexts::operator[](int unit) const {
+  const int n = static_cast<int>(labels_.size()) - 2;
+  if (unit < 0) return labels_[n];
+  return labels_[std::min(unit, n + 1)];
+}
+
 int64_t gather_tag_elements(at::ScalarType dtype) {
   return unit_tags_enabled() ? slot_elements(dtype) : 0;
 }

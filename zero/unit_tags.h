@@ -22,6 +22,18 @@ bool unit_tags_enabled();
 // parameters share; -1 is the persistent parameters, num_units() the parameters in no unit.
 std::string unit_label(const Stage3Layout& layout, int unit);
 
+// What each unit's collectives are for, for communicator messages (comm::CollectiveContext, the
+// stall check of Note [Stalled collectives]): "ZeRO-3 <what> of unit 3 (layers.1)".
+class UnitContexts {
+ public:
+  UnitContexts(const Stage3Layout& layout, const std::string& what);
+  // Unit `unit`'s; -1 and num_units() name the persistent parameters and those in no unit.
+  const std::string& operator[](int unit) const;
+
+ private:
+  std::vector<std::string> labels_;  // units, then -1, then num_units()
+};
+
 // Each tag takes a 64-byte slot, so that the chunks after it keep their alignment.
 constexpr int64_t kTagSlotBytes = 64;
 
