@@ -33,5 +33,6 @@ set(ZRT_PUBLIC_HEADERS
   runtime/initialize.h
   sched/options.h
   zero/activation_checkpoint.h
+  zero/leaf_modules.h
   zero/options.h
   zero/shard_unit.h)

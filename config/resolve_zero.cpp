@@ -184,14 +184,6 @@ void read_leaf_module(SectionReader& z, ZeroExtraOptions& extra) {
   read_string_list(r, "classes", extra.leaf_module_classes);
   read_string_list(r, "names", extra.leaf_module_names);
   read_string_list(r, "name_suffixes", extra.leaf_module_name_suffixes);
-  if (!extra.leaf_module_names.empty() || !extra.leaf_module_name_suffixes.empty() ||
-      r.has("classes")) {
-    z.diag().warn(str(z.key_path("leaf_module"),
-                      ": ZeroRT's ZeRO-3 units are the ShardUnits the program builds, each gathered "
-                      "and released as one (a leaf in DeepSpeed's sense); put a module that ranks "
-                      "run conditionally inside one ShardUnit. No effect on ShardUnits "
-                      "(config/KEYS.md)"));
-  }
 }
 
 // Keys DeepSpeed 0.19 added to zero_optimization, each with DeepSpeed's meaning where ZeroRT has

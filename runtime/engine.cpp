@@ -2,6 +2,7 @@
 // optimizer, scheduler, loss scaler. The per-step data path is in runtime/engine_step.cpp.
 #include "runtime/engine.h"
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 
@@ -258,11 +259,62 @@ void warn_unpartitioned(const zero::Stage3Layout& layout, int world_size) {
                "partition them (README, \"Using ZeroRT from C++\"; models/gpt.h)");
 }
 
+// zero_optimization.leaf_module (Note [Leaf modules], zero/leaf_modules.h).
+LeafModules leaf_modules(const config::ResolvedConfig& config) {
+  const config::ZeroExtraOptions& z = config.zero_extra;
+  return {z.leaf_module_classes, z.leaf_module_names, z.leaf_module_name_suffixes};
+}
+
+// Says which leaves were found (rank 0), and warns as DeepSpeed does about configured names and
+// suffixes that match nothing, and about leaves whose parameters therefore stay whole.
+void report_leaves(const zero::ShardUnits& found, const config::ResolvedConfig& config, int rank) {
+  if (rank != 0) return;
+  const config::ZeroExtraOptions& z = config.zero_extra;
+  auto matched = [&](const std::string& name) {
+    return std::find(found.leaves.begin(), found.leaves.end(), name) != found.leaves.end();
+  };
+  for (const std::string& name : z.leaf_module_names) {
+    if (!matched(name)) {
+      ZRT_LOG_WARN("zero_optimization.leaf_module.names: the model has no module named '", name,
+                   "'");
+    }
+  }
+  for (const std::string& suffix : z.leaf_module_name_suffixes) {
+    const bool any = std::any_of(found.leaves.begin(), found.leaves.end(), [&](const auto& n) {
+      return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(),
+                                                    suffix) == 0;
+    });
+    if (!any) {
+      ZRT_LOG_WARN("zero_optimization.leaf_module.name_suffixes: no module name ends in '",
+                   suffix, "'");
+    }
+  }
+  if (found.leaves.empty() && z.leaf_module_classes != config::ZeroExtraOptions{}.leaf_module_classes) {
+    ZRT_LOG_WARN("zero_optimization.leaf_module: no module of the model is of the classes given");
+  }
+  auto label = [](const std::string& name) {
+    return name.empty() ? std::string("the model") : "'" + name + "'";
+  };
+  for (const std::string& name : found.leaves) {
+    const bool whole = std::find(found.leaves_in_no_unit.begin(), found.leaves_in_no_unit.end(),
+                                 name) != found.leaves_in_no_unit.end();
+    if (whole) {
+      ZRT_LOG_WARN("ZeRO-3: leaf module ", label(name), " is neither a zrt::ShardUnit nor inside ",
+                   "one, so its parameters stay whole on every rank; declare it as ",
+                   "zrt::ShardUnit<M> to partition it as one unit (Note [Leaf modules], ",
+                   "zero/leaf_modules.h)");
+    } else {
+      ZRT_LOG_INFO("ZeRO-3: leaf module ", label(name), ": gathered with its unit, whole");
+    }
+  }
+}
+
 }  // namespace
 
 void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
                           const zero::CollectedParams& collected, bool inference) {
-  zero::ShardUnits found = zero::find_shard_units(*model_, collected.aliases);
+  zero::ShardUnits found = zero::find_shard_units(*model_, collected.aliases, leaf_modules(config_));
+  report_leaves(found, config_, comm_->rank());
   for (const auto& [alias, owner] : collected.aliases) {
     ZRT_LOG_INFO("ZeRO-3: '", owner, "' is also registered as '", alias,
                  "' and stays whole on every rank; to partition it, register it once and use it ",

@@ -63,24 +63,38 @@ int enable_activation_checkpointing(torch::nn::Module& model, bool on) {
 }
 
 ShardUnits find_shard_units(torch::nn::Module& model,
-                            const std::vector<std::pair<std::string, std::string>>& aliases) {
+                            const std::vector<std::pair<std::string, std::string>>& aliases,
+                            const LeafModules& leaves) {
   ShardUnits found;
-  std::vector<std::string> prefixes;
-  for (const auto& item : model.named_modules()) {
-    auto* unit = dynamic_cast<ShardUnitBase*>(item.value().get());
-    if (unit == nullptr) continue;
-    const std::string prefix = item.key().empty() ? "" : item.key() + ".";
-    bool nested = false;
-    for (const std::string& outer : prefixes) {
-      if (prefix.rfind(outer, 0) == 0) nested = true;
+  auto inside = [](const std::string& prefix, const std::vector<std::string>& outers) {
+    for (const std::string& outer : outers) {
+      if (prefix.rfind(outer, 0) == 0) return true;
     }
-    if (nested) continue;
+    return false;
+  };
+  std::vector<std::string> prefixes;  // of the units found, "name." ("" for the model)
+  std::vector<std::string> leaf_prefixes;
+  auto visit = [&](const std::string& name, torch::nn::Module& module) {
+    const std::string prefix = name.empty() ? "" : name + ".";
+    const bool in_leaf = inside(prefix, leaf_prefixes);  // strictly: this one is not added yet
+    if (leaves.matches(name, module) || is_z3_leaf_module(module)) {
+      found.leaves.push_back(name);
+      leaf_prefixes.push_back(prefix);
+      if (!inside(prefix, prefixes) && dynamic_cast<ShardUnitBase*>(&module) == nullptr &&
+          !module.parameters().empty()) {
+        found.leaves_in_no_unit.push_back(name);
+      }
+    }
+    auto* unit = dynamic_cast<ShardUnitBase*>(&module);
+    if (unit == nullptr || in_leaf || inside(prefix, prefixes)) return;
     const int id = static_cast<int>(found.units.size());
     found.units.push_back(unit);
     prefixes.push_back(prefix);
-    for (const auto& p : item.value()->named_parameters()) {
-      found.unit_of.emplace_back(prefix + p.key(), id);
-    }
+    for (const auto& p : module.named_parameters()) found.unit_of.emplace_back(prefix + p.key(), id);
+  };
+  visit("", model);  // the model itself may be a unit or a leaf; it need not be a shared_ptr
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    visit(item.key(), *item.value());
   }
   for (const auto& [alias, owner] : aliases) {
     found.unit_of.emplace_back(alias, -1);

@@ -28,6 +28,7 @@
 #include <torch/torch.h>
 
 #include "zero/activation_checkpoint.h"
+#include "zero/leaf_modules.h"
 
 namespace zrt {
 namespace zero {
@@ -144,13 +145,18 @@ struct ShardUnits {
   std::vector<ShardUnitBase*> units;
   // Parameter name → unit index; -1 for a parameter that stays whole on every rank.
   std::vector<std::pair<std::string, int>> unit_of;
+  // The leaf modules found (Note [Leaf modules]), and those neither a unit nor in one.
+  std::vector<std::string> leaves;
+  std::vector<std::string> leaves_in_no_unit;
 };
-// Finds the units: a ShardUnit nested in another belongs to the outer one. A parameter
-// registered under two names (`aliases`: (alias, owner) pairs) may belong to several units and
-// stays whole (-1) under both names; a tie written as a second use of one unit
-// (ShardUnitBase::run) stays partitioned instead.
+// Finds the units: a ShardUnit nested in another, or strictly inside a leaf (`leaves`, or
+// marked by set_z3_leaf_modules), belongs to the outer one. A parameter registered under two
+// names (`aliases`: (alias, owner) pairs) may belong to several units and stays whole (-1)
+// under both names; a tie written as a second use of one unit (ShardUnitBase::run) stays
+// partitioned instead.
 ShardUnits find_shard_units(torch::nn::Module& model,
-                            const std::vector<std::pair<std::string, std::string>>& aliases);
+                            const std::vector<std::pair<std::string, std::string>>& aliases,
+                            const LeafModules& leaves = {});
 
 }  // namespace zero
 

@@ -15,4 +15,5 @@
 #include "runtime/engine.h"               // zrt::Engine
 #include "runtime/gathered_parameters.h"  // zrt::GatheredParameters
 #include "runtime/initialize.h"           // zrt::initialize
+#include "zero/leaf_modules.h"            // zrt::set_z3_leaf_modules (ZeRO-3 leaves)
 #include "zero/shard_unit.h"              // zrt::ShardUnit (ZeRO-3 units)

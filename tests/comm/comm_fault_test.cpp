@@ -1,7 +1,12 @@
 // Fault tests: runs comm_fault_prog under mpirun with a short communication timeout and checks
 // that a rank that throws, exits, skips a collective or stalls ends the whole job non-zero within
-// the deadline, with an error naming the collective where one is expected.
+// the deadline, with an error naming the collective where one is expected; and runs
+// out_of_step_prog, whose ZeRO-3 ranks run different experts, which must end within seconds
+// (different experts each in their own unit) or train as at stage 0 (the experts in one unit).
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -102,6 +107,67 @@ TEST(CommFaults, StalledRankTimesOutNamingTheOp) {
                             "all_reduce(sum) #2"),
               std::string::npos)
         << env << r.output;
+  }
+}
+
+// ZeRO-3, each expert its own unit, experts of different sizes: rank r runs experts 0..r, or
+// rank 0 runs one more than the others. Every rank's gathers and reductions go out of step; each
+// job must end within seconds (the communication timeout is 100 s) with an error naming where the
+// ranks parted: a unit tag that does not match, or the stall check's two collectives.
+TEST(ZeroOutOfStep, RanksRunningDifferentExpertsFailWithinSeconds) {
+  for (int ranks : {2, 3}) {
+    for (const std::string scenario : {"count", "skip"}) {
+      JobResult r = run_job(scenario, 100, "", ZRT_OUT_OF_STEP_PROG, ranks);
+      const std::string where = scenario + " at " + std::to_string(ranks) + " ranks: ";
+      EXPECT_EQ(r.exit_code, 4) << where << r.output;
+      EXPECT_LT(r.seconds, 40) << where << r.output;
+      EXPECT_NE(r.output.find("out of step"), std::string::npos) << where << r.output;
+      EXPECT_NE(r.output.find("unit "), std::string::npos) << where << r.output;
+      EXPECT_NE(r.output.find("(expert"), std::string::npos) << where << r.output;
+      EXPECT_EQ(r.output.find("communication timeout"), std::string::npos) << where << r.output;
+      EXPECT_EQ(r.output.find("step 2 loss"), std::string::npos) << where << r.output;
+    }
+  }
+}
+
+// Every "rank R/W step S loss L" line of a job's output, keyed "R/W step S".
+std::map<std::string, double> losses(const std::string& output) {
+  std::map<std::string, double> out;
+  size_t at = 0;
+  while ((at = output.find("rank ", at)) != std::string::npos) {
+    int rank = 0, world = 0, step = 0;
+    double loss = 0;
+    if (std::sscanf(output.c_str() + at, "rank %d/%d step %d loss %lf", &rank, &world, &step,
+                    &loss) == 4) {
+      out[std::to_string(rank) + "/" + std::to_string(world) + " step " + std::to_string(step)] =
+          loss;
+    }
+    at += 5;
+  }
+  return out;
+}
+
+// The experts inside one ShardUnit (DeepSpeed's leaf module), or made a leaf by the config: the
+// ranks run different experts and train as at stage 0. At stages 1 and 2 the same job checks unused parameters: each rank
+// leaves the experts it did not run without a gradient, and the bucketed reductions count them as
+// zeros on that rank (DDP's find_unused_parameters), so every rank still reduces every bucket.
+TEST(ZeroOutOfStep, ExpertsInOneUnitTrainAsAtStageZero) {
+  for (int ranks : {2, 3}) {
+    const JobResult plain = run_job("leaf 0", 100, "", ZRT_OUT_OF_STEP_PROG, ranks);
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    const auto want = losses(plain.output);
+    ASSERT_EQ(want.size(), 3u * ranks) << plain.output;
+    for (const std::string job_args : {"leaf 1", "leaf 2", "leaf 3", "leaf_config 3"}) {
+      const JobResult job = run_job(job_args, 100, "", ZRT_OUT_OF_STEP_PROG, ranks);
+      const std::string where = job_args + " at " + std::to_string(ranks) + " ranks: ";
+      ASSERT_EQ(job.exit_code, 0) << where << job.output;
+      const auto got = losses(job.output);
+      ASSERT_EQ(got.size(), want.size()) << where << job.output;
+      for (const auto& [key, loss] : want) {
+        ASSERT_EQ(got.count(key), 1u) << where << key << "\n" << job.output;
+        EXPECT_NEAR(got.at(key), loss, 1e-5 * std::max(1.0, std::abs(loss))) << where << key;
+      }
+    }
   }
 }
 
