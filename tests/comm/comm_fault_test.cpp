@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -68,22 +69,19 @@ TEST(CommFaults, SkippedCollectiveTimesOutNamingTheOp) {
 // (100 s here), each naming its own call and its neighbour's; with ZRT_MPI_CALLER_RUNS=0 the
 // verdict is thrown to the waiting caller instead of ending the process from the queue's thread.
 TEST(CommFaults, RanksInDifferentCollectivesFailWithinSeconds) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"skip", "ranks out of step on the mpi communicator: this rank is in all_reduce(sum) #2 "
+               "dtype=Float numel=16 but rank 1 is in barrier #2"},
+      {"extra", "but rank 1 is in all_gather #2 dtype=Float numel=8 for an extra step of rank 1"}};
   for (const std::string env : {"", "ZRT_MPI_CALLER_RUNS=0 "}) {
-    JobResult skip = run_job("skip", 100, env);
-    EXPECT_EQ(skip.exit_code, 4) << env << skip.output;
-    EXPECT_LT(skip.seconds, 20) << env << skip.output;
-    EXPECT_NE(skip.output.find("ranks out of step on the mpi communicator: this rank is in "
-                               "all_reduce(sum) #2 dtype=Float numel=16 but rank 1 is in barrier #2"),
-              std::string::npos)
-        << env << skip.output;
-    JobResult extra = run_job("extra", 100, env);
-    EXPECT_EQ(extra.exit_code, 4) << env << extra.output;
-    EXPECT_LT(extra.seconds, 20) << env << extra.output;
-    EXPECT_NE(extra.output.find("but rank 1 is in all_gather #2 dtype=Float numel=8 for an extra "
-                                "step of rank 1"),
-              std::string::npos)
-        << env << extra.output;
-    EXPECT_EQ(extra.output.find("communication timeout"), std::string::npos) << extra.output;
+    for (const auto& [scenario, message] : cases) {
+      const JobResult r = run_job(scenario, 100, env);
+      const std::string where = env + scenario + ": ";
+      EXPECT_EQ(r.exit_code, 4) << where << r.output;
+      EXPECT_LT(r.seconds, 20) << where << r.output;
+      EXPECT_NE(r.output.find(message), std::string::npos) << where << r.output;
+      EXPECT_EQ(r.output.find("communication timeout"), std::string::npos) << where << r.output;
+    }
   }
 }
 

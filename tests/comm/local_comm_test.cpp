@@ -336,8 +336,8 @@ TEST(OpQueueCallerRuns, AFailureOnTheCallersThreadBreaksTheQueueLikeAnyOther) {
   try {
     work->wait();
     FAIL() << "no error";
-  } catch (const CommError& e) {
-    EXPECT_EQ(std::string(e.what()), "injected");
+  } catch (const CommError& e) {  // the caller learns which collective failed
+    EXPECT_EQ(std::string(e.what()), "[rank 3] barrier #1 failed: injected");
   }
   EXPECT_TRUE(q.broken());
   EXPECT_THROW(q.submit(barrier_info(2), [] {}, {}), CommError);
