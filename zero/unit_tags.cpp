@@ -131,9 +131,9 @@ void check_gather_tags(const Stage3Layout& layout, const at::Tensor& gathered, i
   for (int r = 0; r < ranks; ++r) {
     int64_t tag = 0;
     std::memcpy(&tag, bytes + r * elems * tags.element_size(), sizeof tag);
-    ZRT_CHECK(tag == mine, "ZeRO-3 ranks out of step: rank ", rank, group, " all-gathered ",
-              unit_label(layout, unit), " while rank ", r, " all-gathered ",
-              label_of_tag(layout, tag), kFix);
+    ZRT_CHECK_AS(CommError, tag == mine, "ZeRO-3 ranks out of step: rank ", rank, group,
+                 " all-gathered ", unit_label(layout, unit), " while rank ", r, " all-gathered ",
+                 label_of_tag(layout, tag), kFix);
   }
 }
 
@@ -180,8 +180,9 @@ void check_reduce_tag(const Stage3Layout& layout, const at::Tensor& reduced, int
       ranks == 2 ? str("rank ", 1 - rank, " reduce-scattered the gradients of ",
                        label_of_tag(layout, other))
                  : std::string("at least one other rank reduce-scattered another unit's gradients");
-  throw Error(str("ZeRO-3 ranks out of step: rank ", rank, " reduce-scattered the gradients of ",
-                  unit_label(layout, unit), " while ", who, kFix));
+  throw CommError(str("ZeRO-3 ranks out of step: rank ", rank,
+                      " reduce-scattered the gradients of ", unit_label(layout, unit), " while ",
+                      who, kFix));
 }
 
 }  // namespace zrt::zero
