@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/shard.h"
+#include "core/strings.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "runtime/checkpoint_access.h"
@@ -280,10 +281,8 @@ void report_leaves(const zero::ShardUnits& found, const config::ResolvedConfig& 
     }
   }
   for (const std::string& suffix : z.leaf_module_name_suffixes) {
-    const bool any = std::any_of(found.leaves.begin(), found.leaves.end(), [&](const auto& n) {
-      return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(),
-                                                    suffix) == 0;
-    });
+    const bool any = std::any_of(found.leaves.begin(), found.leaves.end(),
+                                 [&](const std::string& n) { return ends_with(n, suffix); });
     if (!any) {
       ZRT_LOG_WARN("zero_optimization.leaf_module.name_suffixes: no module name ends in '",
                    suffix, "'");

@@ -5,19 +5,16 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/strings.h"
 
 namespace zrt {
 namespace {
-
-bool ends_with(const std::string& s, const std::string& end) {
-  return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
-}
 
 // The module's C++ type name with a ShardUnit<...> wrapper removed.
 std::string type_name(const torch::nn::Module& module) {
   std::string name = module.name();
   const std::string wrapper = "zrt::ShardUnit<";
-  if (name.rfind(wrapper, 0) == 0 && ends_with(name, ">")) {
+  if (starts_with(name, wrapper) && ends_with(name, ">")) {
     name = name.substr(wrapper.size(), name.size() - wrapper.size() - 1);
     while (ends_with(name, " ")) name.pop_back();
   }
@@ -63,10 +60,15 @@ bool module_class_matches(const torch::nn::Module& module, const std::string& cl
   return want == have || (ends_with(have, "Impl") && want + "Impl" == have);
 }
 
+namespace {
+bool of_any_class(const torch::nn::Module& module, const std::vector<std::string>& classes) {
+  return std::any_of(classes.begin(), classes.end(),
+                     [&](const std::string& c) { return module_class_matches(module, c); });
+}
+}  // namespace
+
 bool LeafModules::matches(const std::string& name, const torch::nn::Module& module) const {
-  for (const std::string& c : classes) {
-    if (module_class_matches(module, c)) return true;
-  }
+  if (of_any_class(module, classes)) return true;
   if (std::find(names.begin(), names.end(), name) != names.end()) return true;
   for (const std::string& suffix : name_suffixes) {
     if (!suffix.empty() && ends_with(name, suffix)) return true;
@@ -79,10 +81,7 @@ std::vector<std::string> set_z3_leaf_modules(torch::nn::Module& model,
   std::vector<std::string> marked;
   std::lock_guard<std::mutex> lock(g_mutex);
   for (const auto& [name, module] : all_modules(model)) {
-    const bool match = std::any_of(classes.begin(), classes.end(), [&](const std::string& c) {
-      return module_class_matches(*module, c);
-    });
-    if (!match) continue;
+    if (!of_any_class(*module, classes)) continue;
     marked.push_back(name);
     const bool known = std::any_of(g_leaves.begin(), g_leaves.end(), [&](const auto& w) {
       return w.lock() == module;
@@ -100,10 +99,7 @@ std::vector<std::string> set_z3_leaf_modules(torch::nn::Module& model,
 void unset_z3_leaf_modules(torch::nn::Module& model, const std::vector<std::string>& classes) {
   std::lock_guard<std::mutex> lock(g_mutex);
   for (const auto& [name, module] : all_modules(model)) {
-    const bool match = std::any_of(classes.begin(), classes.end(), [&](const std::string& c) {
-      return module_class_matches(*module, c);
-    });
-    if (!match) continue;
+    if (!of_any_class(*module, classes)) continue;
     g_leaves.erase(std::remove_if(g_leaves.begin(), g_leaves.end(),
                                   [&](const auto& w) { return w.lock() == module; }),
                    g_leaves.end());

@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "core/strings.h"
 #include "zero/stage3_layout.h"
 
 namespace zrt::zero {
@@ -68,7 +69,7 @@ ShardUnits find_shard_units(torch::nn::Module& model,
   ShardUnits found;
   auto inside = [](const std::string& prefix, const std::vector<std::string>& outers) {
     for (const std::string& outer : outers) {
-      if (prefix.rfind(outer, 0) == 0) return true;
+      if (starts_with(prefix, outer)) return true;
     }
     return false;
   };
