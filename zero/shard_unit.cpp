@@ -33,6 +33,29 @@ struct UnitMarker : public torch::autograd::Function<UnitMarker> {
   }
 };
 
+// UnitMarker for several outputs at once: pre_backward once, when autograd has every used
+// output's gradient (those never used arrive undefined).
+struct UnitOutputsMarker : public torch::autograd::Function<UnitOutputsMarker> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                at::TensorList ts, int64_t hooks,
+                                                int64_t unit) {
+    ctx->saved_data["hooks"] = hooks;
+    ctx->saved_data["unit"] = unit;
+    ctx->set_materialize_grads(false);
+    torch::autograd::variable_list out;
+    for (const auto& t : ts) out.push_back(t.detach());
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    reinterpret_cast<UnitHooks*>(ctx->saved_data["hooks"].toInt())
+        ->pre_backward(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    grads.push_back(at::Tensor());
+    grads.push_back(at::Tensor());
+    return grads;
+  }
+};
+
 at::Tensor marked(const at::Tensor& t, UnitHooks* hooks, int unit, bool before_backward) {
   if (!t.defined() || !t.requires_grad() || !at::GradMode::is_enabled()) return t;
   return UnitMarker::apply(t, reinterpret_cast<int64_t>(hooks), static_cast<int64_t>(unit),
@@ -47,6 +70,25 @@ at::Tensor mark_unit_input(const at::Tensor& input, UnitHooks* hooks, int unit) 
 
 at::Tensor mark_unit_output(const at::Tensor& output, UnitHooks* hooks, int unit) {
   return marked(output, hooks, unit, /*before_backward=*/true);
+}
+
+std::vector<at::Tensor> mark_unit_outputs(std::vector<at::Tensor> outputs, UnitHooks* hooks,
+                                          int unit) {
+  if (!at::GradMode::is_enabled()) return outputs;
+  std::vector<size_t> which;  // the outputs that take part in backward
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].defined() && outputs[i].requires_grad()) which.push_back(i);
+  }
+  if (which.size() <= 1) {
+    for (size_t i : which) outputs[i] = mark_unit_output(outputs[i], hooks, unit);
+    return outputs;
+  }
+  torch::autograd::variable_list in;
+  for (size_t i : which) in.push_back(outputs[i]);
+  const auto out = UnitOutputsMarker::apply(at::TensorList(in), reinterpret_cast<int64_t>(hooks),
+                                            static_cast<int64_t>(unit));
+  for (size_t k = 0; k < which.size(); ++k) outputs[which[k]] = out[k];
+  return outputs;
 }
 
 int enable_activation_checkpointing(torch::nn::Module& model, bool on) {

@@ -49,6 +49,11 @@ class UnitHooks {
 
 // Marks outputs so that the unit's pre_backward runs when their gradient arrives. Internal.
 at::Tensor mark_unit_output(const at::Tensor& output, UnitHooks* hooks, int unit);
+// Marks several outputs of one use together: pre_backward runs once, when the gradients of all
+// of them that are used have arrived (one output's may arrive long before the others', e.g. an
+// auxiliary loss on a layer's router logits). Internal.
+std::vector<at::Tensor> mark_unit_outputs(std::vector<at::Tensor> outputs, UnitHooks* hooks,
+                                          int unit);
 // Marks the input of a run() use so that post_backward runs when its gradient is done. Internal.
 at::Tensor mark_unit_input(const at::Tensor& input, UnitHooks* hooks, int unit);
 
@@ -58,12 +63,14 @@ inline at::Tensor mark(const at::Tensor& t, UnitHooks* h, int unit) {
   return mark_unit_output(t, h, unit);
 }
 inline std::vector<at::Tensor> mark(std::vector<at::Tensor> ts, UnitHooks* h, int unit) {
-  for (auto& t : ts) t = mark_unit_output(t, h, unit);
-  return ts;
+  return mark_unit_outputs(std::move(ts), h, unit);
 }
 template <typename... Ts>
 std::tuple<Ts...> mark(std::tuple<Ts...> t, UnitHooks* h, int unit) {
-  return std::apply([&](auto&&... xs) { return std::make_tuple(mark(xs, h, unit)...); }, t);
+  std::vector<at::Tensor> flat;
+  zrt::detail::flatten_into(flat, t);
+  size_t k = 0;
+  return zrt::detail::Unflatten<std::tuple<Ts...>>::from(mark_unit_outputs(flat, h, unit), k);
 }
 template <typename T>
 T mark(T value, UnitHooks*, int) {  // non-tensor outputs pass through

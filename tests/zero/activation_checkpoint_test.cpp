@@ -1,7 +1,8 @@
 // zrt::checkpoint on its own (no engine): gradients of inputs and parameters bitwise equal to the
 // plain run, dropout included (the RNG state is restored for the recompute and put back after);
 // inputs that do not require grad, several outputs, an output used twice, a ShardUnit made a
-// checkpointed region with one call, and no graph kept inside a region.
+// checkpointed region with one call, no graph kept inside a region, and a unit's several outputs
+// calling its pre_backward once (checkpointed or not).
 #include "zero/activation_checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -124,6 +125,43 @@ TEST(Checkpoint, AShardUnitIsARegionWithOneCall) {
   EXPECT_TRUE(bit_equal(plain_last, s.blocks[2]->fc1->weight.grad()));
   expect_same(plain, ckpt);
   EXPECT_EQ(recompute_stats().recomputes, 3) << "each unit recomputed once";
+}
+
+// A unit returning (hidden, router logits), as a sparse MoE layer does, whose second output feeds
+// a loss term that is differentiated long before the first output's gradient arrives: the unit's
+// pre_backward (the gather of its parameters) runs once, after both gradients are in — not once
+// per output, and not early, when the other units' backward is still to come.
+TEST(Checkpoint, AUnitsSeveralOutputsCallPreBackwardOnce) {
+  struct TwoOut : torch::nn::Module {
+    TwoOut() { fc = register_module("fc", torch::nn::Linear(6, 6)); }
+    std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x) {
+      const at::Tensor h = fc->forward(x);
+      return {torch::tanh(h), h.sum(-1)};
+    }
+    torch::nn::Linear fc{nullptr};
+  };
+  struct Hooks : zero::UnitHooks {
+    void pre_forward(int) override {}
+    void post_forward(int) override {}
+    void pre_backward(int unit) override { calls.push_back(unit); }
+    std::vector<int> calls;
+  };
+  for (const bool checkpointed : {false, true}) {
+    SCOPED_TRACE(checkpointed ? "checkpointed" : "plain");
+    Hooks hooks;
+    ShardUnit<TwoOut> first, second;
+    first.attach(&hooks, 0);
+    second.attach(&hooks, 1);
+    first.set_checkpointing(checkpointed);
+    second.set_checkpointing(checkpointed);
+    const at::Tensor x = torch::randn({3, 6}, torch::requires_grad());
+    auto [h1, aux1] = first.forward(x);
+    auto [h2, aux2] = second.forward(h1);
+    const at::Tensor aux = aux1.sum() + aux2.sum();  // reaches both units at once
+    (h2.pow(2).sum() + aux).backward();
+    EXPECT_EQ(hooks.calls, (std::vector<int>{1, 0})) << "once per unit, in backward order";
+    EXPECT_TRUE(first.fc->weight.grad().defined());
+  }
 }
 
 TEST(Checkpoint, KeepsNoGraphInsideARegionAndNoneOutsideGradMode) {
