@@ -92,6 +92,9 @@ void warn_about_effects(const cxxopts::ParseResult& result, TrainingArguments* a
                  ": ZeroRT draws batches in the HF Trainer's default order (\"random\") only; "
                  "\"sequential\" and \"group_by_length\" are not implemented");
     a->ignored.emplace_back(ignored.name, value);
+    if (ignored.name == std::string("average_tokens_across_devices")) {
+      continue;  // read by zrt-train for a MoE model's auxiliary loss, as the HF Trainer uses it
+    }
     ZRT_LOG_WARN("--", ignored.name, " ", value,
                  ": accepted for compatibility with transformers' TrainingArguments; it has no "
                  "effect in ZeroRT");

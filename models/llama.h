@@ -56,6 +56,7 @@
 #include "core/json.h"
 #include "core/strings.h"
 #include "models/llama_config.h"
+#include "models/moe.h"
 #include "zero/shard_unit.h"
 
 namespace zrt::models {
@@ -167,6 +168,10 @@ struct LlamaAttentionImpl : torch::nn::Module {
         "v_proj", torch::nn::Linear(LinearOptions(c.hidden_size, kv).bias(c.qkv_bias())));
     o_proj = register_module(
         "o_proj", torch::nn::Linear(LinearOptions(q, c.hidden_size).bias(c.o_bias())));
+    if (c.qk_norm()) {
+      q_norm = register_module("q_norm", LlamaRMSNorm(c.head_dim, c.rms_norm_eps));
+      k_norm = register_module("k_norm", LlamaRMSNorm(c.head_dim, c.rms_norm_eps));
+    }
   }
   // x: (b, t, hidden); cos/sin: (t, head_dim); `k_cache`/`v_cache` hold earlier positions (or are
   // undefined) and receive this call's keys and values appended.
@@ -174,8 +179,14 @@ struct LlamaAttentionImpl : torch::nn::Module {
                         torch::Tensor* k_cache, torch::Tensor* v_cache) {
     const int64_t b = x.size(0), t = x.size(1), d = c.head_dim;
     const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
-    auto q = q_proj->forward(x).view({b, t, heads, d}).transpose(1, 2);
-    auto k = k_proj->forward(x).view({b, t, kv_heads, d}).transpose(1, 2);
+    auto q = q_proj->forward(x).view({b, t, heads, d});
+    auto k = k_proj->forward(x).view({b, t, kv_heads, d});
+    if (q_norm) {  // Qwen3: each head normalised before rotary
+      q = q_norm->forward(q);
+      k = k_norm->forward(k);
+    }
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
     auto v = v_proj->forward(x).view({b, t, kv_heads, d}).transpose(1, 2);
     q = q * cos + llama_rotate_half(q) * sin;
     k = k * cos + llama_rotate_half(k) * sin;
@@ -206,6 +217,7 @@ struct LlamaAttentionImpl : torch::nn::Module {
   }
   LlamaConfig c;
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  LlamaRMSNorm q_norm{nullptr}, k_norm{nullptr};
 };
 TORCH_MODULE(LlamaAttention);
 
@@ -227,22 +239,34 @@ struct LlamaMlpImpl : torch::nn::Module {
 TORCH_MODULE(LlamaMlp);
 
 struct LlamaDecoderLayerImpl : torch::nn::Module {
-  explicit LlamaDecoderLayerImpl(const LlamaConfig& c) {
+  // Layer `index` of the model: a sparse layer where the MoE config says so (Note [Mixture of
+  // experts] in models/moe.h), registered as Mixtral's block_sparse_moe or Qwen's mlp.
+  LlamaDecoderLayerImpl(const LlamaConfig& c, int64_t index) {
     input_layernorm =
         register_module("input_layernorm", LlamaRMSNorm(c.hidden_size, c.rms_norm_eps));
     self_attn = register_module("self_attn", LlamaAttention(c));
     post_attention_layernorm =
         register_module("post_attention_layernorm", LlamaRMSNorm(c.hidden_size, c.rms_norm_eps));
-    mlp = register_module("mlp", LlamaMlp(c));
+    if (c.moe.sparse_layer(index)) {
+      moe = register_module(c.model_type == "mixtral" ? "block_sparse_moe" : "mlp",
+                            SparseMoeBlock(c));
+    } else {
+      mlp = register_module("mlp", LlamaMlp(c));
+    }
   }
-  torch::Tensor forward(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        torch::Tensor* k_cache, torch::Tensor* v_cache) {
+  // → (the layer's output, its router logits (b·t, E), undefined for a dense layer).
+  std::tuple<torch::Tensor, torch::Tensor> forward(torch::Tensor x, const torch::Tensor& cos,
+                                                   const torch::Tensor& sin,
+                                                   torch::Tensor* k_cache, torch::Tensor* v_cache) {
     x = x + self_attn->forward(input_layernorm->forward(x), cos, sin, k_cache, v_cache);
-    return x + mlp->forward(post_attention_layernorm->forward(x));
+    if (!moe) return {x + mlp->forward(post_attention_layernorm->forward(x)), torch::Tensor()};
+    auto [y, router_logits] = moe->forward(post_attention_layernorm->forward(x));
+    return {x + y, router_logits};
   }
   LlamaRMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};
   LlamaMlp mlp{nullptr};
+  SparseMoeBlock moe{nullptr};
 };
 
 // transformers' LlamaModel: the embedding, the decoder layers, the final norm. The embedding and
@@ -258,7 +282,7 @@ struct LlamaModelImpl : torch::nn::Module {
     if (deferred) zrt::defer_parameters(*embed_unit);
     layers = register_module("layers", torch::nn::ModuleList());
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      units.push_back(std::make_shared<zrt::ShardUnit<LlamaDecoderLayerImpl>>(c));
+      units.push_back(std::make_shared<zrt::ShardUnit<LlamaDecoderLayerImpl>>(c, i));
       if (deferred) zrt::defer_parameters(*units.back());
       layers->push_back(units.back());
     }
@@ -311,8 +335,10 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
     for (auto& p : named_parameters()) llama_init_parameter(config, p.key(), p.value(), {});
   }
   // tokens: (batch, t) int64 → logits (batch, t, vocab) in the model's dtype. With `cache`,
-  // positions continue from cache->length and the cache grows by t.
-  torch::Tensor forward(const torch::Tensor& tokens, KvCache* cache = nullptr) {
+  // positions continue from cache->length and the cache grows by t. With `router_logits`, each
+  // sparse layer's router logits (batch·t, E) are appended (for load_balancing_loss).
+  torch::Tensor forward(const torch::Tensor& tokens, KvCache* cache = nullptr,
+                        std::vector<torch::Tensor>* router_logits = nullptr) {
     const int64_t t = tokens.size(1), offset = cache ? cache->length : 0;
     auto x = model->embed_unit->forward(tokens);
     auto [cos, sin] = llama_rotary(config, offset, t, x.scalar_type(), cache);
@@ -321,8 +347,10 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
       cache->v.resize(model->units.size());
     }
     for (size_t l = 0; l < model->units.size(); ++l) {
-      x = model->units[l]->forward(x, cos, sin, cache ? &cache->k[l] : nullptr,
-                                   cache ? &cache->v[l] : nullptr);
+      auto [y, logits] = model->units[l]->forward(x, cos, sin, cache ? &cache->k[l] : nullptr,
+                                                  cache ? &cache->v[l] : nullptr);
+      x = y;
+      if (router_logits != nullptr && logits.defined()) router_logits->push_back(logits);
     }
     if (cache != nullptr) cache->length += t;
     x = model->norm->forward(x);

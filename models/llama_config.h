@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/strings.h"
+#include "models/moe_config.h"
 
 namespace zrt::models {
 
@@ -33,13 +34,17 @@ struct LlamaConfig {
   double rope_high_freq_factor = 4.0;  // llama3
   int64_t rope_original_max_position_embeddings = 0;  // llama3
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // llama: biases on q, k, v and o
+  bool attention_bias = false;  // llama, qwen3_moe: biases on q, k, v and o
   bool mlp_bias = false;
-  // The family (Note [LLaMA families] in models/llama.h): "llama", "mistral" or "qwen2".
+  bool qwen_qkv_bias = false;  // qwen2, qwen2_moe: biases on q, k and v
+  // The family (Note [LLaMA families] in models/llama.h): "llama", "mistral", "qwen2", or a
+  // mixture of experts (models/moe.h): "mixtral", "qwen2_moe", "qwen3_moe".
   std::string model_type = "llama";
-  int64_t sliding_window = 0;  // mistral: keys more than this far back are not seen; 0: none
-  bool qkv_bias() const { return attention_bias || model_type == "qwen2"; }
+  int64_t sliding_window = 0;  // mistral, mixtral: keys more than this far back are not seen
+  MoeConfig moe;
+  bool qkv_bias() const { return attention_bias || qwen_qkv_bias; }
   bool o_bias() const { return attention_bias; }
+  bool qk_norm() const { return model_type == "qwen3_moe"; }  // RMSNorm of each q and k head
   Json extra;  // the config.json as read, written back by save_pretrained
 
   // Reads an HF config.json object; `where` names the file in errors. Refuses what this model
@@ -52,10 +57,22 @@ struct LlamaConfig {
   Json to_json() const;
 };
 
-// The family's name as people write it: "LLaMA", "Mistral" or "Qwen2".
-inline const char* family_name(const LlamaConfig& c) {
-  return c.model_type == "qwen2" ? "Qwen2" : c.model_type == "mistral" ? "Mistral" : "LLaMA";
+// model_type, the family's name as people write it and its transformers class.
+struct LlamaFamily {
+  const char *type, *name, *architecture;
+};
+inline const LlamaFamily& llama_family(const LlamaConfig& c) {
+  static const LlamaFamily families[] = {
+      {"llama", "LLaMA", "LlamaForCausalLM"},         {"mistral", "Mistral", "MistralForCausalLM"},
+      {"qwen2", "Qwen2", "Qwen2ForCausalLM"},         {"mixtral", "Mixtral", "MixtralForCausalLM"},
+      {"qwen2_moe", "Qwen2-MoE", "Qwen2MoeForCausalLM"},
+      {"qwen3_moe", "Qwen3-MoE", "Qwen3MoeForCausalLM"}};
+  for (const LlamaFamily& f : families) {
+    if (c.model_type == f.type) return f;
+  }
+  return families[0];
 }
+inline const char* family_name(const LlamaConfig& c) { return llama_family(c).name; }
 
 // The rope type and its parameters into `c` (Note [Rotary scaling] in llama.h); the rope_theta
 // given there, if any.
@@ -102,24 +119,27 @@ inline std::optional<double> read_rope_scaling(const Json& j, const std::string&
   return theta;
 }
 
-// model_type and what it changes into `c`: "llama"; "qwen2" (biases on q, k and v; its sliding
-// window is refused); "mistral" (no biases; sliding_window). Other types are refused by name.
+// model_type and what it changes into `c`: "llama"; "qwen2" and "qwen2_moe" (biases on q, k and
+// v; their sliding window is refused); "mistral" and "mixtral" (no biases; sliding_window);
+// "qwen3_moe" (q/k norms; its sliding window is refused). Other types are refused by name.
 inline void read_family(const Json& j, const std::string& where, LlamaConfig& c) {
   c.model_type = j.value("model_type", std::string("llama"));
-  ZRT_CHECK_AS(ConfigError,
-               c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2",
-               where, ": model_type '", c.model_type,
-               "' is not supported (this example implements 'llama', 'mistral' and 'qwen2')");
-  if (c.model_type == "qwen2") {
+  const std::string& t = c.model_type;
+  ZRT_CHECK_AS(ConfigError, t == llama_family(c).type, where, ": model_type '", t,
+               "' is not supported (ZeroRT implements 'llama', 'mistral', 'qwen2', 'mixtral', "
+               "'qwen2_moe' and 'qwen3_moe')");
+  c.qwen_qkv_bias = t == "qwen2" || (t == "qwen2_moe" && j.value("qkv_bias", true));
+  if (t == "qwen2" || t == "qwen2_moe" || t == "qwen3_moe") {
     bool sliding = j.value("use_sliding_window", false);
     if (j.contains("layer_types") && j["layer_types"].is_array()) {
-      for (const Json& t : j["layer_types"]) sliding |= t != "full_attention";
+      for (const Json& type : j["layer_types"]) sliding |= type != "full_attention";
     }
     ZRT_CHECK_AS(ConfigError, !sliding, where,
-                 ": use_sliding_window / layer_types: Qwen2's sliding-window layers are not "
-                 "supported (only full attention)");
+                 ": use_sliding_window / layer_types: ", family_name(c),
+                 "'s sliding-window layers are not supported (only full attention)");
   }
-  if (c.model_type == "mistral" && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+  const bool windowed = t == "mistral" || t == "mixtral";
+  if (windowed && j.contains("sliding_window") && !j["sliding_window"].is_null()) {
     ZRT_CHECK_AS(ConfigError,
                  j["sliding_window"].is_number_integer() && j["sliding_window"].get<int64_t>() > 0,
                  where, ": 'sliding_window' must be a positive integer or null, got ",
@@ -175,10 +195,11 @@ inline LlamaConfig LlamaConfig::from_json(const Json& j, const std::string& wher
   c.rms_norm_eps = get_double("rms_norm_eps", 1e-6);
   c.rope_theta = rope_parameters_theta.value_or(get_double("rope_theta", 10000.0));
   c.tie_word_embeddings = get_bool("tie_word_embeddings", false);
-  if (c.model_type == "llama") {
+  if (c.model_type == "llama" || c.model_type == "qwen3_moe") {
     c.attention_bias = get_bool("attention_bias", false);
-    c.mlp_bias = get_bool("mlp_bias", false);
   }
+  if (c.model_type == "llama") c.mlp_bias = get_bool("mlp_bias", false);
+  c.moe = read_moe_config(j, where, c.model_type, c.intermediate_size);
   c.extra = j;
   return c;
 }
@@ -202,9 +223,7 @@ inline LlamaConfig LlamaConfig::from_file(const std::string& path) {
 inline Json LlamaConfig::to_json() const {
   Json j = extra.is_object() ? extra : Json::object();
   j["model_type"] = model_type;
-  j["architectures"] = Json::array({model_type == "qwen2"     ? "Qwen2ForCausalLM"
-                                    : model_type == "mistral" ? "MistralForCausalLM"
-                                                              : "LlamaForCausalLM"});
+  j["architectures"] = Json::array({llama_family(*this).architecture});
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;
   j["intermediate_size"] = intermediate_size;
@@ -220,10 +239,9 @@ inline Json LlamaConfig::to_json() const {
     j["rope_theta"] = rope_theta;
   }
   j["tie_word_embeddings"] = tie_word_embeddings;
-  if (model_type == "llama") {
-    j["attention_bias"] = attention_bias;
-    j["mlp_bias"] = mlp_bias;
-  }
+  if (model_type == "llama" || model_type == "qwen3_moe") j["attention_bias"] = attention_bias;
+  if (model_type == "llama") j["mlp_bias"] = mlp_bias;
+  write_moe_config(moe, model_type, j);
   j["hidden_act"] = "silu";
   return j;
 }

@@ -53,6 +53,7 @@
 #include "hf/pretrained.h"
 #include "hf/trainer.h"
 #include "tools/clm_data.h"
+#include "tools/moe_loss.h"
 
 namespace zrt::tools {
 namespace {
@@ -125,6 +126,8 @@ struct ModelSetup {
   std::function<at::Tensor(const at::Tensor&)> forward;
   std::optional<LlamaConfig> llama;  // set for --model llama (saved with save_pretrained)
   bool text_data = false;            // run_clm's data (Note [run_clm's data])
+  // A MoE model with output_router_logits: its auxiliary loss's weights (tools/moe_loss.h).
+  std::shared_ptr<AuxLossScale> aux_scale;
 };
 
 std::string read_corpus(const cxxopts::ParseResult& result) {
@@ -229,6 +232,14 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
   m.loss_fn = [m](torch::nn::Module&, const at::Tensor& x, const at::Tensor& y) {
     return m.output_loss(m.forward(x), y);
   };
+  if (m.llama->moe.enabled() && m.llama->moe.output_router_logits) {
+    // As transformers' *MoeForCausalLM with labels (Note [Mixture of experts] in models/moe.h).
+    m.aux_scale = std::make_shared<AuxLossScale>();
+    const bool text = m.text_data;
+    m.loss_fn = moe_causal_lm_loss(
+        llama, [text, vocab](const at::Tensor& x) { return text ? x : x.remainder(vocab); },
+        m.output_loss, m.aux_scale);
+  }
   return m;
 }
 
@@ -479,6 +490,20 @@ cxxopts::Options train_options() {
   return options;
 }
 
+// --do_eval: the evaluation loss and run_clm's perplexity, saved as HF's scripts save them.
+void evaluate_and_save(Trainer& trainer, const ExampleModel& m, int rank) {
+  ZRT_CHECK_AS(UsageError, m.eval != nullptr,
+               "--do_eval: the validation split has no whole block (give --validation_file or a "
+               "larger --validation_split_percentage)");
+  const double eval_loss = trainer.evaluate();
+  // run_clm's perplexity: exp(eval_loss), infinite when that overflows.
+  const double perplexity = std::exp(eval_loss);
+  trainer.save_metrics("eval", {{"eval_loss", eval_loss},
+                                {"perplexity", perplexity},
+                                {"eval_samples", static_cast<double>(m.eval->size())}});
+  if (rank == 0) std::printf("eval loss %.6f perplexity %.4f\n", eval_loss, perplexity);
+}
+
 int run(int argc, char** argv) {
   cxxopts::Options options = train_options();
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -509,6 +534,10 @@ int run(int argc, char** argv) {
   const TrainerOptions topts = trainer_options(result, m, comm, ds_config);
   std::optional<ModelSetup>& llama = m.llama;
   Trainer trainer(m.model, targs, m.train, m.eval, m.loss_fn, topts);
+  if (llama && llama->aux_scale) {
+    *llama->aux_scale =
+        hf_trainer_aux_scale(targs, comm->size(), trainer.engine().gradient_accumulation_steps());
+  }
   // HF's example scripts: each phase only when asked. With no --do_* flag on the command line,
   // training (--eval_strategy alone, which makes do_eval true as in HF's __post_init__, trains
   // and evaluates on its schedule).
@@ -544,18 +573,7 @@ int run(int argc, char** argv) {
                                    {"global_step", static_cast<double>(out.global_step)}});
     if (comm->rank() == 0) print_training(out, comm_before, comm_after);
   }
-  if (targs.do_eval) {
-    ZRT_CHECK_AS(UsageError, m.eval != nullptr,
-                 "--do_eval: the validation split has no whole block (give --validation_file or a "
-                 "larger --validation_split_percentage)");
-    const double eval_loss = trainer.evaluate();
-    // run_clm's perplexity: exp(eval_loss), infinite when that overflows.
-    const double perplexity = std::exp(eval_loss);
-    trainer.save_metrics("eval", {{"eval_loss", eval_loss},
-                                  {"perplexity", perplexity},
-                                  {"eval_samples", static_cast<double>(m.eval->size())}});
-    if (comm->rank() == 0) std::printf("eval loss %.6f perplexity %.4f\n", eval_loss, perplexity);
-  }
+  if (targs.do_eval) evaluate_and_save(trainer, m, comm->rank());
   if (targs.do_predict) predict_and_save(trainer, m, targs.output_dir, comm->rank());
   return 0;
 }

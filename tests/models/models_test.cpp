@@ -1,6 +1,7 @@
-// models/: the LLaMA family's config.json rules, its KV cache against full forwards, the GPT and
-// MLP shapes, and generate() (models/generate.h) on 1-3 in-process ranks against a plain greedy
-// loop. (Logits against transformers: tests/peers/hf_llama.py.)
+// models/: the LLaMA family's config.json rules (the MoE families' too), its KV cache against
+// full forwards, the MoE layer's routing and load-balancing loss, the GPT and MLP shapes, and
+// generate() (models/generate.h) on 1-3 in-process ranks against a plain greedy loop. (Logits
+// against transformers: tests/peers/hf_llama.py and hf_moe.py.)
 #include <string>
 #include <vector>
 
@@ -29,7 +30,18 @@ LlamaConfig tiny_llama(const std::string& family = "llama") {
   c.head_dim = 8;
   c.max_position_embeddings = 64;
   c.model_type = family;
-  if (family == "mistral") c.sliding_window = 5;
+  if (family == "mistral" || family == "mixtral") c.sliding_window = 5;
+  if (family == "mixtral" || family == "qwen2_moe" || family == "qwen3_moe") {
+    c.moe.num_experts = 5;
+    c.moe.num_experts_per_tok = 2;
+    c.moe.expert_intermediate_size = 12;
+    c.moe.norm_topk_prob = family != "qwen2_moe";
+    if (family == "qwen2_moe") {
+      c.moe.shared_expert_intermediate_size = 20;
+      c.qwen_qkv_bias = true;
+      c.moe.mlp_only_layers = {0};
+    }
+  }
   return c;
 }
 
@@ -82,7 +94,8 @@ TEST(LlamaConfig, ReadsAndRefusesByKey) {
 // through the KV cache (GQA; Mistral's sliding window shorter than the sequence).
 TEST(Llama, KvCacheEqualsFullForward) {
   torch::NoGradGuard no_grad;
-  for (const std::string family : {"llama", "mistral", "qwen2"}) {
+  for (const std::string family :
+       {"llama", "mistral", "qwen2", "mixtral", "qwen2_moe", "qwen3_moe"}) {
     SCOPED_TRACE(family);
     auto m = make_llama(tiny_llama(family));
     const at::Tensor tokens = torch::randint(0, 61, {2, 11}, torch::kLong);
@@ -95,6 +108,106 @@ TEST(Llama, KvCacheEqualsFullForward) {
     EXPECT_EQ(cache.length, 11);
     EXPECT_TRUE(torch::allclose(torch::cat(parts, 1), full, 1e-5, 1e-5));
   }
+}
+
+// The MoE keys as transformers writes them for each family, and bad values refused by key.
+TEST(LlamaConfig, MixtureOfExpertsKeys) {
+  const Json base = {{"vocab_size", 100},      {"hidden_size", 16},      {"intermediate_size", 32},
+                     {"num_hidden_layers", 4}, {"num_attention_heads", 2}};
+  Json j = base;
+  j["model_type"] = "mixtral";
+  j["num_local_experts"] = 4;
+  LlamaConfig c = LlamaConfig::from_json(j, "config.json");
+  EXPECT_EQ(c.moe.num_experts, 4);
+  EXPECT_EQ(c.moe.num_experts_per_tok, 2);          // transformers' default
+  EXPECT_EQ(c.moe.expert_intermediate_size, 32);    // Mixtral's experts: intermediate_size
+  EXPECT_TRUE(c.moe.norm_topk_prob);                // always renormalised
+  EXPECT_TRUE(c.moe.sparse_layer(0) && c.moe.sparse_layer(3));
+  EXPECT_EQ(c.to_json()["architectures"][0], "MixtralForCausalLM");
+  EXPECT_EQ(c.to_json()["num_local_experts"], 4);
+
+  j = base;
+  j["model_type"] = "qwen3_moe";
+  j["num_experts"] = 6;  // Qwen3-MoE reads both names
+  j["num_experts_per_tok"] = 3;
+  j["moe_intermediate_size"] = 8;
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {3};
+  c = LlamaConfig::from_json(j, "config.json");
+  EXPECT_EQ(c.moe.num_experts, 6);
+  EXPECT_EQ(c.moe.num_experts_per_tok, 3);
+  EXPECT_FALSE(c.moe.norm_topk_prob);  // Qwen's default
+  EXPECT_TRUE(c.qk_norm());
+  EXPECT_FALSE(c.moe.sparse_layer(0));
+  EXPECT_TRUE(c.moe.sparse_layer(1));
+  EXPECT_FALSE(c.moe.sparse_layer(3));  // listed in mlp_only_layers
+  EXPECT_EQ(c.to_json()["num_local_experts"], 6);  // as transformers writes Qwen3-MoE's
+
+  auto refused = [&](Json bad, const std::string& key) {
+    try {
+      LlamaConfig::from_json(bad, "m/config.json");
+      ADD_FAILURE() << key << " must be refused";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("m/config.json"), std::string::npos) << e.what();
+    }
+  };
+  Json bad = j;
+  bad["num_experts_per_tok"] = 7;  // more than the 6 experts
+  refused(bad, "num_experts_per_tok");
+  bad = j;
+  bad["mlp_only_layers"] = {"one"};
+  refused(bad, "mlp_only_layers");
+  bad = j;
+  bad["use_sliding_window"] = true;
+  refused(bad, "use_sliding_window");
+  bad = base;
+  bad["model_type"] = "mixtral";
+  bad["router_jitter_noise"] = 0.1;
+  refused(bad, "router_jitter_noise");
+}
+
+// The sparse layer's output is each token's top-k experts weighted as transformers weighs them,
+// computed here token by token; the load-balancing loss is K for a uniform router and its
+// statistics pool the layers and skip masked tokens.
+TEST(Moe, RoutingAndLoadBalancingLoss) {
+  torch::NoGradGuard no_grad;
+  for (const std::string family : {"mixtral", "qwen2_moe"}) {
+    SCOPED_TRACE(family);
+    torch::manual_seed(3);
+    LlamaConfig c = tiny_llama(family);
+    SparseMoeBlock block(c);
+    const at::Tensor x = torch::randn({2, 3, c.hidden_size});
+    auto [out, logits] = block->forward(x);
+    ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{6, 5}));
+    const at::Tensor flat = x.reshape({6, -1});
+    for (int64_t t = 0; t < 6; ++t) {
+      auto [w, idx] = torch::softmax(logits[t], -1).topk(2);
+      if (c.moe.norm_topk_prob) w = w / w.sum();
+      at::Tensor expect = torch::zeros({c.hidden_size});
+      for (int64_t k = 0; k < 2; ++k) {
+        expect += w[k] * block->experts->ptr<MoeExpertImpl>(idx[k].item<int64_t>())->forward(flat[t]);
+      }
+      if (block->shared_expert) {
+        expect += torch::sigmoid(block->shared_expert_gate->forward(flat[t])) *
+                  block->shared_expert->forward(flat[t]);
+      }
+      EXPECT_TRUE(torch::allclose(out.reshape({6, -1})[t], expect, 1e-5, 1e-6)) << "token " << t;
+    }
+  }
+  MoeConfig moe;
+  moe.num_experts = 4;
+  moe.num_experts_per_tok = 2;
+  // Uniform probabilities: frac sums to K, prob[e] = 1/E: aux = E · K · (1/E) = K.
+  EXPECT_NEAR(load_balancing_loss({torch::zeros({5, 4})}, moe).item<double>(), 2.0, 1e-6);
+  // Every token sends its two routes to experts 0 and 1 with probability ~1/2 each: frac = (1, 1,
+  // 0, 0), prob = (1/2, 1/2, 0, 0): aux = 4 · (1/2 + 1/2) = 4, pooled over two layers alike.
+  const at::Tensor skewed = torch::tensor({{30.0f, 30.0f, 0.0f, 0.0f}}).expand({3, 4});
+  EXPECT_NEAR(load_balancing_loss({skewed, skewed}, moe).item<double>(), 4.0, 1e-5);
+  // A masked token does not count: the uniform tokens alone give K again.
+  const at::Tensor mixed = torch::cat({torch::zeros({2, 4}), skewed.narrow(0, 0, 1)});
+  EXPECT_NEAR(load_balancing_loss({mixed}, moe, torch::tensor({1.0f, 1.0f, 0.0f})).item<double>(),
+              2.0, 1e-6);
 }
 
 TEST(SmallModels, Shapes) {

@@ -57,6 +57,25 @@ RUN = dict(family="llama3", world=2, micro=2, eval_micro=4, steps=8, save_steps=
 # (transformers' LabelSmoother on the training and evaluation losses).
 QWEN2_RUN = dict(RUN, family="qwen2", world=3, block=None, model_max_length=19, docs=700,
                  vocab=280, steps=6, save_steps=None, label_smoothing=0.1)
+# The third run: a Qwen2-MoE folder (models/moe.h) on run 1's tokenizer and data: 6 experts, top-2,
+# a shared expert, layer 1 dense between two sparse ones, and output_router_logits, so both sides
+# add router_aux_loss_coef x the load-balancing loss to every training and evaluation loss, with
+# the Trainer's weights (Note [The auxiliary loss in HF's Trainer] in tools/zrt_train.cpp; 2
+# accumulation steps). DeepSpeed gathers each sparse block whole (its default leaf modules),
+# ZeroRT each decoder layer.
+MOE_RUN = dict(RUN, name="qwen2_moe", model_type="qwen2_moe", steps=6, save_steps=None, accumulation=2,
+               model=dict(hidden_size=32, intermediate_size=40, moe_intermediate_size=20,
+                          shared_expert_intermediate_size=28, num_hidden_layers=3,
+                          num_attention_heads=4, num_key_value_heads=2, num_experts=6,
+                          num_experts_per_tok=2, mlp_only_layers=[1], output_router_logits=True,
+                          router_aux_loss_coef=0.05, use_sliding_window=False,
+                          max_position_embeddings=64))
+# And a Mixtral folder (renormalised top-2 of 4 experts, fp32 routing weights, every layer sparse).
+MIXTRAL_RUN = dict(MOE_RUN, name="mixtral", model_type="mixtral", accumulation=1,
+                   model=dict(hidden_size=32, intermediate_size=20, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                              num_experts_per_tok=2, output_router_logits=True,
+                              router_aux_loss_coef=0.05, max_position_embeddings=64))
 LOSS_RTOL, EVAL_RTOL, LOGITS_ATOL = 1e-5, 1e-5, 1e-4
 DS_CONFIG = {
     "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -117,17 +136,24 @@ def make_inputs(tmp, run):
     run.json. family "llama3": data.jsonl, split by percentage; "qwen2": train.txt and
     validation.txt (the documents as lines)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM,
+                              Qwen2Config, Qwen2ForCausalLM)
     folder = os.path.join(tmp, "model")
     docs = documents(run)
     torch.manual_seed(3)
-    if run["family"] == "llama3":
+    if run["family"] == "llama3" and run.get("model_type"):
+        vocab, bos, eos = make_tiny_llama.train_llama3_tokenizer(folder, docs, run["vocab"])
+        AutoModelForCausalLM.from_config(AutoConfig.for_model(
+            run["model_type"], vocab_size=vocab, **run["model"], tie_word_embeddings=False,
+            bos_token_id=bos, eos_token_id=eos, initializer_range=0.2)).save_pretrained(folder)
+    if run["family"] == "llama3" and not run.get("model_type"):
         vocab, bos, eos = make_tiny_llama.train_llama3_tokenizer(folder, docs, run["vocab"])
         LlamaForCausalLM(LlamaConfig(
             vocab_size=vocab, **run["model"], tie_word_embeddings=False, bos_token_id=bos,
             eos_token_id=eos, initializer_range=0.2,
             rope_parameters=dict(make_tiny_llama.LLAMA3_ROPE, original_max_position_embeddings=16),
         )).save_pretrained(folder)
+    if run["family"] == "llama3":
         with open(os.path.join(tmp, "data.jsonl"), "w", encoding="utf-8") as f:
             for d in docs:
                 f.write(json.dumps({"id": len(d), "text": d}, ensure_ascii=False) + "\n")
@@ -197,7 +223,8 @@ def trainer_worker(tmp):
         output_dir=os.path.join(tmp, "hf"), deepspeed=os.path.join(tmp, "ds.json"),
         per_device_train_batch_size=run["micro"], per_device_eval_batch_size=run["eval_micro"],
         max_steps=run["steps"], learning_rate=run["lr"], warmup_steps=2, weight_decay=0.0,
-        max_grad_norm=1.0, seed=run["seed"], logging_steps=1, save_strategy="no", report_to=[],
+        max_grad_norm=1.0, seed=run["seed"], logging_steps=1,
+        gradient_accumulation_steps=run.get("accumulation", 1), save_strategy="no", report_to=[],
         use_cpu=True, disable_tqdm=True, label_smoothing_factor=run.get("label_smoothing", 0.0))
     tokenizer = AutoTokenizer.from_pretrained(folder)
     train_docs, val_docs = run_clm_documents(tmp, run)
@@ -243,6 +270,7 @@ def zrt_argv(tmp, run, out):
             "--deepspeed", os.path.join(tmp, "ds.json"), "--output_dir", out,
             "--do_train", "--do_eval", "--max_steps", str(run["steps"]),
             "--per_device_train_batch_size", str(run["micro"]),
+            "--gradient_accumulation_steps", str(run.get("accumulation", 1)),
             "--per_device_eval_batch_size", str(run["eval_micro"]), "--learning_rate", str(run["lr"]),
             "--warmup_steps", "2", "--weight_decay", "0", "--max_grad_norm", "1.0",
             "--seed", str(run["seed"]), "--logging_steps", "1", "--report_to", "none",
@@ -326,7 +354,7 @@ def check(tmp, run, zrt_out, zrt_log):
     ok &= diff <= LOGITS_ATOL
     if run.get("save_steps"):
         ok &= check_checkpoint_folder(tmp, zrt_out, run["steps"])
-    print(f"hf_clm {run['family']}: blocks {'equal' if same_blocks else 'DIFFERENT'}, losses within {worst:.2e} "
+    print(f"hf_clm {run.get('name', run['family'])}: blocks {'equal' if same_blocks else 'DIFFERENT'}, losses within {worst:.2e} "
           f"(tolerance {LOSS_RTOL:g}), eval within {eval_rel:.2e}, logits within {diff:.2e}")
     return ok
 
@@ -341,9 +369,9 @@ def main():
         return trainer_worker(args.worker)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     ok = True
-    for run in (RUN, QWEN2_RUN):
+    for run in (RUN, QWEN2_RUN, MOE_RUN, MIXTRAL_RUN):
         with tempfile.TemporaryDirectory(prefix="zrt_hf_clm_") as scratch:
-            tmp = os.path.join(args.keep, run["family"]) if args.keep else scratch
+            tmp = os.path.join(args.keep, run.get("name", run["family"])) if args.keep else scratch
             os.makedirs(tmp, exist_ok=True)
             make_inputs(tmp, run)
             zrt_out = os.path.join(tmp, "zrt")
