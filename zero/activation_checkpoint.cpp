@@ -235,8 +235,27 @@ std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at:
   if (!at::GradMode::is_enabled()) return fn(inputs);
   // Note [Activation checkpointing]: the phantom keeps the node in the graph.
   static const at::Tensor phantom = at::empty({0}).requires_grad_(true);
-  return CheckpointFunction::apply(phantom, c10::make_intrusive<FnHolder>(fn),
-                                   at::TensorList(inputs), at::TensorList(params));
+  // Undefined outputs (e.g. a dense layer's absent router logits) cannot leave an autograd
+  // function: the node returns the defined ones, and they are put back in place here.
+  auto defined = std::make_shared<std::vector<bool>>();  // per output, from the first run
+  CheckpointFn compact = [fn, defined](const std::vector<at::Tensor>& xs) {
+    const std::vector<at::Tensor> all = fn(xs);
+    if (defined->empty()) {
+      for (const at::Tensor& t : all) defined->push_back(t.defined());
+    }
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& t : all) {
+      if (t.defined()) out.push_back(t);
+    }
+    return out;
+  };
+  const std::vector<at::Tensor> outs =
+      CheckpointFunction::apply(phantom, c10::make_intrusive<FnHolder>(compact),
+                                at::TensorList(inputs), at::TensorList(params));
+  std::vector<at::Tensor> full;
+  size_t k = 0;
+  for (const bool d : *defined) full.push_back(d ? outs.at(k++) : at::Tensor());
+  return full;
 }
 
 void set_activation_checkpointing(const zero::ActivationCheckpointOptions& options) {

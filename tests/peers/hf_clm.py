@@ -61,9 +61,10 @@ QWEN2_RUN = dict(RUN, family="qwen2", world=3, block=None, model_max_length=19, 
 # a shared expert, layer 1 dense between two sparse ones, and output_router_logits, so both sides
 # add router_aux_loss_coef x the load-balancing loss to every training and evaluation loss, with
 # the Trainer's weights (Note [The auxiliary loss in HF's Trainer] in tools/zrt_train.cpp; 2
-# accumulation steps). DeepSpeed gathers each sparse block whole (its default leaf modules),
-# ZeroRT each decoder layer.
+# accumulation steps), and activation checkpointing on both sides. DeepSpeed gathers each sparse
+# block whole (its default leaf modules), ZeroRT each decoder layer.
 MOE_RUN = dict(RUN, name="qwen2_moe", model_type="qwen2_moe", steps=6, save_steps=None, accumulation=2,
+               checkpointing=True,
                model=dict(hidden_size=32, intermediate_size=40, moe_intermediate_size=20,
                           shared_expert_intermediate_size=28, num_hidden_layers=3,
                           num_attention_heads=4, num_key_value_heads=2, num_experts=6,
@@ -71,7 +72,7 @@ MOE_RUN = dict(RUN, name="qwen2_moe", model_type="qwen2_moe", steps=6, save_step
                           router_aux_loss_coef=0.05, use_sliding_window=False,
                           max_position_embeddings=64))
 # And a Mixtral folder (renormalised top-2 of 4 experts, fp32 routing weights, every layer sparse).
-MIXTRAL_RUN = dict(MOE_RUN, name="mixtral", model_type="mixtral", accumulation=1,
+MIXTRAL_RUN = dict(MOE_RUN, name="mixtral", model_type="mixtral", accumulation=1, checkpointing=False,
                    model=dict(hidden_size=32, intermediate_size=20, num_hidden_layers=2,
                               num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
                               num_experts_per_tok=2, output_router_logits=True,
@@ -225,6 +226,7 @@ def trainer_worker(tmp):
         max_steps=run["steps"], learning_rate=run["lr"], warmup_steps=2, weight_decay=0.0,
         max_grad_norm=1.0, seed=run["seed"], logging_steps=1,
         gradient_accumulation_steps=run.get("accumulation", 1), save_strategy="no", report_to=[],
+        gradient_checkpointing=run.get("checkpointing", False),
         use_cpu=True, disable_tqdm=True, label_smoothing_factor=run.get("label_smoothing", 0.0))
     tokenizer = AutoTokenizer.from_pretrained(folder)
     train_docs, val_docs = run_clm_documents(tmp, run)
@@ -271,6 +273,7 @@ def zrt_argv(tmp, run, out):
             "--do_train", "--do_eval", "--max_steps", str(run["steps"]),
             "--per_device_train_batch_size", str(run["micro"]),
             "--gradient_accumulation_steps", str(run.get("accumulation", 1)),
+            "--gradient_checkpointing", str(run.get("checkpointing", False)).lower(),
             "--per_device_eval_batch_size", str(run["eval_micro"]), "--learning_rate", str(run["lr"]),
             "--warmup_steps", "2", "--weight_decay", "0", "--max_grad_norm", "1.0",
             "--seed", str(run["seed"]), "--logging_steps", "1", "--report_to", "none",

@@ -133,11 +133,15 @@ TEST(Checkpoint, AShardUnitIsARegionWithOneCall) {
 // per output, and not early, when the other units' backward is still to come.
 TEST(Checkpoint, AUnitsSeveralOutputsCallPreBackwardOnce) {
   struct TwoOut : torch::nn::Module {
-    TwoOut() { fc = register_module("fc", torch::nn::Linear(6, 6)); }
+    explicit TwoOut(bool second = true) : second(second) {
+      fc = register_module("fc", torch::nn::Linear(6, 6));
+    }
+    // The second output undefined when there is none (a dense layer's router logits).
     std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& x) {
       const at::Tensor h = fc->forward(x);
-      return {torch::tanh(h), h.sum(-1)};
+      return {torch::tanh(h), second ? h.sum(-1) : at::Tensor()};
     }
+    bool second;
     torch::nn::Linear fc{nullptr};
   };
   struct Hooks : zero::UnitHooks {
@@ -149,17 +153,19 @@ TEST(Checkpoint, AUnitsSeveralOutputsCallPreBackwardOnce) {
   for (const bool checkpointed : {false, true}) {
     SCOPED_TRACE(checkpointed ? "checkpointed" : "plain");
     Hooks hooks;
-    ShardUnit<TwoOut> first, second;
+    ShardUnit<TwoOut> first, second, dense(false);
     first.attach(&hooks, 0);
     second.attach(&hooks, 1);
-    first.set_checkpointing(checkpointed);
-    second.set_checkpointing(checkpointed);
+    dense.attach(&hooks, 2);
+    for (auto* u : {&first, &second, &dense}) u->set_checkpointing(checkpointed);
     const at::Tensor x = torch::randn({3, 6}, torch::requires_grad());
     auto [h1, aux1] = first.forward(x);
     auto [h2, aux2] = second.forward(h1);
+    auto [h3, none] = dense.forward(h2);
+    EXPECT_FALSE(none.defined());
     const at::Tensor aux = aux1.sum() + aux2.sum();  // reaches both units at once
-    (h2.pow(2).sum() + aux).backward();
-    EXPECT_EQ(hooks.calls, (std::vector<int>{1, 0})) << "once per unit, in backward order";
+    (h3.pow(2).sum() + aux).backward();
+    EXPECT_EQ(hooks.calls, (std::vector<int>{2, 1, 0})) << "once per unit, in backward order";
     EXPECT_TRUE(first.fc->weight.grad().defined());
   }
 }
