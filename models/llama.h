@@ -8,6 +8,8 @@
 //   model.layers.{i}.self_attn.{q,k,v,o}_proj.weight   (+ .bias: Note [LLaMA families])
 //   model.layers.{i}.post_attention_layernorm.weight
 //   model.layers.{i}.mlp.{gate,up,down}_proj.weight    (+ .bias with mlp_bias)
+//   model.layers.{i}.block_sparse_moe.{gate,experts.{e}.w1,w2,w3}.weight   (Mixtral)
+//   model.layers.{i}.mlp.{gate,experts.{e}.{gate,up,down}_proj}.weight    (Qwen MoE)
 //   model.norm.weight
 //   lm_head.weight                                     (absent with tie_word_embeddings)
 //
@@ -23,6 +25,9 @@
 // - qwen2: biases on q, k and v (always), none on o or the MLP; its sliding-window layers
 //   (use_sliding_window, layer_types) are refused.
 // - mistral: no biases; sliding_window W: a query at position p sees keys p − W + 1 .. p.
+// - mixtral: Mistral with sparse MoE layers; qwen2_moe: Qwen2 (qkv_bias) with sparse layers and
+//   a shared expert; qwen3_moe: attention_bias on q, k, v and o, an RMSNorm over each q and k
+//   head before rotary (q_norm, k_norm), sparse layers (Note [Mixture of experts], moe.h).
 //
 // Note [LLaMA maths, as transformers computes it]
 // - RMSNorm: h = x in fp32; h = h * rsqrt(mean(h²) + eps); out = weight * h.to(x.dtype).
