@@ -42,6 +42,7 @@ struct LlamaConfig {
   std::string model_type = "llama";
   int64_t sliding_window = 0;  // mistral, mixtral: keys more than this far back are not seen
   MoeConfig moe;
+  std::string attn_implementation;  // "sdpa", "eager"; "": sdpa if LibTorch has it (llama.h)
   bool qkv_bias() const { return attention_bias || qwen_qkv_bias; }
   bool o_bias() const { return attention_bias; }
   bool qk_norm() const { return model_type == "qwen3_moe"; }  // RMSNorm of each q and k head

@@ -202,6 +202,9 @@ cxxopts::Options make_options() {
   cxxopts::Options options("zrt-generate", "Generate with a LLaMA model under ZeRO-3 inference.");
   options.add_options()("model_name_or_path", "Hugging Face model folder (config.json + weights)",
                         cxxopts::value<std::string>())(
+      "attn_implementation",
+      "sdpa (default: LibTorch's fused attention) or eager, as transformers' argument",
+      cxxopts::value<std::string>())(
       "prompt_ids", "token ids, ',' between ids, ';' between prompts",
       cxxopts::value<std::string>())(
       "prompt", "a text prompt (repeat for more; needs the folder's tokenizer)",
@@ -296,6 +299,10 @@ std::optional<Args> parse_args(int argc, char** argv) {
   Args a;
   a.dir = r["model_name_or_path"].as<std::string>();
   a.model = LlamaConfig::from_file(a.dir);
+  if (r.count("attn_implementation")) {
+    models::set_attn_implementation(a.model, r["attn_implementation"].as<std::string>(),
+                                    "--attn_implementation");
+  }
   const Json& hf = a.model.extra;
   read_prompts(r, a);
   GenerateOptions& go = a.generate;

@@ -188,6 +188,10 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
                               : result["model_name_or_path"].as<std::string>();
   ModelSetup m;
   m.llama = LlamaConfig::from_file(dir);
+  if (result.count("attn_implementation")) {
+    models::set_attn_implementation(*m.llama, result["attn_implementation"].as<std::string>(),
+                                    "--attn_implementation");
+  }
   m.text_data = result.count("train_file") && hf::is_text_data_file(result["train_file"].as<std::string>());
   if (m.text_data) {
     const std::optional<int64_t> asked =
@@ -451,6 +455,10 @@ cxxopts::Options train_options() {
       "heads", "attention heads", cxxopts::value<int64_t>()->default_value("4"))(
       "width", "hidden width", cxxopts::value<int64_t>()->default_value("64"))(
       "context", "tokens per example", cxxopts::value<int64_t>()->default_value("32"))(
+      "attn_implementation",
+      "--model llama: sdpa (default: LibTorch's fused attention) or eager, as transformers' "
+      "argument",
+      cxxopts::value<std::string>())(
       "block_size",
       "tokens per example (run_clm.py's name for --context; for a LLaMA's text --train_file, "
       "default as run_clm.py: the tokenizer's model_max_length, or min(1024, "

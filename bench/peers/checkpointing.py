@@ -60,6 +60,7 @@ def run_zerort(args, work, ckpt):
     out = tempfile.mkdtemp(dir=work)
     cmd = [os.path.join(args.bin, "zrt-launch"), "--np", "2", "--timeout", "900", "--",
            sys.executable, "-c", PEAK, os.path.join(args.bin, "zrt-train"), "--model", "llama",
+           "--attn_implementation", "eager",
            "--config_name", os.path.join(work, "config", "config.json"), "--deepspeed",
            os.path.join(work, "ds_timed.json"), "--output_dir", out, "--max_steps", str(args.steps),
            "--per_device_train_batch_size", "1", "--context", str(args.context),

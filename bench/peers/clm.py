@@ -81,7 +81,7 @@ def main():
     os.environ["OMP_NUM_THREADS"] = "1"
     heads = args.hidden // 32
     run = dict(hf_clm.RUN, steps=args.steps, block=args.block, vocab=args.vocab, docs=args.docs,
-               doc_words=60, val_pct=5, lr=1e-4,
+               doc_words=60, val_pct=5, lr=1e-4, attn="eager",
                model=dict(hidden_size=args.hidden, intermediate_size=(args.hidden * 43 // 16 + 7) // 8 * 8,
                           num_hidden_layers=args.layers, num_attention_heads=heads,
                           num_key_value_heads=max(1, heads // 2),

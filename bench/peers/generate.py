@@ -86,6 +86,7 @@ def run_variant(v, folder, args, tmp):
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, args.threads // ranks)))
     cmd = [os.path.join(args.bin, "bin", "zrt-launch"), "--np", str(ranks), "--timeout", "1700", "--",
            os.path.join(args.bin, "bin", "zrt-generate"), "--model_name_or_path", folder,
+           "--attn_implementation", "eager",
            "--prompt_ids", prompt_ids(args), "--max_new_tokens", str(args.new_tokens),
            "--dtype", dtype, "--output", os.path.join(tmp, "ids.jsonl"), "--metrics_out", metrics]
     if kind == "zerort-replicated":

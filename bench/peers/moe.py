@@ -9,7 +9,7 @@ tokens) and data.jsonl, a MixtralForCausalLM made by transformers (--layers laye
 --hidden, --experts experts of width --expert_width, top-2, output_router_logits with
 router_aux_loss_coef 0.02), block --block, micro-batch 2, ZeRO-3 fp32 (every parameter
 partitioned: stage3_param_persistence_threshold 0), AdamW, --steps steps, one intra-op thread per
-rank. ZeroRT gathers each decoder layer with all its experts (the sparse block inside the layer's
+rank, eager attention on both sides. ZeroRT gathers each decoder layer with all its experts (the sparse block inside the layer's
 unit); DeepSpeed gathers each sparse block whole (its default leaf modules) and the rest module
 by module. Expert parallelism is not measured: ZeroRT does not implement it.
 
@@ -142,7 +142,7 @@ def main():
     os.environ["OMP_NUM_THREADS"] = "1"
     heads = args.hidden // 32
     run = dict(hf_clm.MIXTRAL_RUN, steps=args.steps, block=args.block, vocab=args.vocab,
-               docs=args.docs, doc_words=60, val_pct=5, lr=1e-4,
+               docs=args.docs, doc_words=60, val_pct=5, lr=1e-4, attn="eager",
                model=dict(hidden_size=args.hidden, intermediate_size=args.expert_width,
                           num_hidden_layers=args.layers, num_attention_heads=heads,
                           num_key_value_heads=max(1, heads // 2), num_local_experts=args.experts,

@@ -110,6 +110,31 @@ TEST(Llama, KvCacheEqualsFullForward) {
   }
 }
 
+// Note [Attention implementations]: sdpa's logits equal eager's, with the causal flag (no cache),
+// a cache's offset and Mistral's window (masks), GQA; a cached generation agrees too.
+TEST(Llama, SdpaEqualsEager) {
+#if TORCH_VERSION_MAJOR >= 2
+  torch::NoGradGuard no_grad;
+  for (const std::string family : {"llama", "mistral", "qwen3_moe"}) {
+    SCOPED_TRACE(family);
+    LlamaConfig c = tiny_llama(family);
+    c.attn_implementation = "eager";
+    auto eager = make_llama(c);
+    set_attn_implementation(c, "sdpa", "--attn_implementation");
+    auto sdpa = make_llama(c);
+    const at::Tensor tokens = torch::randint(0, 61, {2, 11}, torch::kLong);
+    EXPECT_TRUE(torch::allclose(sdpa->forward(tokens), eager->forward(tokens), 1e-5, 1e-5));
+    KvCache a, b;
+    EXPECT_TRUE(torch::allclose(sdpa->forward(tokens.narrow(1, 0, 6), &a),
+                                eager->forward(tokens.narrow(1, 0, 6), &b), 1e-5, 1e-5));
+    EXPECT_TRUE(torch::allclose(sdpa->forward(tokens.narrow(1, 6, 5), &a),
+                                eager->forward(tokens.narrow(1, 6, 5), &b), 1e-5, 1e-5));
+  }
+#endif
+  LlamaConfig c = tiny_llama();
+  EXPECT_THROW(set_attn_implementation(c, "flash_attention_2", "--attn_implementation"), ConfigError);
+}
+
 // The MoE keys as transformers writes them for each family, and bad values refused by key.
 TEST(LlamaConfig, MixtureOfExpertsKeys) {
   const Json base = {{"vocab_size", 100},      {"hidden_size", 16},      {"intermediate_size", 32},

@@ -219,7 +219,8 @@ def trainer_worker(tmp):
     folder = os.path.join(tmp, "model")
     # Built before the arguments (whose DeepSpeed config would make from_pretrained construct it
     # under zero.Init before the process group exists), as the other Trainer peers do.
-    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
+    model = AutoModelForCausalLM.from_pretrained(folder,
+                                                 attn_implementation=run.get("attn", "sdpa"))
     args = TrainingArguments(
         output_dir=os.path.join(tmp, "hf"), deepspeed=os.path.join(tmp, "ds.json"),
         per_device_train_batch_size=run["micro"], per_device_eval_batch_size=run["eval_micro"],
@@ -274,6 +275,7 @@ def zrt_argv(tmp, run, out):
             "--per_device_train_batch_size", str(run["micro"]),
             "--gradient_accumulation_steps", str(run.get("accumulation", 1)),
             "--gradient_checkpointing", str(run.get("checkpointing", False)).lower(),
+            "--attn_implementation", run.get("attn", "sdpa"),
             "--per_device_eval_batch_size", str(run["eval_micro"]), "--learning_rate", str(run["lr"]),
             "--warmup_steps", "2", "--weight_decay", "0", "--max_grad_norm", "1.0",
             "--seed", str(run["seed"]), "--logging_steps", "1", "--report_to", "none",
@@ -290,7 +292,7 @@ def compare_models(zrt_dir, hf_dir):
     ids = torch.tensor([tok("the cat sat on Zürich's 東京 tower, 1999 times.")["input_ids"]])
     logits = []
     for d in (zrt_dir, hf_dir):
-        m = AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager").eval()
+        m = AutoModelForCausalLM.from_pretrained(d).eval()  # transformers' default: sdpa
         with torch.no_grad():
             logits.append(m(ids).logits)
     return (logits[0] - logits[1]).abs().max().item()

@@ -23,7 +23,8 @@ same folder; a model trained from its
 config.json alone (--config_name) starts from the same values at every world size; and models
 with LLaMA-3's, linear and dynamic rotary scaling (one with transformers 4's config form) give
 transformers' logits and greedy tokens; and so do Qwen2 and Mistral models, which zrt-train also
-fine-tunes into folders transformers loads as the same class.
+fine-tunes into folders transformers loads as the same class; and with attention computed by sdpa
+(zrt-generate's default) or eager on both sides, the logits are transformers' own.
 
     python tests/peers/hf_llama.py --bin build/bin [--keep DIR]
 """
@@ -334,6 +335,37 @@ def check_families(args, tmp):
     return ok
 
 
+def check_attention(args, tmp):
+    """Note [Attention implementations] in models/llama.h: zrt-generate's default (sdpa) against
+    transformers' sdpa, and --attn_implementation eager against its eager, on 2 ranks, for a
+    GQA LLaMA, Mistral with a window shorter than the prompts (sdpa with a mask) and Qwen2."""
+    ok = True
+    cases = [("llama", VARIANTS[0][1]), ("mistral", FAMILY_VARIANTS[1][1]),
+             ("qwen2", FAMILY_VARIANTS[0][1])]
+    for seed, (model_type, overrides) in enumerate(cases):
+        folder = os.path.join(tmp, f"attention_{model_type}")
+        model = make_model(folder, overrides, {}, 400 + seed, model_type)
+        for impl in ("sdpa", "eager"):
+            model.set_attn_implementation(impl)
+            logits, tokens, margins = reference(model)
+            extra = [] if impl == "sdpa" else ["--attn_implementation", "eager"]
+            rows, logits_file, _ = zrt_generate(args, folder, 2,
+                                                os.path.join(tmp, f"attention_{model_type}_{impl}"), extra)
+            diff = max((g - t).abs().max().item() for g, t in zip(read_logits(logits_file), logits))
+            same = len(rows) == len(PROMPTS)
+            for b, row in enumerate(rows):
+                for step, (mine, theirs) in enumerate(zip(row["generated"], tokens[b])):
+                    if margins[b][step] <= MARGIN:
+                        break
+                    same &= mine == theirs
+            good = diff <= LOGITS_ATOL and same
+            ok &= good
+            print(f"hf_llama: {model_type}, attention {impl}{' (default)' if not extra else ''} on "
+                  f"both sides, 2 ranks: logits max |diff| {diff:.3g}, greedy tokens "
+                  f"{'equal' if same else 'DIFFER'} ({'ok' if good else 'FAILED'})")
+    return ok
+
+
 def check_finetune(args, tmp, index):
     """zrt-train fine-tunes a model (untied and sharded, or tied: its embedding then partitioned
     and used twice per forward) for 3 steps on 2 ranks (ZeRO-3, built partitioned) and saves it
@@ -444,6 +476,7 @@ def main():
         ok &= check_from_scratch(args, base)
         ok &= check_rope_scaling(args, base)
         ok &= check_families(args, base)
+        ok &= check_attention(args, base)
     print("hf_llama: " + ("OK" if ok else "FAILED"))
     return 0 if ok else 1
 

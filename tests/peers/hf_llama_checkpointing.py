@@ -99,7 +99,7 @@ def trainer_worker(tmp):
                                                sampler=sampler, drop_last=False)
 
     model = LlamaForCausalLM.from_pretrained(os.path.join(tmp, "llama"),
-                                             attn_implementation="eager")
+                                             attn_implementation="sdpa")
     args = TrainingArguments(
         output_dir=os.path.join(tmp, "hf"), deepspeed=os.path.join(tmp, "ds.json"),
         per_device_train_batch_size=MICRO, gradient_accumulation_steps=GA, max_steps=STEPS,
