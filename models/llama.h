@@ -56,12 +56,12 @@
 #include <vector>
 
 #include <torch/torch.h>
-#include <torch/version.h>
 
 #include "core/error.h"
 #include "core/json.h"
 #include "core/strings.h"
 #include "models/llama_config.h"
+#include "models/attention.h"
 #include "models/moe.h"
 #include "zero/shard_unit.h"
 
@@ -157,35 +157,6 @@ inline std::pair<torch::Tensor, torch::Tensor> llama_rotary(const LlamaConfig& c
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
-// Note [Attention implementations]
-// As transformers' attn_implementation: "sdpa" (its default) computes attention with
-// at::scaled_dot_product_attention (LibTorch's fused CPU and GPU kernels: no (t, total) score
-// matrix kept for backward), causal by the kernel's own flag when nothing else is masked, else
-// with a boolean mask (a KV cache's offset, Mistral's sliding window); "eager" is the scores
-// matrix, a softmax in fp32 and a matmul. Both give transformers' logits with the same
-// implementation within fp32 rounding. LibTorch 1.13 has no such kernel: "eager" is its default,
-// and "sdpa" is refused there.
-inline bool llama_uses_sdpa(const LlamaConfig& c) {
-#if TORCH_VERSION_MAJOR >= 2
-  return c.attn_implementation != "eager";
-#else
-  return false;
-#endif
-}
-
-// Sets `c`'s attention (Note [Attention implementations]) from a flag's value; `where` names the
-// flag in errors.
-inline void set_attn_implementation(LlamaConfig& c, const std::string& value, const std::string& where) {
-  ZRT_CHECK_AS(ConfigError, value == "sdpa" || value == "eager", where, " '", value,
-               "' is not supported (\"sdpa\" and \"eager\" are; flash_attention_2 and "
-               "flex_attention need kernels LibTorch's C++ API does not have)");
-#if TORCH_VERSION_MAJOR < 2
-  ZRT_CHECK_AS(ConfigError, value == "eager", where, " 'sdpa': this LibTorch (",
-               TORCH_VERSION, ") has no scaled_dot_product_attention (2.0 and later have it)");
-#endif
-  c.attn_implementation = value;
-}
-
 inline torch::Tensor llama_rotate_half(const torch::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -233,35 +204,12 @@ struct LlamaAttentionImpl : torch::nn::Module {
       *k_cache = k;
       *v_cache = v;
     }
-    const int64_t total = k.size(2), past = total - t, rep = heads / kv_heads;
+    const int64_t total = k.size(2), rep = heads / kv_heads;
     if (rep > 1) {  // key/value head j serves query heads j·rep .. j·rep + rep − 1
       k = k.unsqueeze(2).expand({b, kv_heads, rep, total, d}).reshape({b, heads, total, d});
       v = v.unsqueeze(2).expand({b, kv_heads, rep, total, d}).reshape({b, heads, total, d});
     }
-    // Query i (absolute past + i) sees keys 0 .. past + i: true where it must not look.
-    auto masked = [&] {
-      const auto flags = torch::TensorOptions().dtype(torch::kBool).device(x.device());
-      auto mask = torch::ones({t, total}, flags).triu(past + 1);  // the future
-      if (c.sliding_window > 0) {  // keys at or before query position − window (Mistral)
-        mask = mask.logical_or(torch::ones({t, total}, flags).tril(past - c.sliding_window));
-      }
-      return mask;
-    };
-    torch::Tensor y;
-#if TORCH_VERSION_MAJOR >= 2
-    if (llama_uses_sdpa(c)) {
-      const bool causal = past == 0 && c.sliding_window == 0;  // the kernel's own causal mask
-      const std::optional<at::Tensor> allowed =
-          causal ? std::nullopt : std::optional<at::Tensor>(masked().logical_not());
-      y = at::scaled_dot_product_attention(q, k, v, allowed, 0.0, causal);
-    }
-#endif
-    if (!y.defined()) {
-      auto scores =
-          torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(d)));
-      scores = scores.to(torch::kFloat).masked_fill(masked(), -std::numeric_limits<float>::infinity());
-      y = torch::matmul(torch::softmax(scores, -1).to(x.scalar_type()), v);
-    }
+    const torch::Tensor y = causal_attention(q, k, v, c.sliding_window, llama_uses_sdpa(c));
     return o_proj->forward(y.transpose(1, 2).reshape({b, t, heads * d}));
   }
   LlamaConfig c;
