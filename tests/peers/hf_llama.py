@@ -199,10 +199,10 @@ def check_variant(args, tmp, name, overrides, save_args, seed):
     return ok
 
 
-def agrees(args, folder, out_dir, logits, tokens, margins):
-    """zrt-generate on 2 ranks against transformers' reference: the logits' max |diff| and
+def agrees(args, folder, out_dir, logits, tokens, margins, np=2, extra=()):
+    """zrt-generate on `np` ranks against transformers' reference: the logits' max |diff| and
     whether the greedy tokens are equal (up to a step whose top-2 margin is within rounding)."""
-    rows, logits_file, _ = zrt_generate(args, folder, 2, out_dir)
+    rows, logits_file, _ = zrt_generate(args, folder, np, out_dir, extra)
     diff = max((g - t).abs().max().item() for g, t in zip(read_logits(logits_file), logits))
     same = len(rows) == len(PROMPTS)
     for b, row in enumerate(rows):
@@ -349,15 +349,8 @@ def check_attention(args, tmp):
             model.set_attn_implementation(impl)
             logits, tokens, margins = reference(model)
             extra = [] if impl == "sdpa" else ["--attn_implementation", "eager"]
-            rows, logits_file, _ = zrt_generate(args, folder, 2,
-                                                os.path.join(tmp, f"attention_{model_type}_{impl}"), extra)
-            diff = max((g - t).abs().max().item() for g, t in zip(read_logits(logits_file), logits))
-            same = len(rows) == len(PROMPTS)
-            for b, row in enumerate(rows):
-                for step, (mine, theirs) in enumerate(zip(row["generated"], tokens[b])):
-                    if margins[b][step] <= MARGIN:
-                        break
-                    same &= mine == theirs
+            diff, same = agrees(args, folder, os.path.join(tmp, f"attention_{model_type}_{impl}"),
+                                logits, tokens, margins, extra=extra)
             good = diff <= LOGITS_ATOL and same
             ok &= good
             print(f"hf_llama: {model_type}, attention {impl}{' (default)' if not extra else ''} on "

@@ -10,11 +10,11 @@ save_pretrained (one tensor per expert and projection, as transformers writes th
     hidden/heads, decoder_sparse_step 2 (layers 1 and 3 sparse).
 zrt-generate loads each folder into ZeRO-3 partitions over 1, 2 and 3 ranks (every decoder layer
 gathered and released: all of a sparse layer's experts in its unit, as DeepSpeed's default leaf
-modules keep them) and must give transformers' logits within 2e-5 and its greedy tokens (where
-transformers' own top-2 margin is wide enough for the order of additions not to matter), as
-hf_llama.py checks the dense families; the prompts route their tokens to every expert of
-every sparse layer (checked). A folder in transformers' fused in-memory layout
-(save_original_format=False) is refused naming the key.
+modules keep them; sdpa attention on both sides, their default) and must give transformers' logits
+within 2e-5 and its greedy tokens (where transformers' own top-2 margin is wide enough for the order
+of additions not to matter), as hf_llama.py checks the dense families; the prompts route their
+tokens to every expert of every sparse layer (checked). A folder in transformers' fused in-memory
+layout (save_original_format=False) is refused naming the key.
 
     python tests/peers/hf_moe.py --bin build/bin [--keep DIR]
 """
@@ -65,6 +65,7 @@ def experts_used(model):
 def check_variant(args, tmp, seed, model_type, overrides):
     folder = os.path.join(tmp, model_type)
     model = hl.make_model(folder, dict(COMMON, **overrides), {}, 300 + seed, model_type)
+    model.set_attn_implementation("sdpa")  # both sides' default
     logits, tokens, margins = hl.reference(model)
     used = experts_used(model)
     experts = overrides.get("num_local_experts", overrides.get("num_experts"))
@@ -72,14 +73,8 @@ def check_variant(args, tmp, seed, model_type, overrides):
     print(f"hf_moe: {model_type} ({hl.describe_files(folder)}): the prompts reach {used} of "
           f"{experts} experts in its {len(used)} sparse layers")
     for np in (1, 2, 3):
-        rows, logits_file, _ = hl.zrt_generate(args, folder, np, os.path.join(tmp, f"{model_type}_{np}"))
-        diff = max((g - t).abs().max().item() for g, t in zip(hl.read_logits(logits_file), logits))
-        same = len(rows) == len(hl.PROMPTS)
-        for b, row in enumerate(rows):
-            for step, (mine, theirs) in enumerate(zip(row["generated"], tokens[b])):
-                if margins[b][step] <= hl.MARGIN:
-                    break
-                same &= mine == theirs
+        diff, same = hl.agrees(args, folder, os.path.join(tmp, f"{model_type}_{np}"), logits,
+                               tokens, margins, np=np)
         good = diff <= hl.LOGITS_ATOL and same
         ok &= good
         print(f"hf_moe: {model_type}, ZeRO-3 on {np} rank(s): logits max |diff| {diff:.3g} "
