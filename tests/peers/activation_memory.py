@@ -1,10 +1,11 @@
 """Activation checkpointing lets a model train under a memory cap it does not fit without it
 (issue 34; labels `peer`, `memory`).
 
-A LLaMA configuration made by transformers (8 narrow decoder layers, 8 heads, context 1024: the
-attention's saved scores and probabilities, batch x heads x 1024 x 1024 floats each per layer,
-are many times the parameters) is trained by zrt-train --model llama --config_name on 2 ranks
-(ZeRO-3, fp32, 2 steps) with and without --gradient_checkpointing:
+A LLaMA configuration made by transformers (8 narrow decoder layers, 8 heads, context 1024, eager
+attention: its saved scores and probabilities, batch x heads x 1024 x 1024 floats each per layer,
+are many times the parameters) is trained by zrt-train --model llama --config_name
+--attn_implementation eager on 2 ranks (ZeRO-3, fp32, 2 steps) with and without
+--gradient_checkpointing:
   * uncapped, both runs log bitwise the same losses, and each rank's peak RSS (getrusage) with
     checkpointing is below 0.7 of the peak without;
   * each rank then runs in a memory cgroup (cgroup v1) capped halfway between the two peaks: the
@@ -42,7 +43,7 @@ def train(args, tmp, name, checkpointing, groups=None):
             "--deepspeed", os.path.join(tmp, "ds.json"), "--output_dir", out_dir,
             "--max_steps", "2", "--per_device_train_batch_size", "2", "--context", str(CONTEXT),
             "--learning_rate", "1e-3", "--save_strategy", "no", "--logging_steps", "1",
-            "--seed", "3"]
+            "--seed", "3", "--attn_implementation", "eager"]
     if checkpointing:
         argv.append("--gradient_checkpointing")
     rc, out = launch(args, capped(groups, argv) if groups else argv, timeout=900, ranks=RANKS)
