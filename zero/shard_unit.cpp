@@ -8,17 +8,23 @@
 namespace zrt::zero {
 namespace {
 
-// Identity in forward (a detached alias, not an autograd view, so that later in-place ops on it
-// are allowed); in backward, calls the coordinator: pre_backward on a unit's output (gather the
-// parameters before the unit's own backward nodes, which need the data saved in forward), or
-// post_backward on a run() use's input (that use's backward is done, its parameters may go).
+// Identity in forward (detached aliases, not autograd views, so that later in-place ops on them
+// are allowed); in backward, calls the coordinator once: pre_backward on a use's outputs (gather
+// the parameters before the unit's own backward nodes, which need the data saved in forward;
+// autograd runs it when every used output's gradient has arrived, those never used coming
+// undefined), or post_backward on a run() use's input (that use's backward is done, its
+// parameters may go).
 struct UnitMarker : public torch::autograd::Function<UnitMarker> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& t,
-                            int64_t hooks, int64_t unit, bool before_backward) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                at::TensorList ts, int64_t hooks, int64_t unit,
+                                                bool before_backward) {
     ctx->saved_data["hooks"] = hooks;
     ctx->saved_data["unit"] = unit;
     ctx->saved_data["before"] = before_backward;
-    return t.detach();
+    ctx->set_materialize_grads(false);
+    torch::autograd::variable_list out;
+    for (const auto& t : ts) out.push_back(t.detach());
+    return out;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -29,66 +35,42 @@ struct UnitMarker : public torch::autograd::Function<UnitMarker> {
     } else {
       hooks->post_backward(unit);
     }
-    return {grads[0], at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
-// UnitMarker for several outputs at once: pre_backward once, when autograd has every used
-// output's gradient (those never used arrive undefined).
-struct UnitOutputsMarker : public torch::autograd::Function<UnitOutputsMarker> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
-                                                at::TensorList ts, int64_t hooks,
-                                                int64_t unit) {
-    ctx->saved_data["hooks"] = hooks;
-    ctx->saved_data["unit"] = unit;
-    ctx->set_materialize_grads(false);
-    torch::autograd::variable_list out;
-    for (const auto& t : ts) out.push_back(t.detach());
-    return out;
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    reinterpret_cast<UnitHooks*>(ctx->saved_data["hooks"].toInt())
-        ->pre_backward(static_cast<int>(ctx->saved_data["unit"].toInt()));
-    grads.push_back(at::Tensor());
-    grads.push_back(at::Tensor());
+    grads.resize(grads.size() + 3);  // none for hooks, unit, before_backward
     return grads;
   }
 };
 
-at::Tensor marked(const at::Tensor& t, UnitHooks* hooks, int unit, bool before_backward) {
-  if (!t.defined() || !t.requires_grad() || !at::GradMode::is_enabled()) return t;
-  return UnitMarker::apply(t, reinterpret_cast<int64_t>(hooks), static_cast<int64_t>(unit),
-                           before_backward);
+// `ts` marked together; those that take part in no backward (undefined, no grad, or grad mode
+// off) pass as they are.
+std::vector<at::Tensor> marked(std::vector<at::Tensor> ts, UnitHooks* hooks, int unit,
+                               bool before_backward) {
+  if (!at::GradMode::is_enabled()) return ts;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].defined() && ts[i].requires_grad()) which.push_back(i);
+  }
+  if (which.empty()) return ts;
+  torch::autograd::variable_list in;
+  for (size_t i : which) in.push_back(ts[i]);
+  const auto out = UnitMarker::apply(at::TensorList(in), reinterpret_cast<int64_t>(hooks),
+                                     static_cast<int64_t>(unit), before_backward);
+  for (size_t k = 0; k < which.size(); ++k) ts[which[k]] = out[k];
+  return ts;
 }
 
 }  // namespace
 
 at::Tensor mark_unit_input(const at::Tensor& input, UnitHooks* hooks, int unit) {
-  return marked(input, hooks, unit, /*before_backward=*/false);
+  return marked({input}, hooks, unit, /*before_backward=*/false)[0];
 }
 
 at::Tensor mark_unit_output(const at::Tensor& output, UnitHooks* hooks, int unit) {
-  return marked(output, hooks, unit, /*before_backward=*/true);
+  return marked({output}, hooks, unit, /*before_backward=*/true)[0];
 }
 
 std::vector<at::Tensor> mark_unit_outputs(std::vector<at::Tensor> outputs, UnitHooks* hooks,
                                           int unit) {
-  if (!at::GradMode::is_enabled()) return outputs;
-  std::vector<size_t> which;  // the outputs that take part in backward
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    if (outputs[i].defined() && outputs[i].requires_grad()) which.push_back(i);
-  }
-  if (which.size() <= 1) {
-    for (size_t i : which) outputs[i] = mark_unit_output(outputs[i], hooks, unit);
-    return outputs;
-  }
-  torch::autograd::variable_list in;
-  for (size_t i : which) in.push_back(outputs[i]);
-  const auto out = UnitOutputsMarker::apply(at::TensorList(in), reinterpret_cast<int64_t>(hooks),
-                                            static_cast<int64_t>(unit));
-  for (size_t k = 0; k < which.size(); ++k) outputs[which[k]] = out[k];
-  return outputs;
+  return marked(std::move(outputs), hooks, unit, /*before_backward=*/true);
 }
 
 int enable_activation_checkpointing(torch::nn::Module& model, bool on) {
