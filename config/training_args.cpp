@@ -186,6 +186,7 @@ const std::vector<std::string>& training_bool_flags() {
                                                   "logging_first_step",
                                                   "gradient_checkpointing",
                                                   "use_cpu",
+                                                  "average_tokens_across_devices",
                                                   "load_best_model_at_end",
                                                   "save_only_model",
                                                   "greater_is_better"};
@@ -201,7 +202,6 @@ const std::vector<IgnoredTrainingArgument>& ignored_training_arguments() {
       {"dataloader_num_workers", false},
       {"optim_args", false},
       {"optim_target_modules", false},
-      {"average_tokens_across_devices", true},
       {"tf32", true},
       {"activation_checkpointing", true},
       {"activation_checkpointing_kwargs", false},

@@ -62,6 +62,10 @@ struct TrainingArguments {
   bool dataloader_drop_last = false;
   // HF's rule: train on the GPU when one is visible (and the build can use it), unless use_cpu.
   bool use_cpu = false;
+  // HF's count of the step's tokens over all ranks. ZeroRT's cross entropy is each micro-batch's
+  // mean (equal for run_clm's full blocks), so it only weighs a MoE model's auxiliary loss as the
+  // Trainer does (Note [The auxiliary loss in HF's Trainer], tools/moe_loss.cpp).
+  bool average_tokens_across_devices = true;
   // Every layer of the example models checkpointed (zrt::enable_activation_checkpointing), as HF's
   // model.gradient_checkpointing_enable(); kwargs as transformers takes them: "use_reentrant"
   // (either value: ZeroRT's checkpoint has non-reentrant semantics, Note [Activation

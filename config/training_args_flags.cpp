@@ -92,9 +92,6 @@ void warn_about_effects(const cxxopts::ParseResult& result, TrainingArguments* a
                  ": ZeroRT draws batches in the HF Trainer's default order (\"random\") only; "
                  "\"sequential\" and \"group_by_length\" are not implemented");
     a->ignored.emplace_back(ignored.name, value);
-    if (ignored.name == std::string("average_tokens_across_devices")) {
-      continue;  // read by zrt-train for a MoE model's auxiliary loss, as the HF Trainer uses it
-    }
     ZRT_LOG_WARN("--", ignored.name, " ", value,
                  ": accepted for compatibility with transformers' TrainingArguments; it has no "
                  "effect in ZeroRT");
@@ -155,6 +152,8 @@ void parse_more_training_arguments(const cxxopts::ParseResult& result, TrainingA
   ZRT_CHECK_AS(UsageError, a.label_smoothing_factor >= 0.0 && a.label_smoothing_factor <= 1.0,
                "--label_smoothing_factor must be in [0, 1], got ", a.label_smoothing_factor);
   a.save_only_model = parse_hf_bool(result["save_only_model"].as<std::string>());
+  a.average_tokens_across_devices =
+      parse_hf_bool(result["average_tokens_across_devices"].as<std::string>());
   a.log_level = result["log_level"].as<std::string>();
   a.log_level_replica = result["log_level_replica"].as<std::string>();
 }
@@ -215,6 +214,8 @@ void add_training_arguments(cxxopts::Options& options) {
       "auto_find_batch_size", "Search for a batch size that fits", flag("false"))(
       "gradient_checkpointing", "Recompute each layer's activations in backward", flag("false"))(
       "use_cpu", "Train on the CPU even where a CUDA device is visible", flag("false"))(
+      "average_tokens_across_devices", "Weighs a MoE model's auxiliary loss as the HF Trainer "
+      "does (x world size); no other effect in ZeroRT", flag("true"))(
       "gradient_checkpointing_kwargs", "JSON, e.g. {\"use_reentrant\": false}",
       value<std::string>()->default_value("{}"))(
       "resume_from_checkpoint", "Checkpoint folder to resume from", value<std::string>())(

@@ -20,12 +20,8 @@ namespace zrt::tools {
 // weighs it coef: the mean over ranks and accumulation steps.)
 AuxLossScale hf_trainer_aux_scale(const config::TrainingArguments& args, int world,
                                   int64_t accumulation) {
-  bool across_devices = true;
-  for (const auto& [name, value] : args.ignored) {
-    if (name == "average_tokens_across_devices") across_devices = config::parse_hf_bool(value);
-  }
   AuxLossScale scale;
-  scale.eval = across_devices ? world : 1;
+  scale.eval = args.average_tokens_across_devices ? world : 1;
   scale.train = scale.eval * static_cast<double>(accumulation);
   return scale;
 }
