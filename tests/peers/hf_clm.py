@@ -71,8 +71,10 @@ MOE_RUN = dict(RUN, name="qwen2_moe", model_type="qwen2_moe", steps=6, save_step
                           num_experts_per_tok=2, mlp_only_layers=[1], output_router_logits=True,
                           router_aux_loss_coef=0.05, use_sliding_window=False,
                           max_position_embeddings=64))
-# And a Mixtral folder (renormalised top-2 of 4 experts, fp32 routing weights, every layer sparse).
+# And a Mixtral folder (renormalised top-2 of 4 experts, fp32 routing weights, every layer sparse),
+# with average_tokens_across_devices off on both sides (the auxiliary term weighted coef x GA).
 MIXTRAL_RUN = dict(MOE_RUN, name="mixtral", model_type="mixtral", accumulation=1, checkpointing=False,
+                   average_tokens=False,
                    model=dict(hidden_size=32, intermediate_size=20, num_hidden_layers=2,
                               num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
                               num_experts_per_tok=2, output_router_logits=True,
@@ -228,6 +230,7 @@ def trainer_worker(tmp):
         max_grad_norm=1.0, seed=run["seed"], logging_steps=1,
         gradient_accumulation_steps=run.get("accumulation", 1), save_strategy="no", report_to=[],
         gradient_checkpointing=run.get("checkpointing", False),
+        average_tokens_across_devices=run.get("average_tokens", True),
         use_cpu=True, disable_tqdm=True, label_smoothing_factor=run.get("label_smoothing", 0.0))
     tokenizer = AutoTokenizer.from_pretrained(folder)
     train_docs, val_docs = run_clm_documents(tmp, run)
@@ -276,6 +279,7 @@ def zrt_argv(tmp, run, out):
             "--gradient_accumulation_steps", str(run.get("accumulation", 1)),
             "--gradient_checkpointing", str(run.get("checkpointing", False)).lower(),
             "--attn_implementation", run.get("attn", "sdpa"),
+            "--average_tokens_across_devices", str(run.get("average_tokens", True)).lower(),
             "--per_device_eval_batch_size", str(run["eval_micro"]), "--learning_rate", str(run["lr"]),
             "--warmup_steps", "2", "--weight_decay", "0", "--max_grad_norm", "1.0",
             "--seed", str(run["seed"]), "--logging_steps", "1", "--report_to", "none",
