@@ -60,7 +60,7 @@ QWEN2_RUN = dict(RUN, family="qwen2", world=3, block=None, model_max_length=19, 
 # The third run: a Qwen2-MoE folder (models/moe.h) on run 1's tokenizer and data: 6 experts, top-2,
 # a shared expert, layer 1 dense between two sparse ones, and output_router_logits, so both sides
 # add router_aux_loss_coef x the load-balancing loss to every training and evaluation loss, with
-# the Trainer's weights (Note [The auxiliary loss in HF's Trainer] in tools/zrt_train.cpp; 2
+# the Trainer's weights (Note [The auxiliary loss in HF's Trainer] in tools/moe_loss.cpp; 2
 # accumulation steps), and activation checkpointing on both sides. DeepSpeed gathers each sparse
 # block whole (its default leaf modules), ZeroRT each decoder layer.
 MOE_RUN = dict(RUN, name="qwen2_moe", model_type="qwen2_moe", steps=6, save_steps=None, accumulation=2,
