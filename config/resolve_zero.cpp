@@ -128,9 +128,9 @@ void read_zeropp(SectionReader& r, int stage, zero::ZeroPPOptions& z) {
   }
   if (stage == 3 && z.quantized_nontrainable_weights) {
     r.diag().warn(str(r.key_path("zero_quantized_nontrainable_weights"),
-                      ": ZeroRT keeps parameters that do not require grad whole on every rank "
-                      "(never partitioned or gathered), so there is nothing to quantize: no "
-                      "effect"));
+                      ": ZeroRT partitions the parameters that do not require grad like the "
+                      "others but stores their partitions in the model dtype (int8 storage of "
+                      "them is not built): no effect"));
   }
 }
 

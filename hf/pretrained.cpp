@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -95,29 +96,55 @@ std::map<std::string, Expected> expected_tensors(
   return expected;
 }
 
+// The weights under the model's names (PretrainedLoadOptions::rename): model name -> the file's
+// tensor; `unmapped` lists the file's names that are no model name.
+struct WeightNames {
+  std::map<std::string, const ckpt::WeightInfo*> by_model_name;
+  std::vector<std::string> unmapped;
+
+  WeightNames(const ckpt::HfWeights& weights,
+              const std::function<std::string(const std::string&)>& rename) {
+    for (const ckpt::WeightInfo& w : weights.tensors()) {
+      const std::string name = rename ? rename(w.name) : w.name;
+      if (name.empty()) {
+        unmapped.push_back(w.name);
+      } else {
+        by_model_name[name] = &w;
+      }
+    }
+  }
+  const ckpt::WeightInfo* find(const std::string& model_name) const {
+    auto it = by_model_name.find(model_name);
+    return it == by_model_name.end() ? nullptr : it->second;
+  }
+};
+
 // Names, shapes and kinds of dtype against the model: missing and unexpected names go to
 // `report`; throws one CheckpointError naming every problem.
-void check_fit(const ckpt::HfWeights& weights, const std::map<std::string, Expected>& expected,
+void check_fit(const ckpt::HfWeights& weights, const WeightNames& names,
+               const std::map<std::string, Expected>& expected,
                const std::set<std::string>& aliases, const std::vector<std::string>& ignore,
                bool strict, const std::string& path, PretrainedLoadReport* report) {
   std::vector<std::string> mismatched;
   for (const auto& [name, want] : expected) {
-    const ckpt::WeightInfo* w = weights.find(name);
+    const ckpt::WeightInfo* w = names.find(name);
     if (w == nullptr) {
       report->missing.push_back(name);
     } else if (w->shape != want.shape) {
-      mismatched.push_back(str("'", name, "' is ", shape_str(w->shape), " in the weights but ",
+      mismatched.push_back(str("'", w->name, "' is ", shape_str(w->shape), " in the weights but ",
                                shape_str(want.shape), " in the model"));
     } else if (c10::isFloatingType(w->dtype) != c10::isFloatingType(want.dtype)) {
-      mismatched.push_back(str("'", name, "' is ", c10::toString(w->dtype), " in the weights but ",
-                               c10::toString(want.dtype), " in the model"));
+      mismatched.push_back(str("'", w->name, "' is ", c10::toString(w->dtype),
+                               " in the weights but ", c10::toString(want.dtype), " in the model"));
     }
   }
-  for (const ckpt::WeightInfo& w : weights.tensors()) {
-    if (expected.count(w.name) == 0 && aliases.count(w.name) == 0 &&
-        std::find(ignore.begin(), ignore.end(), w.name) == ignore.end()) {
-      report->unexpected.push_back(w.name);
-    }
+  std::vector<std::string> others = names.unmapped;
+  for (const auto& [name, w] : names.by_model_name) {
+    if (expected.count(name) == 0 && aliases.count(name) == 0) others.push_back(w->name);
+  }
+  for (const std::string& name : others) {
+    if (std::find(ignore.begin(), ignore.end(), name) == ignore.end())
+      report->unexpected.push_back(name);
   }
   const bool names_fail = strict && (!report->missing.empty() || !report->unexpected.empty());
   if (!mismatched.empty() || names_fail) {
@@ -140,15 +167,22 @@ PretrainedLoadReport load_pretrained(Engine& engine, const std::string& path,
   std::set<std::string> aliases;
   for (const auto& [alias, owner] : engine.tied_parameters()) aliases.insert(alias);
   std::vector<std::pair<std::string, at::Tensor>> whole;
-  const auto expected = expected_tensors(engine, groups, aliases, &whole);
+  auto expected = expected_tensors(engine, groups, aliases, &whole);
+  if (options.only) {
+    for (auto it = expected.begin(); it != expected.end();)
+      it = options.only(it->first) ? std::next(it) : expected.erase(it);
+  }
+  const runtime::FrozenPlaces frozen = runtime::frozen_places(states);
 
   // 1. Index the files and compare with the model; all ranks agree before anything changes.
   std::unique_ptr<ckpt::HfWeights> weights;
+  std::unique_ptr<WeightNames> names;
   PretrainedLoadReport report;
   std::exception_ptr failure;
   try {
     weights = std::make_unique<ckpt::HfWeights>(path);
-    check_fit(*weights, expected, aliases, options.ignore, options.strict, path, &report);
+    names = std::make_unique<WeightNames>(*weights, options.rename);
+    check_fit(*weights, *names, expected, aliases, options.ignore, options.strict, path, &report);
   } catch (const std::exception&) {
     failure = std::current_exception();
   }
@@ -158,8 +192,10 @@ PretrainedLoadReport load_pretrained(Engine& engine, const std::string& path,
   std::vector<std::pair<at::Tensor, at::Tensor>> whole_values;  // (destination, value)
   try {
     ckpt::RangeReader read = [&](const std::string& name, int64_t, ShardInfo range) {
-      if (weights->find(name) == nullptr) return at::Tensor();  // missing, not strict
-      return weights->read_range(name, range.offset, range.size);
+      const ckpt::WeightInfo* w = names->find(name);
+      // Missing (not strict), or not among the names to load: kept as it is.
+      if (w == nullptr || expected.count(name) == 0) return at::Tensor();
+      return weights->read_range(w->name, range.offset, range.size);
     };
     for (size_t g = 0; g < groups.size(); ++g) {
       const runtime::GroupPartition& gp = groups[g];
@@ -167,11 +203,15 @@ PretrainedLoadReport load_pretrained(Engine& engine, const std::string& path,
       ckpt::fill_partition(gp.layout, gp.params, gp.rank, gp.world_size, read, master, path);
       runtime::store_master(states, g, master);
     }
+    // Frozen parameters under ZeRO-3: this rank's partitions (Note [Frozen parameters under
+    // ZeRO-3], zero/stage3_layout.cpp).
+    runtime::fill_frozen_partitions(states, read, path);
     for (const auto& [name, t] : whole) {
-      if (weights->find(name) == nullptr) continue;
+      const ckpt::WeightInfo* w = names->find(name);
+      if (w == nullptr || expected.count(name) == 0 || frozen.count(name) != 0) continue;
       ZRT_INTERNAL_ASSERT(zero::storage_allocated(t), "'", name,
                           "' is neither partitioned nor held");
-      whole_values.emplace_back(t, weights->read(name));
+      whole_values.emplace_back(t, weights->read(w->name));
     }
   } catch (const std::exception&) {
     failure = std::current_exception();
@@ -182,6 +222,7 @@ PretrainedLoadReport load_pretrained(Engine& engine, const std::string& path,
   // 3. Masters -> parameters everywhere (collective: all-gather / persistent refresh).
   for (auto& [dst, value] : whole_values) dst.detach().copy_(value);
   runtime::params_from_masters(states);
+  states.frozen_partitions_written();
   report.bytes_read = weights->bytes_read();
   if (!report.missing.empty() || !report.unexpected.empty()) {
     ZRT_LOG_WARN(path, ": loaded without strict",
@@ -245,6 +286,20 @@ void init_deferred(Engine& engine, uint64_t seed, const ParamInit& init) {
   for (const auto& g : groups) {
     for (const auto& entry : g.params) skip.insert(entry.first);
   }
+  std::map<std::string, Shape> frozen_shapes;
+  for (const auto& g : states.frozen_partitions()) {
+    for (const auto& entry : g.params) {
+      skip.insert(entry.first);
+      frozen_shapes.insert(entry);
+    }
+  }
+  runtime::fill_frozen_partitions(
+      states,
+      [&](const std::string& name, int64_t, ShardInfo range) {
+        const at::Tensor flat = whole(name, frozen_shapes.at(name)).reshape({-1});
+        return flat.narrow(0, range.offset, range.size);
+      },
+      "init_deferred");
   for (const auto& [alias, owner] : engine.tied_parameters()) skip.insert(alias);
   for (const auto& p : engine.module().named_parameters()) {
     if (skip.count(p.key()) != 0) continue;
@@ -252,12 +307,14 @@ void init_deferred(Engine& engine, uint64_t seed, const ParamInit& init) {
     p.value().detach().copy_(whole(p.key(), p.value().sizes().vec()));
   }
   runtime::params_from_masters(states);
+  states.frozen_partitions_written();
 }
 
 namespace {
 
 // One tensor to save: whole on every rank (`whole`), or a stage-3 parameter gathered from the
-// partitions (`group`'s flat at `offset`, pn elements per rank).
+// partitions (read_lp index `group` — an optimizer group or a frozen flat — at `offset`, pn
+// elements per rank).
 struct SaveItem {
   std::string name;
   Shape shape;
@@ -267,7 +324,8 @@ struct SaveItem {
   int64_t nbytes = 0;
 };
 
-std::vector<SaveItem> save_items(Engine& engine) {
+std::vector<SaveItem> save_items(Engine& engine,
+                                 const std::function<std::string(const std::string&)>& rename) {
   std::map<std::string, std::tuple<int, int64_t, int64_t>> partitioned;  // name -> (g, offset, pn)
   const auto groups = engine.model_states().group_partitions();
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -279,13 +337,20 @@ std::vector<SaveItem> save_items(Engine& engine) {
       offset += pn;
     }
   }
+  const int world = engine.comm().size();
+  for (const auto& [name, place] : runtime::frozen_places(engine.model_states())) {
+    const at::Tensor& p = engine.module().named_parameters()[name];
+    partitioned[name] = {static_cast<int>(place.first), place.second,
+                         param_partition_size(p.numel(), world)};
+  }
   std::set<std::string> aliases;
   for (const auto& [alias, owner] : engine.tied_parameters()) aliases.insert(alias);
   std::vector<SaveItem> items;
   auto add = [&](const std::string& name, const at::Tensor& t) {
     if (aliases.count(name) != 0) return;
     SaveItem item;
-    item.name = name;
+    item.name = rename ? rename(name) : name;
+    if (item.name.empty()) return;
     item.shape = t.sizes().vec();
     item.nbytes = t.numel() * static_cast<int64_t>(t.element_size());
     auto it = partitioned.find(name);
@@ -320,7 +385,10 @@ std::vector<std::vector<size_t>> plan_shards(const std::vector<SaveItem>& items,
   return shards;
 }
 
-std::string shard_name(size_t i, size_t n) {
+constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max();
+
+std::string shard_name(size_t i, const std::vector<std::vector<size_t>>& shards) {
+  const size_t n = shards.size();
   if (n == 1) return "model.safetensors";
   char buf[64];
   std::snprintf(buf, sizeof(buf), "model-%05zu-of-%05zu.safetensors", i + 1, n);
@@ -355,10 +423,11 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
   at::NoGradGuard no_grad;
   comm::Comm& comm = engine.comm();
   const bool writer = comm.rank() == 0;
-  const std::vector<SaveItem> items = save_items(engine);
-  auto shards = plan_shards(items, options.max_shard_size);
+  const std::vector<SaveItem> items = save_items(engine, options.rename);
+  const bool one_file = !options.weights_name.empty();  // never sharded
+  auto shards = plan_shards(items, one_file ? kUnlimited : options.max_shard_size);
   if (!options.weights) shards.clear();
-  const auto groups = engine.model_states().group_partitions();
+  auto file = [&](size_t s) { return one_file ? options.weights_name : shard_name(s, shards); };
   ckpt::PosixStorage storage;
   std::exception_ptr failure;
   try {
@@ -383,19 +452,19 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
         value = all.narrow(0, 0, ckpt::shape_numel(item.shape)).view(item.shape);
       }
       if (writer) tensors.emplace_back(item.name, value.cpu().contiguous());
-      weight_map[item.name] = shard_name(s, shards.size());
+      weight_map[item.name] = file(s);
       total += item.nbytes;
     }
     try {
       if (writer) {
-        ckpt::save_safetensors(tensors, ckpt::join_path(dir, shard_name(s, shards.size())),
+        ckpt::save_safetensors(tensors, ckpt::join_path(dir, file(s)),
                                {{"format", "pt"}}, &storage);
       }
     } catch (const std::exception&) {
       failure = std::current_exception();
     }
     vote(comm, failure, dir);
-    written.insert(shard_name(s, shards.size()));
+    written.insert(file(s));
   }
   try {
     if (writer) {
@@ -417,7 +486,7 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
                                   storage.read_file(from, uint64_t{1} << 30));
         written.insert(name);
       }
-      remove_stale(dir, written);
+      if (!one_file) remove_stale(dir, written);
     }
   } catch (const std::exception&) {
     failure = std::current_exception();

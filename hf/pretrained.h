@@ -28,6 +28,12 @@ struct PretrainedLoadOptions {
   // Names in the weights that the model is known not to have, never reported: e.g. the
   // lm_head.weight of a tied model saved with both names (transformers' _tied_weights_keys).
   std::vector<std::string> ignore;
+  // The model's name of a tensor of the weights, or "" for one that is not the model's (e.g.
+  // PEFT's adapter keys, peft/lora.h param_name_of); unset: the names are the model's.
+  std::function<std::string(const std::string&)> rename;
+  // The model's tensors to load (e.g. an adapter's): the others are neither expected nor
+  // touched. Unset: all of them.
+  std::function<bool(const std::string&)> only;
 };
 
 struct PretrainedLoadReport {
@@ -52,7 +58,7 @@ using ParamInit = std::function<void(const std::string& name, at::Tensor& t, at:
 // load (training from scratch): `init` runs once per parameter with a generator seeded from `seed`
 // and the parameter's name, so the values are the same at every world size; each rank computes one
 // whole parameter at a time and keeps its partition (peak memory: the partitions plus the largest
-// parameter). Frozen parameters, which every rank keeps whole, are initialised the same way.
+// parameter). Frozen parameters are initialised the same way.
 void init_deferred(Engine& engine, uint64_t seed, const ParamInit& init);
 
 struct SavePretrainedOptions {
@@ -70,6 +76,12 @@ struct SavePretrainedOptions {
   // ZeRO-3 without stage3_gather_16bit_weights_on_model_save); weight files already in `dir` are
   // removed, as HF removes its empty ones.
   bool weights = true;
+  // The name a tensor is saved under, or "" to leave it out (e.g. an adapter: peft/lora.h
+  // peft_key); unset: the model's names.
+  std::function<std::string(const std::string&)> rename;
+  // One weights file of this name (e.g. PEFT's "adapter_model.safetensors"), never sharded, and
+  // no other weight file in `dir` is removed. Empty: transformers' names and sharding.
+  std::string weights_name;
 };
 
 // The tokenizer and generation files of an HF model folder (tokenizer.model, tokenizer.json,

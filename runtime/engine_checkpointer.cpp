@@ -53,8 +53,8 @@ Value EngineCheckpointer::module_state_dict() {
     at::Tensor t = p.value().detach();
     // Under ZeRO-3 DeepSpeed writes an empty tensor for every partitioned parameter, gathered or
     // not (its load_checkpoint copies the module into parameters of shape [0] and refuses full
-    // shapes); the weights are in the optimizer files.
-    if (partitioned && (p.value().requires_grad() || !zero::storage_allocated(t))) {
+    // shapes); the weights are in the optimizer files, the frozen ones in frozen_param_fragments.
+    if (partitioned) {
       t = at::empty({0}, t.options());
     }
     module.set(p.key(), t);
@@ -64,23 +64,31 @@ Value EngineCheckpointer::module_state_dict() {
 }
 
 // Stage 2 and up: the frozen parameters' shapes (into *shapes) and their values, whole at stage 2,
-// this rank's fragment at stage 3.
+// this rank's fragment at stage 3: its partition (Note [Frozen parameters under ZeRO-3]), or for
+// a parameter held whole (a tied alias) the same elements cut from it.
 Value EngineCheckpointer::frozen_params_value(Value* shapes) {
   comm::Comm& comm = engine_.comm();
+  ModelStates& states = engine_.model_states();
+  const FrozenPlaces places = frozen_places(states);
   Value fragments = Value::dict();
   for (const auto& p : engine_.module().named_parameters()) {
     if (p.value().requires_grad()) continue;
     shapes->set(p.key(), Value::torch_size(p.value().sizes().vec()));
-    at::Tensor full = p.value().detach().reshape({-1});
-    if (engine_.zero_stage() == 3) {
-      const ShardInfo mine = param_shard(full.numel(), comm.rank(), comm.size());
-      const int64_t size = param_partition_size(full.numel(), comm.size());
-      at::Tensor frag = at::zeros({size}, full.options());
-      if (mine.size > 0) frag.narrow(0, 0, mine.size).copy_(full.narrow(0, mine.offset, mine.size));
-      fragments.set(p.key(), frag);
-    } else {
+    if (engine_.zero_stage() != 3) {
       fragments.set(p.key(), p.value().detach());
+      continue;
     }
+    const int64_t size = param_partition_size(p.value().numel(), comm.size());
+    if (auto it = places.find(p.key()); it != places.end()) {
+      const auto& [flat, offset] = it->second;
+      fragments.set(p.key(), states.read_lp(flat, offset, size).clone());
+      continue;
+    }
+    const at::Tensor full = p.value().detach().reshape({-1});
+    const ShardInfo mine = param_shard(full.numel(), comm.rank(), comm.size());
+    at::Tensor frag = at::zeros({size}, full.options());
+    if (mine.size > 0) frag.narrow(0, 0, mine.size).copy_(full.narrow(0, mine.offset, mine.size));
+    fragments.set(p.key(), frag);
   }
   return fragments;
 }

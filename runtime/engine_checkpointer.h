@@ -71,7 +71,12 @@ class EngineCheckpointer {
   // A stage-0 checkpoint (its layouts, Note [Stage 0 layouts]): whole parameters from the model
   // states, then this rank's partitions of them. Returns the loss scaler.
   ckpt::Value load_stage0(const std::string& dir, int saved_world, const ckpt::Value& model_states);
+  // Buffers from the model states' module, and the frozen parameters (restore_frozen).
   void restore_whole_tensors(const std::string& dir, const ckpt::Value& model_states);
+  // Collective. The frozen parameters from the checkpoint in `dir` (Note [Frozen parameters in
+  // checkpoints] in runtime/engine_checkpointer_frozen.cpp); `model_states` is one of its model
+  // states files.
+  void restore_frozen(const std::string& dir, const ckpt::Value& model_states);
   // "checkpoint": {"load_universal": true}: the tag latest_universal names (Note [Universal
   // checkpoints], checkpoint/universal.h), each rank reading only its partitions' ranges.
   std::optional<LoadedCheckpoint> load_universal(const std::string& load_dir,

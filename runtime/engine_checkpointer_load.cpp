@@ -286,7 +286,6 @@ Value EngineCheckpointer::load_stage0(const std::string& dir, int saved_world,
   return full.loss_scaler;
 }
 
-// Buffers (and frozen parameters) come from the model states' module.
 void EngineCheckpointer::restore_whole_tensors(const std::string& dir, const Value& model_states) {
   at::NoGradGuard no_grad;
   const ValueView module = ValueView(model_states, dir)["module"];
@@ -294,13 +293,7 @@ void EngineCheckpointer::restore_whole_tensors(const std::string& dir, const Val
     if (module.contains(b.key()))
       b.value().copy_(module[b.key()].as_tensor().view(b.value().sizes()));
   }
-  for (const auto& p : engine_.module().named_parameters()) {
-    if (p.value().requires_grad() || !module.contains(p.key())) continue;
-    const at::Tensor& t = module[p.key()].as_tensor();
-    if (t.numel() == p.value().numel() && zero::storage_allocated(p.value())) {
-      p.value().detach().copy_(t.view(p.value().sizes()));
-    }
-  }
+  restore_frozen(dir, model_states);
 }
 
 std::optional<LoadedCheckpoint> EngineCheckpointer::load(const std::string& load_dir,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/shard.h"
 #include "optim/swap_space.h"
 
 namespace zrt::runtime {
@@ -134,6 +135,41 @@ void params_from_masters(ModelStates& states) {
     });
   }
   states.after_optimizer_step();
+}
+
+FrozenPlaces frozen_places(const ModelStates& states) {
+  FrozenPlaces out;
+  const size_t first = states.group_partitions().size();
+  const std::vector<GroupPartition> frozen = states.frozen_partitions();
+  for (size_t f = 0; f < frozen.size(); ++f) {
+    int64_t offset = 0;
+    for (const auto& [name, shape] : frozen[f].params) {
+      out[name] = {first + f, offset};
+      offset += param_partition_size(ckpt::shape_numel(shape), frozen[f].world_size);
+    }
+  }
+  return out;
+}
+
+void fill_frozen_partitions(ModelStates& states, const ckpt::RangeReader& read,
+                            const std::string& context) {
+  at::NoGradGuard no_grad;
+  const std::vector<GroupPartition> frozen = states.frozen_partitions();
+  if (frozen.empty()) return;
+  const size_t first = states.group_partitions().size();
+  for (size_t f = 0; f < frozen.size(); ++f) {
+    const GroupPartition& gp = frozen[f];
+    int64_t offset = 0;
+    for (const auto& entry : gp.params) {
+      const int64_t pn = param_partition_size(ckpt::shape_numel(entry.second), gp.world_size);
+      // Starts as the partition, so that a parameter without a value keeps it.
+      at::Tensor part = states.read_lp(first + f, offset, pn).to(at::kCPU, /*non_blocking=*/false,
+                                                                  /*copy=*/true);
+      ckpt::fill_partition(gp.layout, {entry}, gp.rank, gp.world_size, read, part, context);
+      states.write_lp(first + f, offset, part);
+      offset += pn;
+    }
+  }
 }
 
 }  // namespace zrt::runtime

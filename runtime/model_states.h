@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,8 +76,17 @@ class ModelStates {
   // One entry per optimizer group, in the order of targets().
   virtual std::vector<GroupPartition> group_partitions() const = 0;
 
-  // Whether the parameters themselves are partitioned (stage 3): between uses a trainable
-  // parameter has no storage, and checkpoints write an empty tensor for it.
+  // Stage 3: the frozen parameters' partitions (Note [Frozen parameters under ZeRO-3] in
+  // zero/stage3_layout.cpp), one entry per frozen flat, described as group_partitions() describes
+  // the groups, and read and written through read_lp / write_lp at index
+  // group_partitions().size() + f. None at stages 0-2, where frozen parameters stay whole.
+  virtual std::vector<GroupPartition> frozen_partitions() const { return {}; }
+  // Collective at stage 3: after write_lp wrote frozen partitions, the persistent frozen
+  // parameters are gathered from them. Stages 0-2: nothing to do.
+  virtual void frozen_partitions_written() {}
+
+  // Whether the parameters themselves are partitioned (stage 3): between uses a parameter has no
+  // storage, and checkpoints write an empty tensor for it.
   virtual bool partitions_params() const = 0;
   // Collective at stage 3 (all-gathers every partitioned parameter); until
   // release_gathered_params() every parameter holds its whole value on every rank. Stages 0-2
@@ -94,8 +104,8 @@ class ModelStates {
   virtual at::Tensor read_lp(size_t group, int64_t offset, int64_t n) const;
   virtual void write_lp(size_t group, int64_t offset, const at::Tensor& values);
 
-  // Not collective. Writes whole values into every trainable parameter these states hold (in no
-  // particular order): this rank's partition of it and, where the parameter has storage, the
+  // Not collective. Writes whole values into every parameter these states hold — the trainable
+  // ones, and at stage 3 the frozen ones — in no particular order: this rank's partition of it and, where the parameter has storage, the
   // parameter itself (a value that is that storage is not copied). The fp32 masters are not
   // touched (masters_from_params follows).
   virtual void write_whole_params(const WholeParamFn& whole) = 0;
@@ -138,5 +148,16 @@ void masters_from_params(ModelStates& states);
 // Collective: copies the fp32 masters into the parameters' partitions, then refreshes every rank's
 // parameters from them (the all-gather of stages 1/2, the persistent parameters of stage 3).
 void params_from_masters(ModelStates& states);
+
+// Stage 3: where each frozen parameter's partition is — name → (the index read_lp / write_lp take,
+// the element offset in that flat). Empty at stages 0-2.
+using FrozenPlaces = std::map<std::string, std::pair<size_t, int64_t>>;
+FrozenPlaces frozen_places(const ModelStates& states);
+// Stage 3: writes this rank's frozen partitions from whole values, asking `read` (as
+// fill_partition does) only for the elements this rank holds, one parameter at a time; a
+// parameter `read` has no value for keeps its own. Not collective: every rank then calls
+// states.frozen_partitions_written(). Stages 0-2: nothing.
+void fill_frozen_partitions(ModelStates& states, const ckpt::RangeReader& read,
+                            const std::string& context);
 
 }  // namespace zrt::runtime

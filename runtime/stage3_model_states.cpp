@@ -101,6 +101,8 @@ void Stage3ModelStates::after_optimizer_step() {
 
 ModelStateBytes Stage3ModelStates::memory() const {
   ModelStateBytes m;
+  for (int f = layout_->num_groups(); f < layout_->num_flats(); ++f)
+    m.params += resident_bytes(layout_->partition_flat(f));  // the frozen parameters'
   for (int g = 0; g < layout_->num_groups(); ++g) {
     m.params += resident_bytes(layout_->partition_flat(g));
     if (!targets_[g].master.is_same(layout_->partition_flat(g)))
@@ -121,25 +123,41 @@ ModelStateBytes Stage3ModelStates::memory() const {
   return m;
 }
 
-std::vector<GroupPartition> Stage3ModelStates::group_partitions() const {
-  std::vector<GroupPartition> out(static_cast<size_t>(layout_->num_groups()));
-  // A group's parameters in the order of their partitions in its flat (group_offset).
-  std::vector<std::vector<const zero::Stage3Param*>> members(out.size());
+GroupPartition Stage3ModelStates::describe_flat(int flat) const {
+  // The flat's parameters in the order of their partitions in it (group_offset).
+  std::vector<const zero::Stage3Param*> members;
   for (const zero::Stage3Param& p : layout_->params()) {
-    if (p.group >= 0) members[static_cast<size_t>(p.group)].push_back(&p);
+    if (p.flat == flat) members.push_back(&p);
   }
-  for (size_t g = 0; g < out.size(); ++g) {
-    std::sort(members[g].begin(), members[g].end(),
-              [](const zero::Stage3Param* a, const zero::Stage3Param* b) {
-                return a->group_offset < b->group_offset;
-              });
-    for (const zero::Stage3Param* p : members[g]) out[g].params.emplace_back(p->name, p->shape);
-    out[g].layout = ckpt::PartitionLayout::kPerParam;
-    out[g].rank = layout_->rank();
-    out[g].world_size = layout_->world_size();
-    out[g].lp = layout_->partition_flat(static_cast<int>(g));
-  }
+  std::sort(members.begin(), members.end(),
+            [](const zero::Stage3Param* a, const zero::Stage3Param* b) {
+              return a->group_offset < b->group_offset;
+            });
+  GroupPartition out;
+  for (const zero::Stage3Param* p : members) out.params.emplace_back(p->name, p->shape);
+  out.layout = ckpt::PartitionLayout::kPerParam;
+  out.rank = layout_->rank();
+  out.world_size = layout_->world_size();
+  out.lp = layout_->partition_flat(flat);
   return out;
+}
+
+std::vector<GroupPartition> Stage3ModelStates::group_partitions() const {
+  std::vector<GroupPartition> out;
+  for (int g = 0; g < layout_->num_groups(); ++g) out.push_back(describe_flat(g));
+  return out;
+}
+
+std::vector<GroupPartition> Stage3ModelStates::frozen_partitions() const {
+  std::vector<GroupPartition> out;
+  for (int f = layout_->num_groups(); f < layout_->num_flats(); ++f)
+    out.push_back(describe_flat(f));
+  return out;
+}
+
+void Stage3ModelStates::frozen_partitions_written() {
+  coordinator_->partitions_written();
+  coordinator_->refresh_persistent(/*frozen_too=*/true);
 }
 
 at::Tensor Stage3ModelStates::read_lp(size_t group, int64_t offset, int64_t n) const {
@@ -147,7 +165,7 @@ at::Tensor Stage3ModelStates::read_lp(size_t group, int64_t offset, int64_t n) c
 }
 
 void Stage3ModelStates::write_lp(size_t group, int64_t offset, const at::Tensor& values) {
-  if (!layout_->swapped()) {
+  if (!layout_->swapped() && group < static_cast<size_t>(layout_->num_groups())) {
     ModelStates::write_lp(group, offset, values);
     return;
   }
@@ -164,7 +182,6 @@ void Stage3ModelStates::write_whole_params(const WholeParamFn& whole) {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < layout_->params().size(); ++i) {
     const zero::Stage3Param& p = layout_->params()[i];
-    if (p.group < 0) continue;  // frozen: not these states' (the module keeps it whole)
     const at::Tensor value = whole(p.name, p.param);
     if (!value.defined()) continue;
     const bool swapped = layout_->swapped();  // staged, then written (Note [Swapped partitions])

@@ -41,6 +41,8 @@ class Stage3ModelStates final : public ModelStates {
   bool grads_replicated() const override { return false; }
   ModelStateBytes memory() const override;
   std::vector<GroupPartition> group_partitions() const override;
+  std::vector<GroupPartition> frozen_partitions() const override;
+  void frozen_partitions_written() override;
   bool partitions_params() const override { return true; }
   void gather_all_params() override { coordinator_->gather_all(); }
   void release_gathered_params() override;
@@ -52,6 +54,8 @@ class Stage3ModelStates final : public ModelStates {
   zero::ParamCoordinator& coordinator() { return *coordinator_; }
 
  private:
+  GroupPartition describe_flat(int flat) const;
+
   std::unique_ptr<zero::Stage3Layout> layout_;
   std::unique_ptr<zero::ParamCoordinator> coordinator_;
   std::vector<zero::ShardUnitBase*> units_;

@@ -1,5 +1,6 @@
 #include "zero/param_coordinator.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "core/error.h"
@@ -55,7 +56,27 @@ ParamCoordinator::ParamCoordinator(Stage3Layout& layout, std::shared_ptr<comm::C
                 options.zeropp.quantized_weights),
       trace_(unit_numels(layout)),
       grads_(layout, comm, reducer_options(options, zeropp_),
-             [this](int unit) { gatherer_.release(unit); }) {}
+             [this](int unit) { gradients_done(unit); }),
+      pending_inputs_(layout.units().size(), 0) {
+  // Note [Units with frozen parameters]
+  // A unit is released in backward once its last trainable gradient has arrived: in a unit of
+  // trainable parameters that is when its backward ends, as every weight's gradient comes from
+  // the node that also needs it for the input's gradient. A frozen weight has no gradient, and a
+  // LoRA layer's adapters may get theirs while a frozen projection beside them still has its
+  // input's gradient to compute from its gathered weight. So a unit with frozen gathered
+  // parameters marks its forward's inputs (ShardUnitBase::call_marking_inputs, one mark for all
+  // of them): its backward use ends when their gradient is done (post_backward), and the arrival
+  // of its last trainable gradient releases it only when no input mark is pending (the inputs
+  // needed no gradient, e.g. the first layer after a frozen embedding). A unit of frozen
+  // parameters alone, reached in backward, is released by its input mark.
+  marks_inputs_.assign(layout.units().size(), 0);
+  for (int u = 0; u < layout.num_units(); ++u) {
+    for (int i : layout.units()[u].params) {
+      const Stage3Param& p = layout.params()[i];
+      if (p.frozen() && !p.persistent) marks_inputs_[u] = 1;
+    }
+  }
+}
 
 ParamCoordinator::~ParamCoordinator() = default;
 
@@ -127,9 +148,14 @@ void ParamCoordinator::pre_backward(int unit) {
 }
 
 void ParamCoordinator::post_backward(int unit) {
+  if (pending_inputs_[unit] > 0) --pending_inputs_[unit];
   if (!reused_soon(unit, trace_.backward_position(unit), /*backward_use=*/true)) {
     gatherer_.release(unit);
   }
+}
+
+void ParamCoordinator::gradients_done(int unit) {
+  if (pending_inputs_[unit] == 0) gatherer_.release(unit);
 }
 
 // ---- backward and whole-model operations ----------------------------------------------------
@@ -141,6 +167,7 @@ void ParamCoordinator::begin_backward() {
 
 void ParamCoordinator::end_backward() {
   grads_.end();
+  std::fill(pending_inputs_.begin(), pending_inputs_.end(), 0);
   for (int u = 0; u < layout_.num_units(); ++u) {
     gatherer_.wait_if_in_flight(u);
     gatherer_.release(u);

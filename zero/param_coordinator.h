@@ -78,6 +78,8 @@ class ParamCoordinator final : public UnitHooks {
   void post_forward(int unit) override;
   void pre_backward(int unit) override;
   void post_backward(int unit) override;
+  bool marks_inputs(int unit) const override { return marks_inputs_[unit] != 0; }
+  void inputs_marked(int unit) override { ++pending_inputs_[unit]; }
 
   // Collective: around every micro-step's autograd pass (see GradReducer for the contract).
   void begin_backward();
@@ -90,7 +92,7 @@ class ParamCoordinator final : public UnitHooks {
 
   // Collective: gathers the persistent trainable parameters from the (updated) partitions —
   // after every optimizer step.
-  void refresh_persistent() { gatherer_.refresh_persistent(); }
+  void refresh_persistent(bool frozen_too = false) { gatherer_.refresh_persistent(frozen_too); }
   // After this rank's partitions were written (whole values loaded into them): hpZ's secondary
   // partitions are stale and are dropped (every rank writes, so every rank drops).
   void partitions_written() { gatherer_.drop_secondaries(); }
@@ -114,6 +116,7 @@ class ParamCoordinator final : public UnitHooks {
   void prefetch_after(int pos, int direction);
   void read_ahead(int pos, int direction);
   bool reused_soon(int unit, int pos, bool backward_use) const;
+  void gradients_done(int unit);
 
   Stage3Layout& layout_;
   CoordinatorOptions options_;
@@ -121,6 +124,10 @@ class ParamCoordinator final : public UnitHooks {
   UnitGatherer gatherer_;
   UseTrace trace_;
   UnitGradReducer grads_;
+  // Note [Units with frozen parameters]: per unit, whether its forward marks its inputs, and the
+  // input marks of this pass whose backward has not run yet.
+  std::vector<char> marks_inputs_;
+  std::vector<int> pending_inputs_;
 };
 
 }  // namespace zrt::zero

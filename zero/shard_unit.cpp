@@ -60,10 +60,6 @@ std::vector<at::Tensor> marked(std::vector<at::Tensor> ts, UnitHooks* hooks, int
 
 }  // namespace
 
-at::Tensor mark_unit_input(const at::Tensor& input, UnitHooks* hooks, int unit) {
-  return marked({input}, hooks, unit, /*before_backward=*/false)[0];
-}
-
 at::Tensor mark_unit_output(const at::Tensor& output, UnitHooks* hooks, int unit) {
   return marked({output}, hooks, unit, /*before_backward=*/true)[0];
 }
@@ -71,6 +67,18 @@ at::Tensor mark_unit_output(const at::Tensor& output, UnitHooks* hooks, int unit
 std::vector<at::Tensor> mark_unit_outputs(std::vector<at::Tensor> outputs, UnitHooks* hooks,
                                           int unit) {
   return marked(std::move(outputs), hooks, unit, /*before_backward=*/true);
+}
+
+std::vector<at::Tensor> mark_unit_inputs(std::vector<at::Tensor> inputs, UnitHooks* hooks,
+                                         int unit) {
+  std::vector<at::Tensor> out = marked(inputs, hooks, unit, /*before_backward=*/false);
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!out[i].is_same(inputs[i])) {  // a mark was made: its backward will call post_backward
+      hooks->inputs_marked(unit);
+      break;
+    }
+  }
+  return out;
 }
 
 int enable_activation_checkpointing(torch::nn::Module& model, bool on) {

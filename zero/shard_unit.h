@@ -45,6 +45,11 @@ class UnitHooks {
   virtual void pre_backward(int unit) = 0;
   // Called (from autograd) once the backward of one run() use of the unit is done: may release.
   virtual void post_backward(int /*unit*/) {}
+  // Whether the unit's forward marks its inputs too, so that post_backward ends its backward use
+  // (a unit with frozen parameters: Note [Units with frozen parameters] in
+  // zero/param_coordinator.cpp); and the news that one use did.
+  virtual bool marks_inputs(int /*unit*/) const { return false; }
+  virtual void inputs_marked(int /*unit*/) {}
 };
 
 // Marks outputs so that the unit's pre_backward runs when their gradient arrives. Internal.
@@ -54,8 +59,11 @@ at::Tensor mark_unit_output(const at::Tensor& output, UnitHooks* hooks, int unit
 // auxiliary loss on a layer's router logits). Internal.
 std::vector<at::Tensor> mark_unit_outputs(std::vector<at::Tensor> outputs, UnitHooks* hooks,
                                           int unit);
-// Marks the input of a run() use so that post_backward runs when its gradient is done. Internal.
-at::Tensor mark_unit_input(const at::Tensor& input, UnitHooks* hooks, int unit);
+// Marks the inputs of one use (a run() use's input; a forward use's tensor arguments when
+// hooks->marks_inputs) together: post_backward runs once, when the gradients of all of them that
+// need one are done; tells hooks->inputs_marked when it marked any. Internal.
+std::vector<at::Tensor> mark_unit_inputs(std::vector<at::Tensor> inputs, UnitHooks* hooks,
+                                         int unit);
 
 namespace detail {
 
@@ -75,6 +83,21 @@ std::tuple<Ts...> mark(std::tuple<Ts...> t, UnitHooks* h, int unit) {
 template <typename T>
 T mark(T value, UnitHooks*, int) {  // non-tensor outputs pass through
   return value;
+}
+
+// A forward argument with its tensor replaced by the marked one (the k-th tensor argument).
+inline void collect_tensor(std::vector<at::Tensor>& ts, const at::Tensor& t) { ts.push_back(t); }
+template <typename T>
+void collect_tensor(std::vector<at::Tensor>&, const T&) {}
+template <typename A>
+using MarkedArg = std::conditional_t<std::is_same_v<std::decay_t<A>, at::Tensor>, at::Tensor, A&&>;
+template <typename A>
+MarkedArg<A> marked_arg(std::vector<at::Tensor>& ts, size_t& k, A&& a) {
+  if constexpr (std::is_same_v<std::decay_t<A>, at::Tensor>) {
+    return ts[k++];
+  } else {
+    return std::forward<A>(a);
+  }
 }
 
 }  // namespace detail
@@ -117,7 +140,7 @@ class ShardUnitBase {
   auto run(F&& fn, const at::Tensor& input) {
     if (hooks_ == nullptr) return call(fn, input);
     hooks_->pre_forward(unit_id_);
-    auto out = call(fn, mark_unit_input(input, hooks_, unit_id_));
+    auto out = call(fn, mark_unit_inputs({input}, hooks_, unit_id_)[0]);
     hooks_->post_forward(unit_id_);
     return detail::mark(std::move(out), hooks_, unit_id_);
   }
@@ -132,6 +155,20 @@ class ShardUnitBase {
       return zrt::detail::checkpoint_call(unit_parameters(), std::forward<F>(fn), args...);
     }
     return fn(args...);
+  }
+
+  // fn(args...), its tensor arguments marked together if the coordinator asks (marks_inputs).
+  template <typename F, typename... Args>
+  auto call_marking_inputs(F&& fn, Args&&... args) {
+    if (!hooks_->marks_inputs(unit_id_)) return fn(std::forward<Args>(args)...);
+    std::vector<at::Tensor> ts;
+    (detail::collect_tensor(ts, args), ...);
+    ts = mark_unit_inputs(std::move(ts), hooks_, unit_id_);
+    size_t k = 0;
+    // A braced list evaluates in order: the k-th tensor argument gets the k-th marked tensor.
+    std::tuple<detail::MarkedArg<Args>...> marked{
+        detail::marked_arg(ts, k, std::forward<Args>(args))...};
+    return std::apply(std::forward<F>(fn), std::move(marked));
   }
 
   // The unit's parameters (its module's, with its submodules'), named to its checkpointed regions.
@@ -191,7 +228,8 @@ class ShardUnit : public M, public zero::ShardUnitBase {
     auto inner = [this](const auto&... xs) { return M::forward(xs...); };
     if (hooks_ == nullptr) return call(inner, args...);
     hooks_->pre_forward(unit_id_);
-    auto out = call(inner, args...);
+    auto out = call_marking_inputs([&](const auto&... xs) { return call(inner, xs...); },
+                                   std::forward<Args>(args)...);
     hooks_->post_forward(unit_id_);
     return zero::detail::mark(std::move(out), hooks_, unit_id_);
   }
@@ -201,7 +239,9 @@ class ShardUnit : public M, public zero::ShardUnitBase {
   auto plain_forward(Args&&... args) {
     if (hooks_ == nullptr) return M::forward(std::forward<Args>(args)...);
     hooks_->pre_forward(unit_id_);
-    auto out = M::forward(std::forward<Args>(args)...);
+    auto out = call_marking_inputs(
+        [this](auto&&... xs) { return M::forward(std::forward<decltype(xs)>(xs)...); },
+        std::forward<Args>(args)...);
     hooks_->post_forward(unit_id_);
     return zero::detail::mark(std::move(out), hooks_, unit_id_);
   }

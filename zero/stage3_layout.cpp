@@ -1,5 +1,6 @@
 #include "zero/stage3_layout.h"
 
+#include <algorithm>
 #include <memory>
 #include <new>
 #include <unordered_map>
@@ -93,17 +94,32 @@ bool storage_allocated(const at::Tensor& param) {
   return param.numel() == 0 || param.storage().nbytes() > 0;
 }
 
+// Note [Frozen parameters under ZeRO-3]
+// A parameter that does not require grad (a LoRA fine-tune's frozen base, a frozen embedding) is
+// partitioned exactly like a trainable one, as DeepSpeed's zero.Init partitions every parameter:
+// pn = ceil(numel/W) elements per rank, gathered with its unit for forward and for the backward
+// (or the recompute of a checkpointed unit) and released after; the persistence thresholds apply
+// to it as to the rest. What it lacks is everything the optimizer needs: no group, no gradient
+// reduce-scatter, no master, no optimizer state. Its partitions live in frozen flats of their own
+// (one per dtype, after the optimizer groups' flats), which checkpoints write as DeepSpeed's
+// frozen_param_fragments (docs/DEEPSPEED.md §4.3) and loads write back (ModelStates::
+// frozen_partitions in runtime/model_states.h). Nothing but a load or a whole-model write
+// (GatheredParameters with a modifier rank) changes them, so the after-step refresh of the
+// persistent parameters skips the frozen ones.
+
 Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
                            const std::vector<NamedParam>& frozen,
                            const std::vector<std::pair<std::string, int>>& unit_of, int num_units,
                            int world_size, int rank, int64_t persistence_threshold,
                            int64_t model_persistence_threshold, bool offload_partitions,
                            const ParamSwapOptions* swap)
-    : world_size_(world_size), rank_(rank) {
+    : num_groups_(static_cast<int>(groups.size())), world_size_(world_size), rank_(rank) {
   std::unordered_map<std::string, int> unit_by_name(unit_of.begin(), unit_of.end());
   units_.resize(num_units + 1);
   int64_t persisted = 0;
-  auto add = [&](const NamedParam& np, int group) {
+  std::vector<int64_t> flat_numel;
+  std::vector<at::Tensor> flat_first;  // a parameter of each flat: its dtype and device
+  auto add = [&](const NamedParam& np, int group, int flat) {
     Stage3Param p;
     p.name = np.name;
     p.param = np.param;
@@ -111,18 +127,25 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
     p.numel = np.param.numel();
     p.pn = param_partition_size(p.numel, world_size);
     p.group = group;
+    p.flat = flat;
+    if (static_cast<size_t>(flat) == flat_numel.size()) {
+      flat_numel.push_back(0);
+      flat_first.push_back(np.param);
+    }
+    p.group_offset = flat_numel[flat];
+    flat_numel[flat] += p.pn;
     auto it = unit_by_name.find(np.name);
     p.unit = it == unit_by_name.end() || it->second < 0 ? num_units : it->second;
     // Small parameters stay gathered while the total stays within the model threshold (as
-    // DeepSpeed marks ds_persist at engine init); frozen ones and those outside units always.
+    // DeepSpeed marks ds_persist at engine init); those outside units always.
     const bool small =
         p.numel <= persistence_threshold && persisted + p.numel <= model_persistence_threshold;
     // One rank holds every partition whole: gathering and releasing would only copy, so every
     // parameter stays gathered (Note [Stage 3 on one rank]), unless partitions live on the CPU
     // to save device memory (offload_param).
     const bool alone = world_size == 1 && !offload_partitions;
-    p.persistent = group < 0 || p.unit == num_units || small || alone;
-    if (p.persistent && group >= 0 && p.unit != num_units && small) persisted += p.numel;
+    p.persistent = p.unit == num_units || small || alone;
+    if (p.persistent && p.unit != num_units && small) persisted += p.numel;
     if (p.persistent) persistent_numel_ += p.numel;
     const int index = static_cast<int>(params_.size());
     Stage3Unit& u = units_[p.unit];
@@ -137,31 +160,30 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
     }
     params_.push_back(std::move(p));
   };
-  std::vector<int64_t> group_numel(groups.size(), 0);
   for (size_t g = 0; g < groups.size(); ++g) {
-    for (const NamedParam& np : groups[g]) {
-      add(np, static_cast<int>(g));
-      params_.back().group_offset = group_numel[g];
-      group_numel[g] += params_.back().pn;
-    }
+    for (const NamedParam& np : groups[g]) add(np, static_cast<int>(g), static_cast<int>(g));
   }
-  for (const NamedParam& np : frozen) add(np, -1);
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const at::Tensor& first = groups[g].front().param;
-    at::TensorOptions opts = first.options().requires_grad(false);
-    if (offload_partitions && !first.is_cpu()) opts = opts.device(at::kCPU).pinned_memory(true);
+  std::vector<at::ScalarType> frozen_dtypes;  // of the frozen flats, in order
+  for (const NamedParam& np : frozen) {
+    auto it = std::find(frozen_dtypes.begin(), frozen_dtypes.end(), np.param.scalar_type());
+    if (it == frozen_dtypes.end()) it = frozen_dtypes.insert(it, np.param.scalar_type());
+    add(np, -1, num_groups_ + static_cast<int>(it - frozen_dtypes.begin()));
+  }
+  for (size_t f = 0; f < flat_numel.size(); ++f) {
+    at::TensorOptions opts = flat_first[f].options().requires_grad(false);
+    if (offload_partitions && !flat_first[f].is_cpu())
+      opts = opts.device(at::kCPU).pinned_memory(true);
     // Swapped: never allocated (the values go to the swapper).
-    partition_flats_.push_back(swap != nullptr ? at::empty({group_numel[g]}, opts.device(at::kMeta))
-                                               : at::zeros({group_numel[g]}, opts));
+    partition_flats_.push_back(swap != nullptr ? at::empty({flat_numel[f]}, opts.device(at::kMeta))
+                                               : at::zeros({flat_numel[f]}, opts));
   }
   if (swap != nullptr) swap_partitions(*swap);
 }
 
 at::Tensor Stage3Layout::partition_of(int i) const {
   const Stage3Param& p = params_.at(i);
-  ZRT_INTERNAL_ASSERT(p.group >= 0, "frozen parameter ", p.name, " has no partition");
   ZRT_INTERNAL_ASSERT(!swapped(), "partition_of(", p.name, ") of a swapped layout");
-  return partition_flats_[p.group].narrow(0, p.group_offset, p.pn);
+  return partition_flats_[p.flat].narrow(0, p.group_offset, p.pn);
 }
 
 void Stage3Layout::swap_partitions(const ParamSwapOptions& options) {
@@ -176,7 +198,7 @@ void Stage3Layout::swap_partitions(const ParamSwapOptions& options) {
   for (int u = 0; u < num_units(); ++u) {
     for (int i : units_[u].params) {
       const Stage3Param& p = params_[i];
-      if (!p.persistent && p.numel > 0) pieces[u].push_back({p.group, p.group_offset, p.pn});
+      if (!p.persistent && p.numel > 0) pieces[u].push_back({p.flat, p.group_offset, p.pn});
     }
   }
   swapper_ = std::make_unique<ParamSwapper>(options, numels, dtypes, std::move(pieces));
@@ -184,15 +206,14 @@ void Stage3Layout::swap_partitions(const ParamSwapOptions& options) {
 
 at::Tensor Stage3Layout::read_partition(int i) const {
   const Stage3Param& p = params_.at(i);
-  ZRT_INTERNAL_ASSERT(p.group >= 0, "frozen parameter ", p.name, " has no partition");
-  return read_flat(p.group, p.group_offset, p.pn);
+  return read_flat(p.flat, p.group_offset, p.pn);
 }
 
 void Stage3Layout::write_partition(int i, const at::Tensor& values) {
   const Stage3Param& p = params_.at(i);
-  ZRT_INTERNAL_ASSERT(p.group >= 0 && values.numel() == p.pn, "write_partition(", p.name,
-                      "): ", values.numel(), " values for a partition of ", p.pn);
-  write_flat(p.group, p.group_offset, values);
+  ZRT_INTERNAL_ASSERT(values.numel() == p.pn, "write_partition(", p.name, "): ", values.numel(),
+                      " values for a partition of ", p.pn);
+  write_flat(p.flat, p.group_offset, values);
 }
 
 at::Tensor Stage3Layout::read_flat(int g, int64_t offset, int64_t n) const {
@@ -241,22 +262,20 @@ void Stage3Layout::partition() {
     // A private contiguous storage for each parameter (Note [Releasing parameter storage]).
     p.param.set_data(has_values ? p.param.detach().clone(at::MemoryFormat::Contiguous)
                                 : at::zeros(p.shape, p.param.options()));
-    if (p.group >= 0) {
-      const ShardInfo mine = param_shard(p.numel, rank_, world_size_);
-      // A swapped partition is written from a staging tensor; deferred values stay the zeros a
-      // fresh swap file reads as.
-      at::Tensor part = swapped() ? at::zeros({p.pn}, p.param.options().device(at::kCPU))
-                                  : partition_of(static_cast<int>(i));
-      part.zero_();
-      if (has_values && mine.size > 0)
-        part.narrow(0, 0, mine.size).copy_(p.param.reshape(-1).narrow(0, mine.offset, mine.size));
-      if (swapped() && has_values) write_partition(static_cast<int>(i), part);
-      // One rank (Note [Stage 3 on one rank]): the parameter becomes a view of its partition,
-      // so that an updated partition is the updated parameter, with no copy at all.
-      if (world_size_ == 1 && p.persistent && !swapped() &&
-          part.scalar_type() == p.param.scalar_type() && part.device() == p.param.device()) {
-        p.param.set_data(part.narrow(0, 0, p.numel).view(p.shape));
-      }
+    const ShardInfo mine = param_shard(p.numel, rank_, world_size_);
+    // A swapped partition is written from a staging tensor; deferred values stay the zeros a
+    // fresh swap file reads as.
+    at::Tensor part = swapped() ? at::zeros({p.pn}, p.param.options().device(at::kCPU))
+                                : partition_of(static_cast<int>(i));
+    part.zero_();
+    if (has_values && mine.size > 0)
+      part.narrow(0, 0, mine.size).copy_(p.param.reshape(-1).narrow(0, mine.offset, mine.size));
+    if (swapped() && has_values) write_partition(static_cast<int>(i), part);
+    // One rank (Note [Stage 3 on one rank]): the parameter becomes a view of its partition,
+    // so that an updated partition is the updated parameter, with no copy at all.
+    if (world_size_ == 1 && p.persistent && !swapped() &&
+        part.scalar_type() == p.param.scalar_type() && part.device() == p.param.device()) {
+      p.param.set_data(part.narrow(0, 0, p.numel).view(p.shape));
     }
     if (!p.persistent) release_storage(p.param);
   }

@@ -28,10 +28,13 @@ struct Stage3Param {
   std::vector<int64_t> shape;
   int64_t numel = 0;
   int64_t pn = 0;            // partition size ceil(numel / W)
-  int group = 0;             // optimizer group
-  int64_t group_offset = 0;  // offset of its partition in the group's partition flat
+  int group = 0;             // optimizer group; -1 for a frozen parameter (requires_grad false)
+  int flat = 0;              // its partition flat: the group's, or a frozen flat (Note [Frozen])
+  int64_t group_offset = 0;  // offset of its partition in that flat
   int unit = -1;             // owning unit; the root unit (params outside units) is num_units
   bool persistent = false;   // always gathered (small, tied, or outside every unit)
+
+  bool frozen() const { return group < 0; }
 
   int64_t bytes() const { return numel * static_cast<int64_t>(param.element_size()); }
 };
@@ -46,7 +49,8 @@ struct Stage3Unit {
 
 class Stage3Layout {
  public:
-  // `groups`: trainable parameters per optimizer group; `frozen`: the rest (kept gathered);
+  // `groups`: trainable parameters per optimizer group; `frozen`: the rest, partitioned alike
+  // into frozen flats of their own, one per dtype (Note [Frozen parameters under ZeRO-3]);
   // `unit_of`: the unit of each parameter name (-1 or absent: outside every unit);
   // `persistence_threshold`: params with numel ≤ it stay gathered (DeepSpeed's
   // stage3_param_persistence_threshold), within `model_persistence_threshold` elements in all.
@@ -66,18 +70,21 @@ class Stage3Layout {
   bool swapped() const { return swapper_ != nullptr; }
   ParamSwapper* swapper() const { return swapper_.get(); }
 
-  // Copies this rank's partition of every trainable parameter into the group partition flats
-  // (model dtype) and releases the storage of every non-persistent parameter.
+  // Copies this rank's partition of every parameter into its partition flat (model dtype) and
+  // releases the storage of every non-persistent parameter.
   void partition();
 
   const std::vector<Stage3Param>& params() const { return params_; }
   const std::vector<Stage3Unit>& units() const { return units_; }  // last one is the root unit
   int num_units() const { return static_cast<int>(units_.size()) - 1; }
-  int num_groups() const { return static_cast<int>(partition_flats_.size()); }
-  // This rank's partitions of group g's parameters, concatenated (model dtype).
-  const at::Tensor& partition_flat(int g) const { return partition_flats_[g]; }
-  // Σ pn over group g (the flat's numel).
-  int64_t group_partition_numel(int g) const { return partition_flats_[g].numel(); }
+  // The optimizer groups' flats are flats 0 .. num_groups() - 1; the frozen flats follow, up to
+  // num_flats() - 1.
+  int num_groups() const { return num_groups_; }
+  int num_flats() const { return static_cast<int>(partition_flats_.size()); }
+  // This rank's partitions of flat f's parameters, concatenated (model dtype).
+  const at::Tensor& partition_flat(int f) const { return partition_flats_[f]; }
+  // Σ pn over flat f (the flat's numel).
+  int64_t group_partition_numel(int f) const { return partition_flats_[f].numel(); }
   int world_size() const { return world_size_; }
   int rank() const { return rank_; }
   int64_t persistent_numel() const { return persistent_numel_; }
@@ -88,8 +95,8 @@ class Stage3Layout {
   at::Tensor read_partition(int i) const;
   // Writes parameter i's partition (pn elements of any dtype; converted).
   void write_partition(int i, const at::Tensor& values);
-  // Elements [offset, offset + n) of group g's flat: a view, or read from the swapper; and the
-  // same written.
+  // Elements [offset, offset + n) of flat g: a view, or read from the swapper; and the same
+  // written.
   at::Tensor read_flat(int g, int64_t offset, int64_t n) const;
   void write_flat(int g, int64_t offset, const at::Tensor& values);
   // Where each gathered parameter sits in its unit's slab (Note [Reusing gather buffers] in
@@ -104,6 +111,7 @@ class Stage3Layout {
   std::vector<Stage3Unit> units_;
   std::vector<at::Tensor> partition_flats_;
   std::unique_ptr<ParamSwapper> swapper_;
+  int num_groups_ = 0;
   int world_size_ = 1;
   int rank_ = 0;
   int64_t persistent_numel_ = 0;

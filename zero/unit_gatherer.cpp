@@ -68,7 +68,7 @@ UnitGatherer::~UnitGatherer() {
   }
 }
 
-void UnitGatherer::start(int unit, bool prefetch, bool exact) {
+void UnitGatherer::start(int unit, bool prefetch, bool exact, bool frozen_too) {
   auto g = std::make_unique<InFlight>();
   g->unit = unit;
   // With qwZ a secondary partition holds the dequantized values the forward used.
@@ -78,7 +78,8 @@ void UnitGatherer::start(int unit, bool prefetch, bool exact) {
   const auto& params = layout_.params();
   auto consider = [&](int i) {
     const Stage3Param& p = params[i];
-    const bool wanted = unit >= 0 ? !p.persistent : (p.persistent && p.group >= 0);
+    const bool wanted =
+        unit >= 0 ? !p.persistent : (p.persistent && (frozen_too || !p.frozen()));
     if (!wanted || p.numel == 0) return;
     const int64_t part = g->secondary ? (p.numel + g->ranks - 1) / g->ranks : p.pn;
     g->offsets.push_back(g->chunk);
@@ -119,7 +120,7 @@ namespace {
 // Collectives run on the parameters' device, wherever the partitions live (offload_param).
 at::TensorOptions gather_options(const Stage3Layout& layout, int first_param) {
   const Stage3Param& p = layout.params()[first_param];
-  return layout.partition_flat(p.group).options().device(p.param.device()).pinned_memory(false);
+  return layout.partition_flat(p.flat).options().device(p.param.device()).pinned_memory(false);
 }
 
 }  // namespace
@@ -313,9 +314,9 @@ void UnitGatherer::drop_secondaries() {
   }
 }
 
-void UnitGatherer::refresh_persistent() {
+void UnitGatherer::refresh_persistent(bool frozen_too) {
   drop_secondaries();
-  start(-1, /*prefetch=*/false);
+  start(-1, /*prefetch=*/false, /*exact=*/false, frozen_too);
   while (!in_flight_.empty()) {
     std::unique_ptr<InFlight> g = std::move(in_flight_.front());
     in_flight_.pop_front();

@@ -46,7 +46,8 @@ class UnitGatherer {
   // Collective: starts gathering a released unit (a prefetch when `prefetch`). `exact`: the
   // partitions' own values, whatever qwZ does to the gathers for compute (whole-model access:
   // saving, GatheredParameters).
-  void start(int unit, bool prefetch, bool exact = false);
+  // `frozen_too` (unit -1 only): the persistent frozen parameters as well.
+  void start(int unit, bool prefetch, bool exact = false, bool frozen_too = false);
   // Collective: makes `unit` gathered, starting its gather if needed and finishing gathers in
   // issue order up to it.
   void wait(int unit);
@@ -60,8 +61,9 @@ class UnitGatherer {
   // holds qwZ's quantized ones).
   void wait_exact(int unit);
   // Collective: gathers the persistent trainable parameters from the (updated) partitions, and
-  // forgets hpZ's secondary partitions (they hold the values before the update).
-  void refresh_persistent();
+  // forgets hpZ's secondary partitions (they hold the values before the update). `frozen_too`:
+  // the persistent frozen ones as well (after a load wrote their partitions).
+  void refresh_persistent(bool frozen_too = false);
   // Forgets hpZ's secondary partitions (not collective): after the partitions were written.
   void drop_secondaries();
   // Elements of the units whose gathers are in flight, and of the units gathered now.

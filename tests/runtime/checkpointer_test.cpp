@@ -274,6 +274,9 @@ TEST(Checkpointer, FrozenBuffersAndTiedAliasRoundTrip) {
         auto engine = make_engine(model, test::config_for(c), comm);
         for (int step = 0; step < 2; ++step) step_loss(*engine, *model, comm.rank(), step);
         {
+          // A parameter, frozen or not, is written through GatheredParameters with a modifier
+          // rank (under ZeRO-3 it lives in its partition: Note [Frozen parameters under ZeRO-3]).
+          GatheredParameters access(*engine, /*modifier_rank=*/0);
           torch::NoGradGuard no_grad;
           model->frozen.fill_(2.5f);
           model->shift.fill_(0.75f);
