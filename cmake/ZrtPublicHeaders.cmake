@@ -23,10 +23,12 @@ set(ZRT_PUBLIC_HEADERS
   core/json.h
   core/logging.h
   core/tool_main.h
+  hf/adapter.h
   hf/initialize.h
   hf/pretrained.h
   hf/trainer.h
   optim/options.h
+  peft/lora.h
   runtime/engine.h
   runtime/engine_options.h
   runtime/gathered_parameters.h

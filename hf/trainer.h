@@ -20,6 +20,7 @@
 #include "comm/comm.h"
 #include "config/hf_trainer.h"
 #include "config/training_args.h"
+#include "hf/pretrained.h"
 #include "runtime/engine.h"
 
 namespace zrt {
@@ -156,7 +157,9 @@ class Trainer {
   // none: for inference (`inference`, as predict() builds it) or for training. A path that does
   // not hold that format is a CheckpointError naming the path and what was looked for;
   // weights_format_of() tells what a path holds.
-  void load_model_weights(const std::string& path, WeightsFormat format, bool inference);
+  // `pretrained`: how a pretrained folder loads (e.g. only the base model's tensors).
+  void load_model_weights(const std::string& path, WeightsFormat format, bool inference,
+                          const PretrainedLoadOptions& pretrained = {});
 
   // Rank 0 writes `dir`/trainer_state.json (default: output_dir) as transformers' TrainerState
   // .save_to_json does: every TrainerState field, sorted keys, 2-space indent.

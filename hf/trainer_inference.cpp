@@ -118,7 +118,8 @@ WeightsFormat weights_format_of(const std::string& path) {
           "and no pytorch_model.bin(.index.json)"));
 }
 
-void Trainer::load_model_weights(const std::string& path, WeightsFormat format, bool inference) {
+void Trainer::load_model_weights(const std::string& path, WeightsFormat format, bool inference,
+                                 const PretrainedLoadOptions& pretrained) {
   if (!engine_) ensure_engine(inference && stage3_config());
   LoadCheckpointOptions only_module;
   only_module.load_module_only = true;
@@ -138,7 +139,7 @@ void Trainer::load_model_weights(const std::string& path, WeightsFormat format, 
       return;
     }
     case WeightsFormat::kPretrainedFolder:
-      load_pretrained(*engine_, path);  // every rank reads only its partitions' elements
+      load_pretrained(*engine_, path, pretrained);  // each rank reads its partitions' elements
       return;
   }
   ZRT_INTERNAL_ASSERT(false, "unknown WeightsFormat ", static_cast<int>(format));

@@ -63,6 +63,7 @@
 #include "models/llama_config.h"
 #include "models/attention.h"
 #include "models/moe.h"
+#include "peft/lora.h"
 #include "zero/shard_unit.h"
 
 namespace zrt::models {
@@ -185,15 +186,15 @@ struct LlamaAttentionImpl : torch::nn::Module {
                         torch::Tensor* k_cache, torch::Tensor* v_cache) {
     const int64_t b = x.size(0), t = x.size(1), d = c.head_dim;
     const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
-    auto q = q_proj->forward(x).view({b, t, heads, d});
-    auto k = k_proj->forward(x).view({b, t, kv_heads, d});
+    auto q = zrt::lora::linear(q_proj, x).view({b, t, heads, d});
+    auto k = zrt::lora::linear(k_proj, x).view({b, t, kv_heads, d});
     if (q_norm) {  // Qwen3: each head normalised before rotary
       q = q_norm->forward(q);
       k = k_norm->forward(k);
     }
     q = q.transpose(1, 2);
     k = k.transpose(1, 2);
-    auto v = v_proj->forward(x).view({b, t, kv_heads, d}).transpose(1, 2);
+    auto v = zrt::lora::linear(v_proj, x).view({b, t, kv_heads, d}).transpose(1, 2);
     q = q * cos + llama_rotate_half(q) * sin;
     k = k * cos + llama_rotate_half(k) * sin;
     if (k_cache != nullptr) {
@@ -210,7 +211,7 @@ struct LlamaAttentionImpl : torch::nn::Module {
       v = v.unsqueeze(2).expand({b, kv_heads, rep, total, d}).reshape({b, heads, total, d});
     }
     const torch::Tensor y = causal_attention(q, k, v, c.sliding_window, llama_uses_sdpa(c));
-    return o_proj->forward(y.transpose(1, 2).reshape({b, t, heads * d}));
+    return zrt::lora::linear(o_proj, y.transpose(1, 2).reshape({b, t, heads * d}));
   }
   LlamaConfig c;
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -229,7 +230,8 @@ struct LlamaMlpImpl : torch::nn::Module {
         register_module("down_proj", torch::nn::Linear(LinearOptions(m, h).bias(c.mlp_bias)));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    return down_proj->forward(torch::silu(gate_proj->forward(x)) * up_proj->forward(x));
+    return zrt::lora::linear(
+        down_proj, torch::silu(zrt::lora::linear(gate_proj, x)) * zrt::lora::linear(up_proj, x));
   }
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };

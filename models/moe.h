@@ -23,39 +23,75 @@
 // DeepSpeed's leaf modules (its default classes are these three blocks) ensure there.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "models/llama_config.h"
+#include "peft/lora.h"
 
 namespace zrt::models {
 
+// A projection x Wᵀ held as a module's `weight` (out × in), but not a torch::nn::Linear: the
+// routers and the routed experts, which transformers keeps as plain parameters (its fused expert
+// tensors, its TopKRouter), so that LoRA's target matching and "all-linear" (peft/lora.h) pass
+// them by as PEFT does. Initialised as torch::nn::Linear initialises its weight.
+struct ProjectionImpl : torch::nn::Module, zrt::lora::Unadaptable {
+  ProjectionImpl(int64_t in, int64_t out) {
+    weight = register_parameter("weight", torch::empty({out, in}));
+    torch::NoGradGuard no_grad;
+    torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return torch::linear(x, weight); }
+  torch::Tensor weight;
+};
+TORCH_MODULE(Projection);
+
 // A SwiGLU feed-forward without biases: down(silu(gate(x)) · up(x)), its three projections
-// registered under the given names.
-struct MoeExpertImpl : torch::nn::Module {
-  MoeExpertImpl(int64_t hidden, int64_t width, const char* gate_name, const char* up_name,
-                const char* down_name) {
-    using torch::nn::LinearOptions;
-    gate = register_module(gate_name, torch::nn::Linear(LinearOptions(hidden, width).bias(false)));
-    up = register_module(up_name, torch::nn::Linear(LinearOptions(hidden, width).bias(false)));
-    down = register_module(down_name, torch::nn::Linear(LinearOptions(width, hidden).bias(false)));
+// registered under the given names: Linear layers (LoRA can adapt them) for Qwen2-MoE's shared
+// expert, plain projections for the routed experts.
+template <typename Proj>
+struct SwigluImpl : torch::nn::Module {
+  SwigluImpl(int64_t hidden, int64_t width, const char* gate_name, const char* up_name,
+             const char* down_name) {
+    gate = register_module(gate_name, make(hidden, width));
+    up = register_module(up_name, make(hidden, width));
+    down = register_module(down_name, make(width, hidden));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    return down->forward(torch::silu(gate->forward(x)) * up->forward(x));
+    return apply(down, torch::silu(apply(gate, x)) * apply(up, x));
   }
-  torch::nn::Linear gate{nullptr}, up{nullptr}, down{nullptr};
+  static Proj make(int64_t in, int64_t out) {
+    if constexpr (std::is_same_v<Proj, torch::nn::Linear>) {
+      return Proj(torch::nn::LinearOptions(in, out).bias(false));
+    } else {
+      return Proj(in, out);
+    }
+  }
+  static torch::Tensor apply(Proj p, const torch::Tensor& x) {
+    if constexpr (std::is_same_v<Proj, torch::nn::Linear>) {
+      return zrt::lora::linear(p, x);
+    } else {
+      return p->forward(x);
+    }
+  }
+  Proj gate{nullptr}, up{nullptr}, down{nullptr};
 };
+using MoeExpertImpl = SwigluImpl<Projection>;
+using SharedExpertImpl = SwigluImpl<torch::nn::Linear>;
 TORCH_MODULE(MoeExpert);
+TORCH_MODULE(SharedExpert);
 
 // The sparse layer (Note [Mixture of experts]) of a Mixtral, Qwen2-MoE or Qwen3-MoE config.
 struct SparseMoeBlockImpl : torch::nn::Module {
   explicit SparseMoeBlockImpl(const LlamaConfig& c) : moe(c.moe), mixtral(c.model_type == "mixtral") {
     using torch::nn::LinearOptions;
     const int64_t h = c.hidden_size;
-    gate = register_module("gate", torch::nn::Linear(LinearOptions(h, moe.num_experts).bias(false)));
+    gate = register_module("gate", Projection(h, moe.num_experts));
     experts = register_module("experts", torch::nn::ModuleList());
     for (int64_t e = 0; e < moe.num_experts; ++e) {
       experts->push_back(mixtral ? MoeExpert(h, moe.expert_intermediate_size, "w1", "w3", "w2")
@@ -65,7 +101,8 @@ struct SparseMoeBlockImpl : torch::nn::Module {
     if (moe.shared_expert_intermediate_size > 0) {
       shared_expert = register_module(
           "shared_expert",
-          MoeExpert(h, moe.shared_expert_intermediate_size, "gate_proj", "up_proj", "down_proj"));
+          SharedExpert(h, moe.shared_expert_intermediate_size, "gate_proj", "up_proj",
+                       "down_proj"));
       shared_expert_gate =
           register_module("shared_expert_gate", torch::nn::Linear(LinearOptions(h, 1).bias(false)));
     }
@@ -87,15 +124,17 @@ struct SparseMoeBlockImpl : torch::nn::Module {
       out.index_add_(0, token, y.to(out.scalar_type()));
     }
     if (shared_expert) {
-      out = out + torch::sigmoid(shared_expert_gate->forward(flat)) * shared_expert->forward(flat);
+      out = out + torch::sigmoid(zrt::lora::linear(shared_expert_gate, flat)) *
+                      shared_expert->forward(flat);
     }
     return {out.view(x.sizes()), logits};
   }
   MoeConfig moe;
   bool mixtral;
-  torch::nn::Linear gate{nullptr}, shared_expert_gate{nullptr};
+  Projection gate{nullptr};
+  torch::nn::Linear shared_expert_gate{nullptr};
   torch::nn::ModuleList experts{nullptr};
-  MoeExpert shared_expert{nullptr};
+  SharedExpert shared_expert{nullptr};
 };
 TORCH_MODULE(SparseMoeBlock);
 

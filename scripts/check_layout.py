@@ -67,14 +67,14 @@ PROCESS_WIDE_ALLOWED = {
 # launch/ is the app row's library (the zrt-launch logic); zrt/ holds the umbrella header zrt.h.
 LAYER = {
     "core": 1,
-    "comm": 2, "kernels": 2, "sched": 2, "aio": 2, "text": 2,
+    "comm": 2, "kernels": 2, "sched": 2, "aio": 2, "text": 2, "peft": 2,
     "zero": 3, "checkpoint": 3, "optim": 3, "config": 3, "report": 3,
     "runtime": 4, "models": 4,
     "hf": 5, "launch": 5,
     "zrt": 6,
 }
-ALL_MODULES = {"core", "comm", "kernels", "sched", "aio", "text", "zero", "checkpoint", "optim",
-               "config", "report", "runtime", "models", "hf", "launch"}
+ALL_MODULES = {"core", "comm", "kernels", "sched", "aio", "text", "peft", "zero", "checkpoint",
+               "optim", "config", "report", "runtime", "models", "hf", "launch"}
 # DESIGN.md "Layers" table, column "must not include".
 MUST_NOT = {
     "core": ALL_MODULES - {"core"},
@@ -85,6 +85,8 @@ MUST_NOT = {
     "aio": ALL_MODULES - {"core", "aio"},
     # Torch-free tokenizers: nothing but core/.
     "text": ALL_MODULES - {"core", "text"},
+    # LoRA adapters for any LibTorch module: ordinary parameters, no engine, nothing but core/.
+    "peft": ALL_MODULES - {"core", "peft"},
     "optim": {"comm", "zero"},
     "zero": {"optim", "checkpoint", "config", "runtime"},
     "checkpoint": {"zero", "optim"},

@@ -2,7 +2,8 @@
 # Installs what ZeroRT needs on Debian 12, and nothing when everything is present:
 #  1. Debian packages (compiler, CMake, Open MPI, LibTorch 1.13 for the system build, ...);
 #  2. the project's Python venv (scripts/requirements*.txt): torch 2.x (the main build's
-#     LibTorch), deepspeed, transformers, accelerate, safetensors, tensorboard, numpy.
+#     LibTorch), deepspeed, transformers, accelerate, safetensors, tensorboard, numpy; and peft,
+#     added in place (scripts/requirements-added.txt).
 # The venv lives outside the clone (scripts/venv.sh) and .venv in the clone links to it.
 # Runs as root, or through sudo when not root. Prints what it installs.
 # ZRT_SKIP_VENV=1 installs the Debian packages only.
@@ -71,5 +72,12 @@ else
     -r "$ROOT/scripts/requirements-deepspeed.txt"
   touch "$ZRT_VENV/.zrt-complete"
   echo "install_deps: venv ready: $("$ZRT_VENV_PYTHON" -c 'import torch, deepspeed, transformers; print("torch", torch.__version__, "deepspeed", deepspeed.__version__, "transformers", transformers.__version__)')"
+fi
+# The packages added in place (scripts/requirements-added.txt), whenever that file changed.
+added_key="$(sha256sum < "$ROOT/scripts/requirements-added.txt" | cut -c1-12)"
+if [[ "$(cat "$ZRT_VENV/.zrt-added" 2>/dev/null)" != "$added_key" ]]; then
+  "$ZRT_VENV_PYTHON" -m pip --disable-pip-version-check install --progress-bar off \
+    -r "$ROOT/scripts/requirements-added.txt"
+  echo "$added_key" > "$ZRT_VENV/.zrt-added"
 fi
 ln -sfn "$ZRT_VENV" "$ROOT/.venv"

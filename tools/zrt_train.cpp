@@ -50,10 +50,12 @@
 #include "models/llama.h"
 #include "models/mlp.h"
 #include "runtime/initialize.h"
+#include "hf/adapter.h"
 #include "hf/pretrained.h"
 #include "hf/trainer.h"
 #include "tools/clm_data.h"
 #include "tools/moe_loss.h"
+#include "tools/train_peft.h"
 
 namespace zrt::tools {
 namespace {
@@ -128,6 +130,7 @@ struct ModelSetup {
   bool text_data = false;            // run_clm's data (Note [run_clm's data])
   // A MoE model with output_router_logits: its auxiliary loss's weights (tools/moe_loss.h).
   std::shared_ptr<AuxLossScale> aux_scale;
+  std::optional<lora::LoraConfig> peft;  // --use_peft / --adapter_name_or_path (train_peft.h)
 };
 
 std::string read_corpus(const cxxopts::ParseResult& result) {
@@ -243,6 +246,11 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
     m.loss_fn = moe_causal_lm_loss(
         llama, [text, vocab](const at::Tensor& x) { return text ? x : x.remainder(vocab); },
         m.output_loss, m.aux_scale);
+  }
+  m.peft = peft_config(result, *m.llama);
+  if (m.peft) {
+    apply_peft(*llama, *m.peft, comm.rank());
+    m.loss_fn = checked_adapter_loss(m.loss_fn, llama);
   }
   return m;
 }
@@ -391,39 +399,6 @@ void predict_and_save(Trainer& trainer, const ExampleModel& m, const std::string
   std::fflush(stdout);
 }
 
-// trainer.save_model() for --model llama: HF-format weights and config.json in output_dir, and
-// the source folder's tokenizer and generation files, as the HF Trainer's save_model writes them.
-// transformers' save_model(dir): config.json (a LLaMA-family model's), the weights and the source
-// folder's tokenizer and generation files. In a checkpoint-N under ZeRO-3 without
-// stage3_gather_16bit_weights_on_model_save the weights are left to the engine checkpoint, as HF
-// does, and it says so; the final model in output_dir always gets them (`final_model`).
-void save_model(Engine& engine, const cxxopts::ParseResult& result,
-                const std::optional<LlamaConfig>& config, const std::string& output_dir,
-                bool final_model = false) {
-  SavePretrainedOptions so;
-  so.weights = final_model || engine.zero_stage() != 3 ||
-               engine.config().zero.gather_16bit_weights_on_model_save;
-  if (!so.weights) {
-    ZRT_LOG_WARN(" stage3_gather_16bit_weights_on_model_save=false. Saving the full checkpoint "
-                 "instead, use zero_to_fp32.py to recover weights");
-  }
-  if (!config) {  // ZeroRT's example GPT or MLP: the weights alone (no HF architecture)
-    if (so.weights) save_pretrained(engine, output_dir, so);
-    return;
-  }
-  so.config = config->to_json();
-  so.max_shard_size = result["max_shard_size"].as<int64_t>();
-  std::error_code ec;
-  for (const char* flag : {"model_name_or_path", "config_name"}) {
-    if (so.extra_files_from.empty() && result.count(flag) &&
-        std::filesystem::is_directory(result[flag].as<std::string>(), ec)) {
-      so.extra_files_from = result[flag].as<std::string>();
-    }
-  }
-  so.extra_files = hf_tokenizer_and_generation_files();
-  save_pretrained(engine, output_dir, so);
-}
-
 // The Trainer's options for the model: its batch order, and checkpoint-N folders that are model
 // folders (save_model).
 TrainerOptions trainer_options(const cxxopts::ParseResult& result, const ExampleModel& m,
@@ -434,9 +409,11 @@ TrainerOptions trainer_options(const cxxopts::ParseResult& result, const Example
   topts.model_dims.hidden_size = m.hidden_size;
   if (m.llama && m.llama->text_data) topts.batch_order = TrainerOptions::BatchOrder::kHfTrainer;
   std::optional<LlamaConfig> llama_config;
+  std::optional<lora::LoraConfig> peft;
   if (m.llama) llama_config = *m.llama->llama;
-  topts.save_model = [&result, llama_config](Engine& engine, const std::string& dir) {
-    save_model(engine, result, llama_config, dir);
+  if (m.llama) peft = m.llama->peft;
+  topts.save_model = [&result, llama_config, peft](Engine& engine, const std::string& dir) {
+    save_model(engine, result, llama_config, peft, dir);
   };
   return topts;
 }
@@ -494,6 +471,7 @@ cxxopts::Options train_options() {
       cxxopts::value<std::string>())(
       "max_shard_size", "--model llama: bytes per safetensors file of the saved model",
       cxxopts::value<int64_t>()->default_value("5000000000"))("h,help", "show this help");
+  add_peft_options(options);
   config::add_training_arguments(options);
   return options;
 }
@@ -515,7 +493,7 @@ void evaluate_and_save(Trainer& trainer, const ExampleModel& m, int rank) {
 int run(int argc, char** argv) {
   cxxopts::Options options = train_options();
   std::vector<std::string> args(argv + 1, argv + argc);
-  std::vector<std::string> joined = config::join_bool_flag_values(args);
+  std::vector<std::string> joined = config::join_bool_flag_values(join_list_flag_values(args));
   std::vector<const char*> cargv = {argv[0]};
   for (const auto& a : joined) cargv.push_back(a.c_str());
   cxxopts::ParseResult result;
@@ -558,8 +536,11 @@ int run(int argc, char** argv) {
     // Without training there is nothing to resume: the checkpoint's weights are the model.
     weights = trainer.resume_path();
   }
+  const bool peft = llama && llama->peft;
   if (weights) {
-    trainer.load_model_weights(*weights, weights_format_of(*weights), /*inference=*/!do_train);
+    PretrainedLoadOptions base;  // with adapters: the base model's tensors, the adapters stay new
+    if (peft) base.only = [](const std::string& n) { return n.find(".lora_") == std::string::npos; };
+    trainer.load_model_weights(*weights, weights_format_of(*weights), /*inference=*/!do_train, base);
   } else if (llama) {  // from scratch: transformers' initialisation, the same at every world size
     const LlamaConfig cfg = *llama->llama;
     init_deferred(trainer.engine(), static_cast<uint64_t>(targs.seed),
@@ -567,13 +548,16 @@ int run(int argc, char** argv) {
                     models::llama_init_parameter(cfg, name, t, gen);
                   });
   }
+  if (result.count("adapter_name_or_path"))
+    load_adapter(trainer.engine(), result["adapter_name_or_path"].as<std::string>());
   if (do_train) {
     const comm::CommTimes comm_before = comm->times();
     const TrainOutput out = trainer.train();
     const comm::CommTimes comm_after = comm->times();
     trainer.save_state();  // output_dir/trainer_state.json, as HF's scripts do
     if (llama) {
-      save_model(trainer.engine(), result, *llama->llama, targs.output_dir, /*final_model=*/true);
+      save_model(trainer.engine(), result, *llama->llama, llama->peft, targs.output_dir,
+                 /*final_model=*/true);
     }
     trainer.save_metrics("train", {{"train_loss", out.training_loss},
                                    {"train_runtime", out.train_runtime_s},

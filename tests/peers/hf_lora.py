@@ -1,0 +1,203 @@
+"""LoRA under ZeRO-3 against PEFT + transformers' Trainer + DeepSpeed (issue 50 section 3; label
+`peer`).
+
+The inputs are hf_clm.py's run 1 (its LLaMA-3 folder, tokenizer and data.jsonl), and a starting
+adapter made here by PEFT itself: get_peft_model on that folder (r 4, alpha 8, q_proj v_proj
+o_proj down_proj, no dropout: the two sides' dropout masks could not agree), its lora_B drawn
+non-zero so that both factors train from step 1, saved with save_pretrained.
+
+The Trainer side: PeftModel.from_pretrained(base, adapter0, is_trainable=True), run_clm's blocks,
+transformers' Trainer with DeepSpeed ZeRO-3 (the frozen base partitioned by DeepSpeed) on 2 gloo
+ranks, then trainer.save_model: PEFT's adapter folder. zrt-train gets run_clm's flags and
+--adapter_name_or_path adapter0: the same adapters on its ZeRO-3 partitioned frozen base.
+
+Checks, per run (plain, and with gradient checkpointing on both sides):
+ - the loss and learning rate of every step agree (hf_clm.py's fp32 tolerance);
+ - the saved adapters hold the same tensors under the same names, within 1e-4 (PEFT's key names;
+   adapter_config.json read back by PEFT's LoraConfig);
+ - PEFT reads ZeroRT's folder: PeftModel.from_pretrained(base, zrt's output) gives the logits of
+   PeftModel.from_pretrained(base, the Trainer's), within hf_clm's logits tolerance;
+ - (plain run) zrt-train resumed from its checkpoint-3 (frozen partitions and adapters from the
+   engine checkpoint) ends with an adapter bitwise equal to the run that went straight.
+
+    python tests/peers/hf_lora.py --bin build/bin [--keep DIR]
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import ckpt_common as cc  # noqa: E402
+import hf_clm  # noqa: E402
+from peer_launch import run_ranks  # noqa: E402
+
+LORA = dict(r=4, lora_alpha=8, lora_dropout=0.0,
+            target_modules=["q_proj", "v_proj", "o_proj", "down_proj"])
+RUN = dict(hf_clm.RUN, name="lora", steps=6, save_steps=None, lr=5e-3)
+CHECKPOINTING_RUN = dict(RUN, name="lora_checkpointing", checkpointing=True)
+ADAPTER_ATOL = 1e-4
+
+
+def make_adapter(tmp):
+    """PEFT's own starting adapter for the folder (lora_B non-zero)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    base = AutoModelForCausalLM.from_pretrained(os.path.join(tmp, "model"))
+    torch.manual_seed(5)
+    model = get_peft_model(base, LoraConfig(task_type="CAUSAL_LM", **LORA))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    model.save_pretrained(os.path.join(tmp, "adapter0"))
+
+
+def trainer_worker(tmp):
+    """One rank of the PEFT + Trainer + DeepSpeed run (started by run_ranks)."""
+    import torch
+    from peft import PeftModel
+    from transformers import (AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments,
+                              default_data_collator)
+    torch.set_num_threads(1)
+    with open(os.path.join(tmp, "run.json")) as f:
+        run = json.load(f)
+    folder = os.path.join(tmp, "model")
+    base = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa")
+    model = PeftModel.from_pretrained(base, os.path.join(tmp, "adapter0"), is_trainable=True)
+    args = TrainingArguments(
+        output_dir=os.path.join(tmp, "hf"), deepspeed=os.path.join(tmp, "ds.json"),
+        per_device_train_batch_size=run["micro"], max_steps=run["steps"], learning_rate=run["lr"],
+        warmup_steps=2, weight_decay=0.0, max_grad_norm=1.0, seed=run["seed"], logging_steps=1,
+        save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
+        gradient_checkpointing=run.get("checkpointing", False),
+        gradient_checkpointing_kwargs={"use_reentrant": False})
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    train_docs, _ = hf_clm.run_clm_documents(tmp, run)
+    train = hf_clm.run_clm_blocks(tokenizer, train_docs, run["block"])
+
+    class Blocks(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(train)
+
+        def __getitem__(self, i):
+            return {"input_ids": train[i], "labels": list(train[i])}
+
+    trainer = Trainer(model=model, args=args, train_dataset=Blocks(),
+                      data_collator=default_data_collator)
+    trainer.train()
+    trainer.save_model(os.path.join(tmp, "hf_adapter"))
+    if int(os.environ["RANK"]) == 0:
+        with open(os.path.join(tmp, "hf_result.json"), "w") as f:
+            json.dump({"log": trainer.state.log_history}, f)
+
+
+def zrt_argv(tmp, run, out):
+    argv = hf_clm.zrt_argv(tmp, run, out)
+    do_eval = argv.index("--do_eval")
+    return argv[:do_eval] + argv[do_eval + 1:] + [
+        "--adapter_name_or_path", os.path.join(tmp, "adapter0")]
+
+
+def adapters_close(a_dir, b_dir):
+    """(same names, max |difference|) of two adapter_model.safetensors."""
+    from safetensors.torch import load_file
+    a = load_file(os.path.join(a_dir, "adapter_model.safetensors"))
+    b = load_file(os.path.join(b_dir, "adapter_model.safetensors"))
+    worst = max((a[k].float() - b[k].float()).abs().max().item() for k in a if k in b)
+    return sorted(a) == sorted(b), worst
+
+
+def peft_logits(tmp, adapter):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+    base = AutoModelForCausalLM.from_pretrained(os.path.join(tmp, "model"))
+    model = PeftModel.from_pretrained(base, adapter).eval()
+    ids = torch.tensor([[5, 17, 42, 9, 101, 77, 3, 250, 11, 64]])
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def check(tmp, run, zrt_out):
+    from peft import LoraConfig
+    with open(os.path.join(tmp, "hf_result.json")) as f:
+        ref = {e["step"]: (e["loss"], e["learning_rate"]) for e in json.load(f)["log"] if "loss" in e}
+    with open(os.path.join(zrt_out, "trainer_state.json")) as f:
+        zrt = {e["step"]: (e["loss"], e["learning_rate"])
+               for e in json.load(f)["log_history"] if "loss" in e}
+    ok = sorted(zrt) == sorted(ref) == list(range(1, run["steps"] + 1))
+    worst = 0.0
+    for step in sorted(ref):
+        (zl, zlr), (hl, hlr) = zrt.get(step, (float("nan"),) * 2), ref[step]
+        rel = abs(zl - hl) / abs(hl)
+        worst = max(worst, rel)
+        print(f"step {step}: loss zrt-train {zl:.8f}  Trainer {hl:.8f}  (rel {rel:.2e}); "
+              f"lr {zlr:.6g} / {hlr:.6g}")
+        ok &= rel <= hf_clm.LOSS_RTOL and zlr == hlr
+    config = LoraConfig.from_pretrained(zrt_out)
+    config_ok = (config.r, config.lora_alpha, sorted(config.target_modules)) == (
+        LORA["r"], LORA["lora_alpha"], sorted(LORA["target_modules"]))
+    same_names, diff = adapters_close(zrt_out, os.path.join(tmp, "hf_adapter"))
+    logits = (peft_logits(tmp, zrt_out) - peft_logits(tmp, os.path.join(tmp, "hf_adapter")))
+    logits_diff = logits.abs().max().item()
+    print(f"{run['name']}: losses within {worst:.2e} (tolerance {hf_clm.LOSS_RTOL:g}); adapter "
+          f"config {'read back' if config_ok else 'DIFFERENT'} by PEFT; tensors "
+          f"{'same names' if same_names else 'DIFFERENT NAMES'}, within {diff:.2e} (tolerance "
+          f"{ADAPTER_ATOL:g}); PeftModel logits within {logits_diff:.2e} (tolerance "
+          f"{hf_clm.LOGITS_ATOL:g})")
+    return ok and config_ok and same_names and diff <= ADAPTER_ATOL and \
+        logits_diff <= hf_clm.LOGITS_ATOL
+
+
+def check_resume(bindir, tmp, run, straight):
+    """zrt-train saving at step 3, then resumed from checkpoint-3: the final adapter equals the
+    straight run's bit for bit."""
+    from safetensors.torch import load_file
+    out = os.path.join(tmp, "zrt_resumed")
+    argv = zrt_argv(tmp, run, out)
+    at = argv.index("--save_strategy")
+    argv[at + 1], argv[argv.index("--save_steps") + 1] = "steps", "3"
+    cc.run_zrt(bindir, run["world"], argv)
+    cc.run_zrt(bindir, run["world"], argv + ["--resume_from_checkpoint",
+                                            os.path.join(out, "checkpoint-3")])
+    a = load_file(os.path.join(out, "adapter_model.safetensors"))
+    b = load_file(os.path.join(straight, "adapter_model.safetensors"))
+    same = sorted(a) == sorted(b) and all((a[k] == b[k]).all().item() for k in a)
+    print(f"resume from checkpoint-3: final adapter {'bitwise equal' if same else 'DIFFERENT'} "
+          "to the straight run's")
+    return same
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", help="ZeroRT's build/bin")
+    parser.add_argument("--keep", help="keep the model, data and outputs in this folder")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return trainer_worker(args.worker)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    ok = True
+    for run in (RUN, CHECKPOINTING_RUN):
+        with tempfile.TemporaryDirectory(prefix="zrt_hf_lora_") as scratch:
+            tmp = os.path.join(args.keep, run["name"]) if args.keep else scratch
+            os.makedirs(tmp, exist_ok=True)
+            hf_clm.make_inputs(tmp, run)
+            make_adapter(tmp)
+            zrt_out = os.path.join(tmp, "zrt")
+            cc.run_zrt(args.bin, run["world"], zrt_argv(tmp, run, zrt_out))
+            if run_ranks([os.path.abspath(__file__), "--worker", tmp], run["world"], 600, "hf_lora"):
+                return 1
+            ok &= check(tmp, run, zrt_out)
+            if not run.get("checkpointing"):
+                ok &= check_resume(args.bin, tmp, run, zrt_out)
+    print("hf_lora: " + ("OK" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
