@@ -32,7 +32,7 @@ using ckpt::ValueView;
 // needs, so a load at the same world size reads this rank's file alone and no rank ever holds
 // more than one file's fragments beside its own partitions. A frozen parameter the checkpoint
 // does not have (a universal folder holds only the optimizer's parameters) keeps its value, with
-// a warning naming it.
+// a warning naming it. A PeftModel's checkpoint names them as PEFT wraps them (key_in).
 
 namespace {
 
@@ -48,6 +48,19 @@ struct FrozenTarget {
   bool whole = false;                      // taken from a whole value
   bool found = false;                      // taken from anything
 };
+
+// The key of frozen parameter `name` in `dict`: the name itself, or the name PEFT's wrapping gives
+// it in a checkpoint that transformers' Trainer and DeepSpeed wrote of a PeftModel
+// ("base_model.model." + the name, an adapted layer's weight as "<layer>.base_layer.weight").
+// Empty when `dict` has neither.
+std::string key_in(const ValueView& dict, const std::string& name) {
+  if (dict.contains(name)) return name;
+  const std::string wrapped = "base_model.model." + name;
+  if (dict.contains(wrapped)) return wrapped;
+  const size_t dot = wrapped.rfind('.');
+  const std::string base_layer = wrapped.substr(0, dot) + ".base_layer" + wrapped.substr(dot);
+  return dict.contains(base_layer) ? base_layer : std::string();
+}
 
 // Copies the elements of `value` (1-D, covering [begin, begin + value.numel()) of the whole
 // parameter) that `t` keeps.
@@ -79,8 +92,9 @@ void take_fragments(const std::string& dir, int saved_world, std::vector<FrozenT
     const Value value = ckpt::load_pt(file, ro);
     const ValueView fragments = ValueView(value, file)["frozen_param_fragments"];
     for (FrozenTarget& t : targets) {
-      if (t.whole || !fragments.contains(t.name)) continue;
-      const at::Tensor frag = fragments[t.name].as_tensor().reshape({-1});
+      const std::string key = t.whole ? std::string() : key_in(fragments, t.name);
+      if (key.empty()) continue;
+      const at::Tensor frag = fragments[key].as_tensor().reshape({-1});
       ZRT_CHECK_AS(CheckpointError, frag.numel() == param_partition_size(t.numel, saved_world),
                    file, ": the fragment of frozen parameter '", t.name, "' has ", frag.numel(),
                    " elements, not ceil(", t.numel, " / ", saved_world, ")");
@@ -128,16 +142,20 @@ void EngineCheckpointer::restore_frozen(const std::string& dir, const Value& mod
   const bool per_rank =
       std::filesystem::exists(ckpt::join_path(dir, ckpt::model_states_name_of(3, 0)));
   for (FrozenTarget& t : targets) {
-    if (module.contains(t.name) && module[t.name].as_tensor().numel() == t.numel) {
-      take(t, module[t.name].as_tensor().reshape({-1}), 0);
+    const std::string in_module = key_in(module, t.name);
+    if (!in_module.empty() && module[in_module].as_tensor().numel() == t.numel) {
+      take(t, module[in_module].as_tensor().reshape({-1}), 0);
       t.whole = true;
-    } else if (has_fragments && !per_rank && ms["frozen_param_fragments"].contains(t.name)) {
-      const at::Tensor whole = ms["frozen_param_fragments"][t.name].as_tensor().reshape({-1});
-      ZRT_CHECK_AS(CheckpointError, whole.numel() == t.numel, dir, ": frozen parameter '", t.name,
-                   "' has ", whole.numel(), " elements in the checkpoint but ", t.numel,
-                   " in the model");
-      take(t, whole, 0);
-      t.whole = true;
+    } else if (has_fragments && !per_rank &&
+               !key_in(ms["frozen_param_fragments"], t.name).empty()) {
+      const ValueView fragments = ms["frozen_param_fragments"];
+      const at::Tensor whole = fragments[key_in(fragments, t.name)].as_tensor().reshape({-1});
+      // A stage-3 fragment without its rank files (a universal folder keeps rank 0's model
+      // states) is no whole value: the parameter keeps its own, with the warning below.
+      if (whole.numel() == t.numel) {
+        take(t, whole, 0);
+        t.whole = true;
+      }
     }
   }
   // Stage-3 fragments, file by file.

@@ -1,18 +1,23 @@
 // hf/pretrained.h over the in-process backend (ranks as threads): bf16 safetensors shards
 // with an index load into every stage at world sizes 1-3, fp32 and bf16 models; every rank reads
 // exactly the bytes of the elements it holds; the fp32 masters hold the file's values; a model
-// that trains on afterwards; missing, unexpected and mis-shaped names reported together.
+// that trains on afterwards; missing, unexpected and mis-shaped names reported together; PEFT
+// adapter folders (hf/adapter.h) saved and loaded under ZeRO-3.
 #include "hf/pretrained.h"
 
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <gtest/gtest.h>
 
 #include "checkpoint/reshard.h"
 #include "checkpoint/safetensors.h"
 #include "comm/local_comm.h"
+#include "hf/adapter.h"
+#include "peft/lora.h"
+#include "runtime/gathered_parameters.h"
 #include "runtime/model_states.h"
 #include "tests/runtime/parity.h"
 #include "tests/support/error_of.h"
@@ -340,6 +345,72 @@ TEST(Pretrained, SavedConfigSaysTheWeightsDtype) {
   for (const auto& [name, t] : ckpt::load_safetensors(dir / "model.safetensors").tensors) {
     EXPECT_EQ(t.scalar_type(), at::kBFloat16) << name;
   }
+}
+
+// PEFT adapter folders under ZeRO-3: save_adapter at 2 ranks writes PEFT's names and
+// adapter_config.json; load_adapter at 3 ranks brings the adapters back into a fresh model and
+// touches nothing else; an adapter of another rank is refused naming the tensor.
+TEST(Pretrained, AdapterFoldersRoundTrip) {
+  test::TempDir dir("zrt_adapter");
+  lora::LoraConfig lc;
+  lc.r = 4;
+  lc.lora_alpha = 8;
+  lc.target_modules = {"fc"};
+  auto make = [](comm::Comm& comm, const lora::LoraConfig& c) {
+    auto model = std::make_shared<test::TinyStackImpl>(false);
+    zrt::lora::apply(*model, c);  // rank 0's draw wins: the engine broadcasts the model
+    InitializeOptions io;
+    io.comm = std::shared_ptr<comm::Comm>(&comm, [](comm::Comm*) {});
+    return std::make_pair(model, initialize(model, test::config_for(Case{3}), io));
+  };
+  auto adapters = [](Engine& engine, torch::nn::Module& model) {
+    GatheredParameters access(engine);
+    std::map<std::string, at::Tensor> out;
+    for (const auto& p : model.named_parameters())
+      if (p.key().find(".lora_") != std::string::npos) out[p.key()] = p.value().detach().clone();
+    return out;
+  };
+  std::map<std::string, at::Tensor> saved;
+  comm::run_local_world(2, [&](comm::Comm& comm) {
+    auto [model, engine] = make(comm, lc);
+    {
+      GatheredParameters access(*engine, /*modifier_rank=*/0);
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->named_parameters())
+        if (p.key().find(".lora_B.") != std::string::npos) p.value().normal_(0, 0.5);
+    }
+    save_adapter(*engine, dir.path(), lc, "tiny");
+    const auto mine = adapters(*engine, *model);
+    if (comm.rank() == 0) saved = mine;
+  });
+  std::set<std::string> keys;
+  for (const auto& [name, t] : ckpt::load_safetensors(dir / "adapter_model.safetensors").tensors)
+    keys.insert(name);
+  EXPECT_EQ(keys.size(), 6u);
+  EXPECT_TRUE(keys.count("base_model.model.h1.fc.lora_B.weight"));
+  ASSERT_EQ(saved.size(), 6u);
+  const lora::LoraConfig read = read_adapter_config(dir.path());
+  EXPECT_EQ(read.r, 4);
+  comm::run_local_world(3, [&](comm::Comm& comm) {
+    auto [model, engine] = make(comm, read);
+    test::TinyStackImpl fresh(false);
+    load_adapter(*engine, dir.path());
+    for (const auto& [name, t] : adapters(*engine, *model)) {
+      EXPECT_TRUE(torch::equal(t, saved.at(name))) << name;
+    }
+    GatheredParameters access(*engine);
+    for (const auto& p : fresh.named_parameters()) {
+      EXPECT_TRUE(torch::equal(model->named_parameters()[p.key()], p.value())) << p.key();
+    }
+  });
+  lora::LoraConfig other = lc;
+  other.r = 2;
+  comm::run_local_world(2, [&](comm::Comm& comm) {
+    auto [model, engine] = make(comm, other);
+    expect_contains(test::error_of<CheckpointError>([&] { load_adapter(*engine, dir.path()); }),
+                    "'base_model.model.h0.fc.lora_A.weight' is [4, 7] in the weights but [2, 7] "
+                    "in the model");
+  });
 }
 
 }  // namespace

@@ -327,6 +327,26 @@ def check_checkpoint_folder(tmp, zrt_out, steps):
     return not missing and diff <= LOGITS_ATOL and same
 
 
+def compare_steps(zrt_out, trainer_log, steps):
+    """Every step's loss and learning rate of zrt-train's trainer_state.json against the
+    Trainer's log history, printed: (steps 1..steps all logged and within LOSS_RTOL with equal
+    learning rates, the worst relative loss difference)."""
+    with open(os.path.join(zrt_out, "trainer_state.json")) as f:
+        zrt = {e["step"]: (e["loss"], e["learning_rate"])
+               for e in json.load(f)["log_history"] if "loss" in e}
+    ref = {e["step"]: (e["loss"], e["learning_rate"]) for e in trainer_log if "loss" in e}
+    ok = sorted(zrt) == sorted(ref) == list(range(1, steps + 1))
+    worst = 0.0
+    for step in sorted(ref):
+        (zl, zlr), (hl, hlr) = zrt.get(step, (float("nan"),) * 2), ref[step]
+        rel = abs(zl - hl) / abs(hl)
+        worst = max(worst, rel)
+        print(f"step {step}: loss zrt-train {zl:.8f}  Trainer {hl:.8f}  (rel {rel:.2e}); "
+              f"lr {zlr:.6g} / {hlr:.6g}")
+        ok &= rel <= LOSS_RTOL and zlr == hlr
+    return ok, worst
+
+
 def check(tmp, run, zrt_out, zrt_log):
     with open(os.path.join(tmp, "hf_result.json")) as f:
         hf = json.load(f)
@@ -338,19 +358,8 @@ def check(tmp, run, zrt_out, zrt_log):
     print(f"blocks: Trainer {hf['blocks']} {hf['train_digest'][:12]} {hf['val_digest'][:12]}; "
           f"zrt-train {logged.groups() if logged else 'not logged'}")
     ok &= same_blocks
-    with open(os.path.join(zrt_out, "trainer_state.json")) as f:
-        zrt = {e["step"]: (e["loss"], e["learning_rate"])
-               for e in json.load(f)["log_history"] if "loss" in e}
-    ref = {e["step"]: (e["loss"], e["learning_rate"]) for e in hf["log"] if "loss" in e}
-    ok &= sorted(zrt) == sorted(ref) == list(range(1, run["steps"] + 1))
-    worst = 0.0
-    for step in sorted(ref):
-        (zl, zlr), (hl, hlr) = zrt.get(step, (float("nan"),) * 2), ref[step]
-        rel = abs(zl - hl) / abs(hl)
-        worst = max(worst, rel)
-        print(f"step {step}: loss zrt-train {zl:.8f}  Trainer {hl:.8f}  (rel {rel:.2e}); "
-              f"lr {zlr:.6g} / {hlr:.6g}")
-        ok &= rel <= LOSS_RTOL and zlr == hlr
+    steps_ok, worst = compare_steps(zrt_out, hf["log"], run["steps"])
+    ok &= steps_ok
     with open(os.path.join(zrt_out, "eval_results.json")) as f:
         zev = json.load(f)
     eval_rel = max(abs(zev[k] - hf["eval"][k]) / abs(hf["eval"][k])
