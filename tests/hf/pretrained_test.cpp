@@ -372,7 +372,9 @@ TEST(Pretrained, AdapterFoldersRoundTrip) {
   };
   std::map<std::string, at::Tensor> saved;
   comm::run_local_world(2, [&](comm::Comm& comm) {
-    auto [model, engine] = make(comm, lc);
+    auto made = make(comm, lc);  // no structured binding: lambdas capture it (C++17)
+    auto& model = made.first;
+    auto& engine = made.second;
     {
       GatheredParameters access(*engine, /*modifier_rank=*/0);
       torch::NoGradGuard no_grad;
@@ -392,7 +394,9 @@ TEST(Pretrained, AdapterFoldersRoundTrip) {
   const lora::LoraConfig read = read_adapter_config(dir.path());
   EXPECT_EQ(read.r, 4);
   comm::run_local_world(3, [&](comm::Comm& comm) {
-    auto [model, engine] = make(comm, read);
+    auto made = make(comm, read);  // no structured binding: lambdas capture it (C++17)
+    auto& model = made.first;
+    auto& engine = made.second;
     test::TinyStackImpl fresh(false);
     load_adapter(*engine, dir.path());
     for (const auto& [name, t] : adapters(*engine, *model)) {
@@ -406,7 +410,9 @@ TEST(Pretrained, AdapterFoldersRoundTrip) {
   lora::LoraConfig other = lc;
   other.r = 2;
   comm::run_local_world(2, [&](comm::Comm& comm) {
-    auto [model, engine] = make(comm, other);
+    auto made = make(comm, other);  // no structured binding: lambdas capture it (C++17)
+    auto& model = made.first;
+    auto& engine = made.second;
     expect_contains(test::error_of<CheckpointError>([&] { load_adapter(*engine, dir.path()); }),
                     "'base_model.model.h0.fc.lora_A.weight' is [4, 7] in the weights but [2, 7] "
                     "in the model");
