@@ -1,6 +1,7 @@
 #include "hf/adapter.h"
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "checkpoint/storage.h"
@@ -38,6 +39,34 @@ void save_adapter(Engine& engine, const std::string& dir, const lora::LoraConfig
   if (failure) std::rethrow_exception(failure);
   ZRT_CHECK_AS(CheckpointError, flag.item<uint8_t>() == 0, dir,
                ": rank 0 failed to write adapter_config.json (its error names the problem)");
+}
+
+void save_merged(Engine& engine, const std::string& dir, SavePretrainedOptions options) {
+  const std::map<std::string, double> adapted = lora::adapted_layers(engine.module());
+  auto layer_of = [](const std::string& name, const char* suffix) {
+    const std::string s = suffix;
+    const bool has = name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    return has ? name.substr(0, name.size() - s.size()) : std::string();
+  };
+  ZRT_CHECK(!options.rename && !options.transform,
+            "save_merged: the names and values are the merge's own");
+  options.rename = [&adapted, layer_of](const std::string& name) {
+    for (const char* adapter : {".lora_A.weight", ".lora_B.weight"}) {
+      if (adapted.count(layer_of(name, adapter)) != 0) return std::string();
+    }
+    return name;
+  };
+  options.transform = [&adapted, layer_of](const std::string& name, const at::Tensor& value,
+                                           const std::function<at::Tensor(const std::string&)>&
+                                               whole_of) {
+    const std::string layer = layer_of(name, ".weight");
+    auto it = adapted.find(layer);
+    if (it == adapted.end()) return value;
+    const at::Tensor a = whole_of(layer + ".lora_A.weight");
+    const at::Tensor b = whole_of(layer + ".lora_B.weight");
+    return value.add(lora::delta_weight(a, b, it->second).to(value.device()));
+  };
+  save_pretrained(engine, dir, options);
 }
 
 lora::LoraConfig read_adapter_config(const std::string& dir) {

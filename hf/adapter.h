@@ -19,6 +19,13 @@ class Engine;
 void save_adapter(Engine& engine, const std::string& dir, const lora::LoraConfig& config,
                   const std::string& base_model_name_or_path);
 
+// Collective. transformers' save_pretrained of PEFT's merge_and_unload(): `options`' folder
+// (config.json, weights, extra files) with every adapted layer's weight written as W +
+// lora::delta_weight(A, B, scaling) in the weight's dtype (PEFT's merge on CPU) and no adapter
+// tensors; the modules_to_save as trained. The running model is not changed; a partitioned
+// adapted layer is gathered one tensor at a time, as save_pretrained gathers.
+void save_merged(Engine& engine, const std::string& dir, SavePretrainedOptions options = {});
+
 // Not collective. The adapter_config.json of the PEFT folder `dir` (lora::LoraConfig::
 // from_peft_json's errors, naming the file).
 lora::LoraConfig read_adapter_config(const std::string& dir);

@@ -316,7 +316,8 @@ namespace {
 // partitions (read_lp index `group` — an optimizer group or a frozen flat — at `offset`, pn
 // elements per rank).
 struct SaveItem {
-  std::string name;
+  std::string param;  // the model's name
+  std::string name;   // the name it is saved under; empty: not saved
   Shape shape;
   at::Tensor whole;
   int group = -1;
@@ -349,8 +350,8 @@ std::vector<SaveItem> save_items(Engine& engine,
   auto add = [&](const std::string& name, const at::Tensor& t) {
     if (aliases.count(name) != 0) return;
     SaveItem item;
+    item.param = name;
     item.name = rename ? rename(name) : name;
-    if (item.name.empty()) return;
     item.shape = t.sizes().vec();
     item.nbytes = t.numel() * static_cast<int64_t>(t.element_size());
     auto it = partitioned.find(name);
@@ -368,13 +369,14 @@ std::vector<SaveItem> save_items(Engine& engine,
   return items;
 }
 
-// Consecutive items per file, as transformers cuts shards: a new file when the next tensor
+// Consecutive saved items per file, as transformers cuts shards: a new file when the next tensor
 // would take the current one past the limit.
 std::vector<std::vector<size_t>> plan_shards(const std::vector<SaveItem>& items,
                                              int64_t max_bytes) {
   std::vector<std::vector<size_t>> shards(1);
   int64_t size = 0;
   for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].name.empty()) continue;
     if (!shards.back().empty() && size + items[i].nbytes > max_bytes) {
       shards.emplace_back();
       size = 0;
@@ -424,6 +426,22 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
   comm::Comm& comm = engine.comm();
   const bool writer = comm.rank() == 0;
   const std::vector<SaveItem> items = save_items(engine, options.rename);
+  std::map<std::string, size_t> item_of;  // model name -> item, for options.transform
+  for (size_t i = 0; i < items.size(); ++i) item_of[items[i].param] = i;
+  // A tensor whole on every rank: held, or gathered from the partitions (collective).
+  auto whole = [&](const SaveItem& item) {
+    if (item.group < 0) return item.whole;
+    const at::Tensor mine =
+        engine.model_states().read_lp(static_cast<size_t>(item.group), item.offset, item.pn);
+    at::Tensor all = at::empty({item.pn * comm.size()}, mine.options());
+    comm.all_gather(all, mine);
+    return all.narrow(0, 0, ckpt::shape_numel(item.shape)).view(item.shape);
+  };
+  const std::function<at::Tensor(const std::string&)> whole_of = [&](const std::string& name) {
+    auto it = item_of.find(name);
+    ZRT_CHECK(it != item_of.end(), "save_pretrained: the model has no tensor '", name, "'");
+    return whole(items[it->second]);
+  };
   const bool one_file = !options.weights_name.empty();  // never sharded
   auto shards = plan_shards(items, one_file ? kUnlimited : options.max_shard_size);
   if (!options.weights) shards.clear();
@@ -443,14 +461,8 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
     ckpt::NamedTensors tensors;
     for (size_t i : shards[s]) {
       const SaveItem& item = items[i];
-      at::Tensor value = item.whole;
-      if (item.group >= 0) {  // every rank takes part; rank 0 keeps the whole parameter
-        const at::Tensor mine =
-            engine.model_states().read_lp(static_cast<size_t>(item.group), item.offset, item.pn);
-        at::Tensor all = at::empty({item.pn * comm.size()}, mine.options());
-        comm.all_gather(all, mine);
-        value = all.narrow(0, 0, ckpt::shape_numel(item.shape)).view(item.shape);
-      }
+      at::Tensor value = whole(item);  // every rank takes part; rank 0 keeps it
+      if (options.transform) value = options.transform(item.param, value, whole_of);
       if (writer) tensors.emplace_back(item.name, value.cpu().contiguous());
       weight_map[item.name] = file(s);
       total += item.nbytes;
@@ -493,7 +505,7 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
   }
   vote(comm, failure, dir);
   if (options.weights) {
-    ZRT_LOG_INFO("saved ", items.size(), " tensors (", total >> 20, " MiB) to ", dir, " in ",
+    ZRT_LOG_INFO("saved ", weight_map.size(), " tensors (", total >> 20, " MiB) to ", dir, " in ",
                  shards.size(), " file(s)");
   }
 }

@@ -82,6 +82,13 @@ struct SavePretrainedOptions {
   // One weights file of this name (e.g. PEFT's "adapter_model.safetensors"), never sharded, and
   // no other weight file in `dir` is removed. Empty: transformers' names and sharding.
   std::string weights_name;
+  // The value written for a tensor, computed from the model's tensors (e.g. a LoRA merge:
+  // hf/adapter.h save_merged): called on every rank, in the order of the files, with the
+  // tensor's model name, its whole value and `whole_of`, which gives any other tensor of the
+  // model whole (collective under ZeRO-3: every rank makes the same calls). Unset: the value.
+  std::function<at::Tensor(const std::string& name, const at::Tensor& value,
+                           const std::function<at::Tensor(const std::string&)>& whole_of)>
+      transform;
 };
 
 // The tokenizer and generation files of an HF model folder (tokenizer.model, tokenizer.json,

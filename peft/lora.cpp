@@ -34,18 +34,14 @@ struct LoraAImpl : torch::nn::LinearImpl {
   double dropout;
   bool merged = false;
   int64_t uses = 0;
+  // The adapter's up projection, the layer's sibling child "lora_B" (set by apply()), so that
+  // linear() finds both with one look at the layer's children.
+  torch::nn::LinearImpl* b = nullptr;
 };
 
 LoraAImpl* adapter_of(const torch::nn::Module& layer) {
   for (const auto& child : layer.named_children()) {
     if (child.key() == "lora_A") return dynamic_cast<LoraAImpl*>(child.value().get());
-  }
-  return nullptr;
-}
-
-torch::nn::LinearImpl* lora_b_of(const torch::nn::Module& layer) {
-  for (const auto& child : layer.named_children()) {
-    if (child.key() == "lora_B") return dynamic_cast<torch::nn::LinearImpl*>(child.value().get());
   }
   return nullptr;
 }
@@ -232,6 +228,7 @@ Applied apply(torch::nn::Module& model, const LoraConfig& config) {
     b->to(like.device(), like.dtype().toScalarType());
     a->train(module->is_training());  // the mode of the model they join
     b->train(module->is_training());
+    a->b = b.get();
     module->register_module("lora_A", a);
     module->register_module("lora_B", b);
     applied.adapted.push_back(name);
@@ -261,9 +258,8 @@ torch::Tensor linear(torch::nn::Linear layer, const torch::Tensor& x) {
   LoraAImpl* a = adapter_of(*layer);
   if (a == nullptr || a->merged) return y;
   ++a->uses;
-  torch::nn::LinearImpl* b = lora_b_of(*layer);
   const torch::Tensor in = a->dropout > 0.0 ? torch::dropout(x, a->dropout, a->is_training()) : x;
-  return y + b->forward(a->forward(in)) * a->scaling;
+  return y + a->b->forward(a->forward(in)) * a->scaling;
 }
 
 std::vector<std::string> unused_adapters(torch::nn::Module& model) {
@@ -285,15 +281,33 @@ void merge_all(torch::nn::Module& model, bool merging) {
     ZRT_CHECK(a->merged != merging, "LoRA: the adapter of '", m.key(), "' is ",
               merging ? "merged already" : "not merged");
     auto* linear = dynamic_cast<torch::nn::LinearImpl*>(m.value().get());
-    const torch::Tensor delta =
-        lora_b_of(*m.value())->weight.to(at::kFloat).matmul(a->weight.to(at::kFloat)) * a->scaling;
-    torch::Tensor w = linear->weight.to(at::kFloat);
-    linear->weight.copy_(merging ? w + delta : w - delta);
+    const torch::Tensor delta = delta_weight(a->weight, a->b->weight, a->scaling);
+    if (merging) {
+      linear->weight.add_(delta);
+    } else {
+      linear->weight.sub_(delta);
+    }
     a->merged = merging;
   }
 }
 
 }  // namespace
+
+torch::Tensor delta_weight(const torch::Tensor& lora_a, const torch::Tensor& lora_b,
+                           double scaling) {
+  const bool half = lora_a.scalar_type() == at::kBFloat16 || lora_a.scalar_type() == at::kHalf;
+  if (!half) return lora_b.matmul(lora_a) * scaling;
+  return (lora_b.to(at::kFloat).matmul(lora_a.to(at::kFloat)) * scaling).to(lora_a.scalar_type());
+}
+
+std::map<std::string, double> adapted_layers(const torch::nn::Module& model) {
+  std::map<std::string, double> out;
+  for (const auto& m : model.named_modules("", /*include_self=*/false)) {
+    const LoraAImpl* a = adapter_of(*m.value());
+    if (a != nullptr && !a->merged) out[m.key()] = a->scaling;
+  }
+  return out;
+}
 
 void merge(torch::nn::Module& model) { merge_all(model, true); }
 void unmerge(torch::nn::Module& model) { merge_all(model, false); }
@@ -307,6 +321,22 @@ std::string peft_key(const std::string& param_name, const LoraConfig& config) {
     saved = names_match(param_name.substr(0, at), config.modules_to_save);
   }
   return adapter || saved ? "base_model.model." + param_name : std::string();
+}
+
+std::function<std::string(const std::string&)> peft_model_names(const torch::nn::Module& model) {
+  std::set<std::string> adapted;
+  for (const auto& m : model.named_modules("", /*include_self=*/false))
+    if (adapter_of(*m.value()) != nullptr) adapted.insert(m.key());
+  return [adapted](const std::string& name) {
+    const size_t dot = name.rfind('.');
+    const std::string owner = dot == std::string::npos ? std::string() : name.substr(0, dot);
+    const std::string last = dot == std::string::npos ? name : name.substr(dot + 1);
+    const size_t up = owner.rfind('.');
+    const std::string part = up == std::string::npos ? owner : owner.substr(up + 1);
+    if (part == "lora_A" || part == "lora_B") return "base_model.model." + owner + ".default." + last;
+    if (adapted.count(owner) != 0) return "base_model.model." + owner + ".base_layer." + last;
+    return "base_model.model." + name;
+  };
 }
 
 std::string param_name_of(const std::string& key) {

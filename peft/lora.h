@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -81,12 +83,26 @@ torch::Tensor linear(torch::nn::Linear layer, const torch::Tensor& x);
 // some other way than linear()); empty when every adapter ran.
 std::vector<std::string> unused_adapters(torch::nn::Module& model);
 
-// W += scaling * B A into every adapted layer (merge) or W -= the same (unmerge), in the weight's
-// dtype; linear() skips merged adapters. Needs whole parameters: under ZeRO-3, inside
+// W += delta_weight(A, B, scaling) into every adapted layer (merge) or W -= the same (unmerge),
+// in the weight's dtype; linear() skips merged adapters. Needs whole parameters: under ZeRO-3, inside
 // zrt::GatheredParameters with a modifier rank. Merging a merged model (or unmerging an unmerged
 // one) is an error.
 void merge(torch::nn::Module& model);
 void unmerge(torch::nn::Module& model);
+
+// An adapter's contribution to its layer's weight, scaling * B A, as PEFT's get_delta_weight
+// computes it on CPU: for bf16/fp16 adapters the product in fp32, rounded to their dtype.
+torch::Tensor delta_weight(const torch::Tensor& lora_a, const torch::Tensor& lora_b,
+                           double scaling);
+// The layers of `model` whose adapter is not merged, by name, with the adapter's scaling (its
+// tensors are "<layer>.lora_A.weight" and "<layer>.lora_B.weight").
+std::map<std::string, double> adapted_layers(const torch::nn::Module& model);
+
+// The names of `model`'s parameters and buffers in PEFT's PeftModel wrapping it, which DeepSpeed's
+// checkpoints of a PEFT model use: "base_model.model." + the name, an adapted layer's own tensors
+// as "<layer>.base_layer.weight", its adapters' as "<layer>.lora_A.default.weight". (PEFT keeps a
+// frozen original beside each module to save; such a model's checkpoint has no place for it.)
+std::function<std::string(const std::string&)> peft_model_names(const torch::nn::Module& model);
 
 // The adapter's tensors by the names PEFT saves them under — "base_model.model." + the module's
 // name, with lora_A / lora_B and the modules_to_save's own parameters — mapped from the model's

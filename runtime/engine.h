@@ -15,6 +15,7 @@
 // the same calls in the same order (they are collective where noted).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -149,6 +150,17 @@ class Engine {
   std::optional<LoadedCheckpoint> load_checkpoint(
       const std::string& load_dir, const std::optional<std::string>& tag = std::nullopt,
       const LoadCheckpointOptions& options = {});
+  // The name every parameter and buffer gets in checkpoints (model states, optimizer files), where
+  // the model's names are not the ones another framework's engine uses for the same model — e.g.
+  // a LoRA model's, named as PEFT's PeftModel (lora::peft_model_names) so that DeepSpeed resumes
+  // it. Loads read either naming. Unset: the model's names.
+  void set_checkpoint_names(std::function<std::string(const std::string&)> names) {
+    checkpoint_names_ = std::move(names);
+  }
+  std::string checkpoint_name(const std::string& name) const {
+    return checkpoint_names_ ? checkpoint_names_(name) : name;
+  }
+  bool renames_checkpoints() const { return static_cast<bool>(checkpoint_names_); }
   // Collective. Module weights (and buffers) from one file: a torch.save state dict (.pt/.bin,
   // e.g. what save_16bit_model or `zrt-ckpt to-fp32` writes) or .safetensors, cast to the
   // model's dtype and partitioned as the engine keeps them. With `strict`, a name missing on
@@ -225,6 +237,7 @@ class Engine {
   std::optional<double> last_step_loss_;
   std::unique_ptr<runtime::StepReporter> reporter_;
   std::vector<std::pair<std::string, std::string>> aliases_;  // tied parameters (alias, owner)
+  std::function<std::string(const std::string&)> checkpoint_names_;  // set_checkpoint_names
 };
 
 }  // namespace zrt

@@ -46,6 +46,12 @@ std::string ds_version() { return std::string("0.16.5+zrt.") + ZRT_VERSION; }
 
 // ---- what is written ------------------------------------------------------------------------
 
+ckpt::NamedShapes EngineCheckpointer::checkpoint_names(const ckpt::NamedShapes& params) const {
+  ckpt::NamedShapes out;
+  for (const auto& [name, shape] : params) out.emplace_back(engine_.checkpoint_name(name), shape);
+  return out;
+}
+
 Value EngineCheckpointer::module_state_dict() {
   const bool partitioned = engine_.model_states().partitions_params();
   Value module = Value::ordered_dict();
@@ -57,9 +63,10 @@ Value EngineCheckpointer::module_state_dict() {
     if (partitioned) {
       t = at::empty({0}, t.options());
     }
-    module.set(p.key(), t);
+    module.set(engine_.checkpoint_name(p.key()), t);
   }
-  for (const auto& b : engine_.module().named_buffers()) module.set(b.key(), b.value().detach());
+  for (const auto& b : engine_.module().named_buffers())
+    module.set(engine_.checkpoint_name(b.key()), b.value().detach());
   return module;
 }
 
@@ -73,22 +80,23 @@ Value EngineCheckpointer::frozen_params_value(Value* shapes) {
   Value fragments = Value::dict();
   for (const auto& p : engine_.module().named_parameters()) {
     if (p.value().requires_grad()) continue;
-    shapes->set(p.key(), Value::torch_size(p.value().sizes().vec()));
+    const std::string name = engine_.checkpoint_name(p.key());
+    shapes->set(name, Value::torch_size(p.value().sizes().vec()));
     if (engine_.zero_stage() != 3) {
-      fragments.set(p.key(), p.value().detach());
+      fragments.set(name, p.value().detach());
       continue;
     }
     const int64_t size = param_partition_size(p.value().numel(), comm.size());
     if (auto it = places.find(p.key()); it != places.end()) {
       const auto& [flat, offset] = it->second;
-      fragments.set(p.key(), states.read_lp(flat, offset, size).clone());
+      fragments.set(name, states.read_lp(flat, offset, size).clone());
       continue;
     }
     const at::Tensor full = p.value().detach().reshape({-1});
     const ShardInfo mine = param_shard(full.numel(), comm.rank(), comm.size());
     at::Tensor frag = at::zeros({size}, full.options());
     if (mine.size > 0) frag.narrow(0, 0, mine.size).copy_(full.narrow(0, mine.offset, mine.size));
-    fragments.set(p.key(), frag);
+    fragments.set(name, frag);
   }
   return fragments;
 }
@@ -101,7 +109,8 @@ Value EngineCheckpointer::model_states_value(bool with_module) {
   Value d = Value::dict();
   d.set("module", with_module ? module_state_dict() : Value::ordered_dict());
   Value buffer_names = Value::list();
-  for (const auto& b : engine_.module().named_buffers()) buffer_names.push_back(b.key());
+  for (const auto& b : engine_.module().named_buffers())
+    buffer_names.push_back(engine_.checkpoint_name(b.key()));
   d.set("buffer_names", std::move(buffer_names));
   const int stage = config.zero.stage;
   const std::vector<GroupPartition> groups = states.group_partitions();
@@ -112,7 +121,7 @@ Value EngineCheckpointer::model_states_value(bool with_module) {
     for (size_t g = 0; g < states.targets().size(); ++g)
       masters.push_back(master_values(states, g));
     ParamShapes shapes;
-    for (const GroupPartition& group : groups) shapes.push_back(group.params);
+    for (const GroupPartition& group : groups) shapes.push_back(checkpoint_names(group.params));
     d.set("optimizer",
           stage0_optimizer_value(optimizer->state_dict(), masters, shapes, engine_.model_dtype(),
                                  engine_.loss_scaler().state_dict(), config.gradient_clipping));
@@ -122,7 +131,8 @@ Value EngineCheckpointer::model_states_value(bool with_module) {
   Value shapes = Value::list();
   for (const GroupPartition& group : groups) {
     Value g = Value::ordered_dict();
-    for (const auto& [name, shape] : group.params) g.set(name, Value::torch_size(shape));
+    for (const auto& [name, shape] : group.params)
+      g.set(engine_.checkpoint_name(name), Value::torch_size(shape));
     shapes.push_back(std::move(g));
   }
   d.set("param_shapes", std::move(shapes));
@@ -134,7 +144,8 @@ Value EngineCheckpointer::model_states_value(bool with_module) {
   }
   Value shared = Value::dict();
   if (comm.rank() == 0) {
-    for (const auto& [alias, owner] : engine_.tied_parameters()) shared.set(alias, owner);
+    for (const auto& [alias, owner] : engine_.tied_parameters())
+      shared.set(engine_.checkpoint_name(alias), engine_.checkpoint_name(owner));
   }
   d.set("shared_params", std::move(shared));
   sched::LRScheduler* scheduler = engine_.lr_scheduler();
@@ -164,7 +175,8 @@ Value EngineCheckpointer::optim_states_value() {
       config.effective_loss_scale().dynamic && engine_.model_dtype() == at::kHalf;
   file.clip_grad = config.gradient_clipping;
   std::vector<ckpt::NamedShapes> groups;
-  for (const GroupPartition& group : states.group_partitions()) groups.push_back(group.params);
+  for (const GroupPartition& group : states.group_partitions())
+    groups.push_back(checkpoint_names(group.params));
   std::vector<at::Tensor> masters;
   for (size_t g = 0; g < states.targets().size(); ++g) masters.push_back(master_to_read(states, g));
   return file.to_value(engine_.comm().rank(), groups, masters,

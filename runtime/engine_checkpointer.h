@@ -49,6 +49,12 @@ class EngineCheckpointer {
   ckpt::Value optim_states_value();
 
  private:
+  // `params` under their checkpoint names (Engine::set_checkpoint_names).
+  ckpt::NamedShapes checkpoint_names(const ckpt::NamedShapes& params) const;
+  // A model-states file read back with the model's own names where it uses the engine's
+  // checkpoint names: the keys of module, param_shapes, frozen_param_shapes and
+  // frozen_param_fragments, buffer_names and shared_params.
+  void to_model_names(ckpt::Value& model_states) const;
   ckpt::Value module_state_dict();
   ckpt::Value frozen_params_value(ckpt::Value* shapes);
   void load_module_weights(const std::string& dir, const std::string& tag,

@@ -286,6 +286,44 @@ Value EngineCheckpointer::load_stage0(const std::string& dir, int saved_world,
   return full.loss_scaler;
 }
 
+void EngineCheckpointer::to_model_names(Value& model_states) const {
+  if (!engine_.renames_checkpoints() || !model_states.is_dict()) return;
+  std::map<std::string, std::string> model_name;  // checkpoint name -> the model's
+  for (const auto& p : engine_.module().named_parameters())
+    model_name[engine_.checkpoint_name(p.key())] = p.key();
+  for (const auto& b : engine_.module().named_buffers())
+    model_name[engine_.checkpoint_name(b.key())] = b.key();
+  auto renamed = [&](const std::string& name) {
+    auto it = model_name.find(name);
+    return it == model_name.end() ? name : it->second;
+  };
+  auto rename_keys = [&](Value& dict) {
+    if (!dict.is_dict()) return;
+    Value out = dict.is_ordered_dict() ? Value::ordered_dict() : Value::dict();
+    for (const auto& [key, value] : dict.as_dict().items())
+      out.set(key.is_str() ? ckpt::Key(renamed(key.as_str())) : key, value);
+    dict = std::move(out);
+  };
+  for (const char* key : {"module", "frozen_param_shapes", "frozen_param_fragments"}) {
+    if (Value* v = model_states.as_dict().find(key)) rename_keys(*v);
+  }
+  if (Value* groups = model_states.as_dict().find("param_shapes"); groups && groups->is_sequence()) {
+    for (Value& g : groups->items()) rename_keys(g);
+  }
+  if (Value* names = model_states.as_dict().find("buffer_names"); names && names->is_sequence()) {
+    for (Value& n : names->items())
+      if (n.is_string()) n = Value(renamed(n.as_string()));
+  }
+  if (Value* shared = model_states.as_dict().find("shared_params"); shared && shared->is_dict()) {
+    Value out = Value::dict();
+    for (const auto& [alias, owner] : shared->as_dict().items()) {
+      out.set(alias.is_str() ? ckpt::Key(renamed(alias.as_str())) : alias,
+              owner.is_string() ? Value(renamed(owner.as_string())) : owner);
+    }
+    *shared = std::move(out);
+  }
+}
+
 void EngineCheckpointer::restore_whole_tensors(const std::string& dir, const Value& model_states) {
   at::NoGradGuard no_grad;
   const ValueView module = ValueView(model_states, dir)["module"];
@@ -331,7 +369,8 @@ std::optional<LoadedCheckpoint> EngineCheckpointer::load(const std::string& load
   // as DeepSpeed's load_module_only; the optimizer and scheduler files are never read.
   const bool module_only = options.load_module_only || engine_.optimizer() == nullptr;
   const std::string model_file = ckpt::model_states_name_of(saved_stage, same ? rank : 0);
-  const Value ms = ckpt::load_pt(ckpt::join_path(dir, model_file), read_options);
+  Value ms = ckpt::load_pt(ckpt::join_path(dir, model_file), read_options);
+  to_model_names(ms);
   if (module_only || !options.load_optimizer_states) {
     load_module_weights(dir, *tag, ms, saved_stage, options.load_module_strict);
   } else {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "checkpoint/storage.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "hf/adapter.h"
@@ -28,7 +29,20 @@ void add_peft_options(cxxopts::Options& options) {
       "adapter_name_or_path",
       "a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to continue "
       "training from, on the base model --model_name_or_path",
-      cxxopts::value<std::string>());
+      cxxopts::value<std::string>())(
+      "merge_adapter",
+      "the final model in --output_dir merged (PEFT's merge_and_unload: a full model folder "
+      "from_pretrained loads), the adapter folder in --output_dir/adapter",
+      cxxopts::value<bool>()->implicit_value("true"));
+}
+
+void refuse_peft_options(const cxxopts::ParseResult& result, const std::string& model) {
+  for (const char* f : {"use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+                        "use_rslora", "lora_modules_to_save", "adapter_name_or_path",
+                        "merge_adapter"}) {
+    ZRT_CHECK_AS(UsageError, result.count(f) == 0, "--", f, " with --model ", model,
+                 ": LoRA adapters are built for the LLaMA family (--model llama) only");
+  }
 }
 
 std::vector<std::string> join_list_flag_values(const std::vector<std::string>& args) {
@@ -67,8 +81,9 @@ std::optional<lora::LoraConfig> peft_config(const cxxopts::ParseResult& result,
     return read_adapter_config(result["adapter_name_or_path"].as<std::string>());
   }
   if (!use_peft) {
+    if (result.count("merge_adapter")) lora_flags.push_back("--merge_adapter");
     ZRT_CHECK_AS(UsageError, lora_flags.empty(), lora_flags.empty() ? "" : lora_flags.front(),
-                 " has no effect without --use_peft");
+                 " has no effect without --use_peft or --adapter_name_or_path");
     return std::nullopt;
   }
   lora::LoraConfig c;
@@ -140,11 +155,13 @@ void save_model(Engine& engine, const cxxopts::ParseResult& result,
       so.extra_files_from = result[flag].as<std::string>();
     }
   }
+  const bool merged = peft && final_model && result.count("merge_adapter") &&
+                      result["merge_adapter"].as<bool>();
   if (peft) {  // PEFT's save_pretrained: the adapter alone, small enough to gather at any stage
     std::string base = so.extra_files_from;
     if (base.empty() && result.count("config_name")) base = result["config_name"].as<std::string>();
-    save_adapter(engine, output_dir, *peft, base);
-    return;
+    save_adapter(engine, merged ? ckpt::join_path(output_dir, "adapter") : output_dir, *peft, base);
+    if (!merged) return;
   }
   so.weights = final_model || engine.zero_stage() != 3 ||
                engine.config().zero.gather_16bit_weights_on_model_save;
@@ -161,7 +178,21 @@ void save_model(Engine& engine, const cxxopts::ParseResult& result,
   so.config = config->to_json();
   so.max_shard_size = result["max_shard_size"].as<int64_t>();
   so.extra_files = hf_tokenizer_and_generation_files();
-  save_pretrained(engine, output_dir, so);
+  if (merged) {
+    // An adapter folder's files left in output_dir by an earlier run would make from_pretrained
+    // take the merged folder for an adapter and apply it on top of its base.
+    for (const char* stale : {"adapter_config.json", "adapter_model.safetensors"}) {
+      const std::string path = ckpt::join_path(output_dir, stale);
+      std::error_code gone;
+      if (engine.comm().rank() == 0 && std::filesystem::remove(path, gone)) {
+        ZRT_LOG_WARN("removed ", path, " (an earlier run's adapter): ", output_dir,
+                     " now holds the merged model, the adapter is in ", output_dir, "/adapter");
+      }
+    }
+    save_merged(engine, output_dir, so);
+  } else {
+    save_pretrained(engine, output_dir, so);
+  }
 }
 
 }  // namespace zrt::tools

@@ -19,6 +19,8 @@
 namespace zrt::tools {
 
 void add_peft_options(cxxopts::Options& options);
+// UsageError naming the first LoRA flag given with a `model` other than the LLaMA family.
+void refuse_peft_options(const cxxopts::ParseResult& result, const std::string& model);
 // TRL's nargs="+" flags written as separate words ("--lora_target_modules q_proj v_proj") joined
 // into one comma-separated value, which cxxopts reads as a list.
 std::vector<std::string> join_list_flag_values(const std::vector<std::string>& args);
@@ -35,7 +37,8 @@ LossFn checked_adapter_loss(LossFn loss, std::shared_ptr<torch::nn::Module> mode
 
 // transformers' save_model(dir): config.json (a LLaMA-family model's), the weights and the source
 // folder's tokenizer and generation files; with adapters (`peft`), PEFT's adapter folder instead
-// of the weights and config.json. In a checkpoint-N under ZeRO-3 without
+// of the weights and config.json (with --merge_adapter, the final model merged and the adapter
+// folder in output_dir/adapter). In a checkpoint-N under ZeRO-3 without
 // stage3_gather_16bit_weights_on_model_save the weights are left to the engine checkpoint, as HF
 // does, and it says so; the final model in output_dir always gets them (`final_model`).
 void save_model(Engine& engine, const cxxopts::ParseResult& result,

@@ -23,7 +23,9 @@
 // text prompt and "text", the generated continuation, wherever the folder has a tokenizer;
 // --logits_out writes every prompt's logits from its first forward (fp32, "prompt.<i>":
 // (length, vocab); for checking: every rank receives all of them) as safetensors; --metrics_out
-// the timings and every rank's peak RSS as JSON.
+// the timings and every rank's peak RSS as JSON. --adapter_name_or_path serves the folder with a
+// PEFT LoRA adapter (hf/adapter.h) applied on the fly: the adapters sit in their layers' units,
+// partitioned and gathered with the frozen weights they adapt.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -44,7 +46,9 @@
 #include "models/generate.h"
 #include "models/llama.h"
 #include "runtime/initialize.h"
+#include "hf/adapter.h"
 #include "hf/pretrained.h"
+#include "peft/lora.h"
 #include "text/tokenizer.h"
 
 #include <sys/resource.h>
@@ -202,6 +206,10 @@ cxxopts::Options make_options() {
   cxxopts::Options options("zrt-generate", "Generate with a LLaMA model under ZeRO-3 inference.");
   options.add_options()("model_name_or_path", "Hugging Face model folder (config.json + weights)",
                         cxxopts::value<std::string>())(
+      "adapter_name_or_path",
+      "a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) trained on "
+      "--model_name_or_path, applied on the fly",
+      cxxopts::value<std::string>())(
       "attn_implementation",
       "sdpa (default: LibTorch's fused attention) or eager, as transformers' argument",
       cxxopts::value<std::string>())(
@@ -246,6 +254,8 @@ struct Args {
   Json deepspeed;
   uint64_t seed = 0;
   std::optional<std::string> output, logits_out, metrics_out;
+  std::optional<std::string> adapter_dir;  // --adapter_name_or_path
+  lora::LoraConfig adapter;                // its adapter_config.json
 };
 
 // The prompts' ids (and texts), and the folder's tokenizer where it has one.
@@ -302,6 +312,10 @@ std::optional<Args> parse_args(int argc, char** argv) {
   if (r.count("attn_implementation")) {
     models::set_attn_implementation(a.model, r["attn_implementation"].as<std::string>(),
                                     "--attn_implementation");
+  }
+  if (r.count("adapter_name_or_path")) {
+    a.adapter_dir = r["adapter_name_or_path"].as<std::string>();
+    a.adapter = read_adapter_config(*a.adapter_dir);
   }
   const Json& hf = a.model.extra;
   read_prompts(r, a);
@@ -386,6 +400,13 @@ int run(int argc, char** argv) {
   auto comm = comm::init_from_env(comm_options_for_config(args->deepspeed));
   const auto t0 = std::chrono::steady_clock::now();
   auto model = std::make_shared<LlamaForCausalLMImpl>(args->model, /*deferred=*/true);
+  if (args->adapter_dir) {
+    const lora::Applied applied = lora::apply(*model, args->adapter);
+    if (comm->rank() == 0) {
+      ZRT_LOG_INFO("LoRA adapter ", *args->adapter_dir, ": r ", args->adapter.r, " on ",
+                   applied.adapted.size(), " layers");
+    }
+  }
   log_memory("building the model");
   InitializeOptions io;
   io.comm = comm;
@@ -395,7 +416,11 @@ int run(int argc, char** argv) {
   log_memory("partitioning");
   PretrainedLoadOptions lo;
   if (args->model.tie_word_embeddings) lo.ignore = {"lm_head.weight"};  // a copy of the embedding
+  if (args->adapter_dir) {  // the base's tensors from the folder, the adapter's from its own
+    lo.only = [](const std::string& n) { return n.find(".lora_") == std::string::npos; };
+  }
   const PretrainedLoadReport loaded = load_pretrained(*engine, args->dir, lo);
+  if (args->adapter_dir) load_adapter(*engine, *args->adapter_dir);
   log_memory("loading");
   engine->eval();
   const int64_t resident = resident_parameter_elements(*model);

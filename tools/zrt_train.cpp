@@ -296,6 +296,7 @@ ExampleModel build_gpt(const cxxopts::ParseResult& result, double smoothing) {
 ExampleModel build_model(const cxxopts::ParseResult& result, const Json& ds_config,
                          comm::Comm& comm, double smoothing) {
   const std::string kind = model_kind(result);
+  if (kind != "llama") refuse_peft_options(result, kind);
   if (kind == "gpt") return build_gpt(result, smoothing);
   ExampleModel m;
   if (kind == "mlp") {
@@ -520,6 +521,9 @@ int run(int argc, char** argv) {
   const TrainerOptions topts = trainer_options(result, m, comm, ds_config);
   std::optional<ModelSetup>& llama = m.llama;
   Trainer trainer(m.model, targs, m.train, m.eval, m.loss_fn, topts);
+  if (llama && llama->peft) {  // checkpoints named as DeepSpeed's of a PeftModel: both resume
+    trainer.engine().set_checkpoint_names(lora::peft_model_names(*m.model));
+  }
   if (llama && llama->aux_scale) {
     *llama->aux_scale =
         hf_trainer_aux_scale(targs, comm->size(), trainer.engine().gradient_accumulation_steps());

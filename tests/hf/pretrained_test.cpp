@@ -348,7 +348,8 @@ TEST(Pretrained, SavedConfigSaysTheWeightsDtype) {
 }
 
 // PEFT adapter folders under ZeRO-3: save_adapter at 2 ranks writes PEFT's names and
-// adapter_config.json; load_adapter at 3 ranks brings the adapters back into a fresh model and
+// adapter_config.json, save_merged the base with W + 2 B A in the adapted layers (alpha / r = 2)
+// and leaves the model as it was; load_adapter at 3 ranks brings the adapters back into a fresh model and
 // touches nothing else; an adapter of another rank is refused naming the tensor.
 TEST(Pretrained, AdapterFoldersRoundTrip) {
   test::TempDir dir("zrt_adapter");
@@ -384,6 +385,38 @@ TEST(Pretrained, AdapterFoldersRoundTrip) {
     save_adapter(*engine, dir.path(), lc, "tiny");
     const auto mine = adapters(*engine, *model);
     if (comm.rank() == 0) saved = mine;
+    std::map<std::string, at::Tensor> before;  // the whole model, to see save_merged leave it be
+    {
+      GatheredParameters access(*engine);
+      for (const auto& p : model->named_parameters()) before[p.key()] = p.value().detach().clone();
+    }
+    save_merged(*engine, dir / "merged");
+    GatheredParameters access(*engine);
+    for (const auto& p : model->named_parameters()) {
+      EXPECT_TRUE(torch::equal(p.value(), before.at(p.key()))) << p.key();
+    }
+    if (comm.rank() != 0) return;
+    const auto merged = ckpt::load_safetensors(dir / "merged/model.safetensors").tensors;
+    size_t base = 0;
+    for (const auto& p : model->named_parameters()) {
+      if (p.key().find(".lora_") != std::string::npos) continue;
+      ++base;
+      const std::string layer = p.key().substr(0, p.key().rfind('.'));
+      const bool adapted = p.key() == layer + ".weight" && before.count(layer + ".lora_A.weight");
+      const at::Tensor want =
+          adapted ? p.value() + before.at(layer + ".lora_B.weight")
+                                        .matmul(before.at(layer + ".lora_A.weight")) * 2.0
+                  : p.value();
+      EXPECT_EQ(adapted, !want.equal(p.value())) << p.key();  // B is not zero: merging shows
+      bool found = false;
+      for (const auto& [name, t] : merged) {
+        if (name != p.key()) continue;
+        found = true;
+        EXPECT_TRUE(torch::allclose(t, want, 1e-6, 1e-6)) << name;
+      }
+      EXPECT_TRUE(found) << p.key();
+    }
+    EXPECT_EQ(merged.size(), base);  // the base's tensors, no adapter's
   });
   std::set<std::string> keys;
   for (const auto& [name, t] : ckpt::load_safetensors(dir / "adapter_model.safetensors").tensors)

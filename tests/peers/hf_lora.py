@@ -21,7 +21,13 @@ Checks, per run (plain, and with gradient checkpointing on both sides):
    zrt-train resumed from its own checkpoint-3 ends with an adapter bitwise equal to the run that
    went straight; zrt-train resumed from the Trainer's checkpoint-3 (DeepSpeed's files of a
    PeftModel, which the Trainer saves without its frozen parameters) ends within the adapter
-   tolerance of the Trainer's straight run, with the same losses for steps 4-6.
+   tolerance of the Trainer's straight run, with the same losses for steps 4-6; and the Trainer
+   resumed from zrt-train's checkpoint-3 (its files named as DeepSpeed names a PeftModel's) does
+   the same;
+ - (plain run) the resumed run ends with --merge_adapter: its output folder, read by
+   from_pretrained, holds the tensors of PEFT's merge_and_unload() of its adapter (saved in
+   output/adapter) and gives its logits; zrt-generate serves the base folder with that adapter on
+   2 ranks (ZeRO-3, every layer gathered and released) with PeftModel's logits.
 
     python tests/peers/hf_lora.py --bin build/bin [--keep DIR]
 """
@@ -59,9 +65,9 @@ def make_adapter(tmp):
     model.save_pretrained(os.path.join(tmp, "adapter0"))
 
 
-def trainer_worker(tmp):
+def trainer_worker(tmp, resume=None):
     """One rank of the PEFT + Trainer + DeepSpeed run (started by run_ranks); it saves
-    checkpoint-3 too."""
+    checkpoint-3 too. With `resume`, train(resume_from_checkpoint=resume) into hf_resumed."""
     import torch
     from peft import PeftModel
     from transformers import (AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments,
@@ -73,10 +79,11 @@ def trainer_worker(tmp):
     base = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa")
     model = PeftModel.from_pretrained(base, os.path.join(tmp, "adapter0"), is_trainable=True)
     args = TrainingArguments(
-        output_dir=os.path.join(tmp, "hf"), deepspeed=os.path.join(tmp, "ds.json"),
+        output_dir=os.path.join(tmp, "hf_resumed" if resume else "hf"),
+        deepspeed=os.path.join(tmp, "ds.json"),
         per_device_train_batch_size=run["micro"], max_steps=run["steps"], learning_rate=run["lr"],
         warmup_steps=2, weight_decay=0.0, max_grad_norm=1.0, seed=run["seed"], logging_steps=1,
-        save_strategy="steps", save_steps=3, report_to=[], use_cpu=True, disable_tqdm=True,
+        save_strategy="no" if resume else "steps", save_steps=3, report_to=[], use_cpu=True, disable_tqdm=True,
         gradient_checkpointing=run.get("checkpointing", False),
         gradient_checkpointing_kwargs={"use_reentrant": False})
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -92,10 +99,11 @@ def trainer_worker(tmp):
 
     trainer = Trainer(model=model, args=args, train_dataset=Blocks(),
                       data_collator=default_data_collator)
-    trainer.train()
-    trainer.save_model(os.path.join(tmp, "hf_adapter"))
+    trainer.train(resume_from_checkpoint=resume)
+    out = os.path.join(tmp, "hf_resumed_adapter" if resume else "hf_adapter")
+    trainer.save_model(out)
     if int(os.environ["RANK"]) == 0:
-        with open(os.path.join(tmp, "hf_adapter", "hf_result.json"), "w") as f:
+        with open(os.path.join(out, "hf_result.json"), "w") as f:
             json.dump({"log": trainer.state.log_history}, f)
 
 
@@ -115,15 +123,61 @@ def adapters_close(a_dir, b_dir):
     return sorted(a) == sorted(b), worst
 
 
-def peft_logits(tmp, adapter):
-    import torch
+PROMPT = [5, 17, 42, 9, 101, 77, 3, 250, 11, 64]
+
+
+def peft_model(tmp, adapter):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
     base = AutoModelForCausalLM.from_pretrained(os.path.join(tmp, "model"))
-    model = PeftModel.from_pretrained(base, adapter).eval()
-    ids = torch.tensor([[5, 17, 42, 9, 101, 77, 3, 250, 11, 64]])
+    return PeftModel.from_pretrained(base, adapter).eval()
+
+
+def logits_of(model):
+    import torch
     with torch.no_grad():
-        return model(ids).logits
+        return model(torch.tensor([PROMPT])).logits
+
+
+def peft_logits(tmp, adapter):
+    return logits_of(peft_model(tmp, adapter))
+
+
+def check_merged_and_served(bindir, tmp, out):
+    """--merge_adapter's folder against PEFT's merge_and_unload, and zrt-generate with the
+    adapter against PeftModel."""
+    import subprocess
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+    adapter = os.path.join(out, "adapter")
+    peft = peft_model(tmp, adapter)
+    want_logits = logits_of(peft)
+    merged = peft.merge_and_unload().state_dict()
+    loaded = AutoModelForCausalLM.from_pretrained(out).eval()
+    mine = loaded.state_dict()
+    same_names = sorted(mine) == sorted(merged)
+    worst = max((mine[k] - merged[k]).abs().max().item() for k in merged if k in mine)
+    merged_logits = (logits_of(loaded) - want_logits).abs().max().item()
+    gen = os.path.join(tmp, "generate")
+    os.makedirs(gen, exist_ok=True)
+    cmd = [os.path.join(bindir, "zrt-launch"), "--np", "2", "--timeout", "300", "--",
+           os.path.join(bindir, "zrt-generate"), "--model_name_or_path", os.path.join(tmp, "model"),
+           "--adapter_name_or_path", adapter, "--prompt_ids", ",".join(map(str, PROMPT)),
+           "--max_new_tokens", "1", "--persistence_threshold", "64",
+           "--output", os.path.join(gen, "ids.jsonl"),
+           "--logits_out", os.path.join(gen, "logits.safetensors")]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+    if run.returncode != 0:
+        print(run.stdout + run.stderr)
+        raise SystemExit(f"zrt-generate failed ({run.returncode}): {' '.join(cmd)}")
+    served = load_file(os.path.join(gen, "logits.safetensors"))["prompt.0"]
+    served_diff = (served - want_logits[0]).abs().max().item()
+    print(f"--merge_adapter: {'same tensor names' if same_names else 'DIFFERENT NAMES'} as PEFT's "
+          f"merge_and_unload, within {worst:.2e}; from_pretrained logits within "
+          f"{merged_logits:.2e} of PeftModel's; zrt-generate with the adapter on 2 ranks within "
+          f"{served_diff:.2e} (tolerance {hf_clm.LOGITS_ATOL:g})")
+    return same_names and worst <= 1e-6 and merged_logits <= hf_clm.LOGITS_ATOL and \
+        served_diff <= hf_clm.LOGITS_ATOL
 
 
 def check(tmp, run, zrt_out):
@@ -161,13 +215,26 @@ def check_resume(bindir, tmp, run, straight):
     argv[at + 1], argv[argv.index("--save_steps") + 1] = "steps", "3"
     cc.run_zrt(bindir, run["world"], argv)
     cc.run_zrt(bindir, run["world"], argv + ["--resume_from_checkpoint",
-                                            os.path.join(out, "checkpoint-3")])
-    a = load_file(os.path.join(out, "adapter_model.safetensors"))
+                                            os.path.join(out, "checkpoint-3"), "--merge_adapter"])
+    a = load_file(os.path.join(out, "adapter", "adapter_model.safetensors"))
     b = load_file(os.path.join(straight, "adapter_model.safetensors"))
     same = sorted(a) == sorted(b) and all((a[k] == b[k]).all().item() for k in a)
     print(f"zrt-train from its checkpoint-3: final adapter {'bitwise equal' if same else 'DIFFERENT'}"
           " to the straight run's")
-    ok &= same
+    ok &= same and check_merged_and_served(bindir, tmp, out)
+    # The Trainer (DeepSpeed's engine around the PeftModel) from zrt-train's checkpoint-3.
+    if run_ranks([os.path.abspath(__file__), "--worker", tmp, "--resume",
+                  os.path.join(out, "checkpoint-3")], run["world"], 600, "hf_lora_resume"):
+        return False
+    resumed = losses_of(os.path.join(tmp, "hf_resumed_adapter", "hf_result.json"), "log")
+    want = losses_of(os.path.join(tmp, "hf_adapter", "hf_result.json"), "log")
+    same_names, diff = adapters_close(os.path.join(tmp, "hf_resumed_adapter"),
+                                      os.path.join(tmp, "hf_adapter"))
+    steps = sorted(s for s in resumed if s > 3)
+    worst = max(abs(resumed[s] - want[s]) / abs(want[s]) for s in steps) if steps else float("inf")
+    print(f"the Trainer from zrt-train's checkpoint-3: steps {steps}, losses within {worst:.2e} of "
+          f"its straight run; final adapter within {diff:.2e}")
+    ok &= same_names and steps == [4, 5, 6] and worst <= hf_clm.LOSS_RTOL and diff <= ADAPTER_ATOL
     # zrt-train from the Trainer's checkpoint-3.
     ds_out = os.path.join(tmp, "zrt_from_hf")
     argv = zrt_argv(tmp, run, ds_out) + ["--resume_from_checkpoint",
@@ -194,9 +261,10 @@ def main():
     parser.add_argument("--bin", help="ZeroRT's build/bin")
     parser.add_argument("--keep", help="keep the model, data and outputs in this folder")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--resume", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return trainer_worker(args.worker)
+        return trainer_worker(args.worker, args.resume)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     ok = True
     for run in (RUN, CHECKPOINTING_RUN):

@@ -201,6 +201,17 @@ TEST(Lora, PeftNamesAndConfig) {
   EXPECT_EQ(param_name_of("base_model.model.model.layers.0.mlp.up_proj.lora_A.default.weight"),
             "model.layers.0.mlp.up_proj.lora_A.weight");
   EXPECT_EQ(param_name_of("model.norm.weight"), "");
+  // The names of PeftModel's parameters (DeepSpeed's checkpoints of a PEFT model).
+  auto m = llama();
+  zrt::lora::apply(*m, lora({"q_proj"}));
+  const auto wrapped = peft_model_names(*m);
+  EXPECT_EQ(wrapped("model.layers.1.self_attn.q_proj.weight"),
+            "base_model.model.model.layers.1.self_attn.q_proj.base_layer.weight");
+  EXPECT_EQ(wrapped("model.layers.1.self_attn.q_proj.lora_B.weight"),
+            "base_model.model.model.layers.1.self_attn.q_proj.lora_B.default.weight");
+  EXPECT_EQ(wrapped("model.layers.1.self_attn.k_proj.weight"),
+            "base_model.model.model.layers.1.self_attn.k_proj.weight");
+  EXPECT_EQ(wrapped("lm_head.weight"), "base_model.model.lm_head.weight");
   const Json j = c.to_peft_json("/models/tiny");
   EXPECT_EQ(j.at("peft_type"), "LORA");
   EXPECT_EQ(j.at("target_modules"), Json::array({"q_proj", "v_proj"}));
