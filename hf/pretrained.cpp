@@ -387,6 +387,28 @@ std::vector<std::vector<size_t>> plan_shards(const std::vector<SaveItem>& items,
   return shards;
 }
 
+// A tensor whole on every rank: held, or gathered from the partitions (collective).
+at::Tensor whole_value(Engine& engine, const SaveItem& item) {
+  if (item.group < 0) return item.whole;
+  const at::Tensor mine =
+      engine.model_states().read_lp(static_cast<size_t>(item.group), item.offset, item.pn);
+  at::Tensor all = at::empty({item.pn * engine.comm().size()}, mine.options());
+  engine.comm().all_gather(all, mine);
+  return all.narrow(0, 0, ckpt::shape_numel(item.shape)).view(item.shape);
+}
+
+// whole_value by the model's name (SavePretrainedOptions::transform's `whole_of`).
+std::function<at::Tensor(const std::string&)> whole_by_name(Engine& engine,
+                                                           const std::vector<SaveItem>& items) {
+  std::map<std::string, size_t> item_of;
+  for (size_t i = 0; i < items.size(); ++i) item_of[items[i].param] = i;
+  return [&engine, &items, item_of](const std::string& name) {
+    auto it = item_of.find(name);
+    ZRT_CHECK(it != item_of.end(), "save_pretrained: the model has no tensor '", name, "'");
+    return whole_value(engine, items[it->second]);
+  };
+}
+
 constexpr int64_t kUnlimited = std::numeric_limits<int64_t>::max();
 
 std::string shard_name(size_t i, const std::vector<std::vector<size_t>>& shards) {
@@ -426,22 +448,7 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
   comm::Comm& comm = engine.comm();
   const bool writer = comm.rank() == 0;
   const std::vector<SaveItem> items = save_items(engine, options.rename);
-  std::map<std::string, size_t> item_of;  // model name -> item, for options.transform
-  for (size_t i = 0; i < items.size(); ++i) item_of[items[i].param] = i;
-  // A tensor whole on every rank: held, or gathered from the partitions (collective).
-  auto whole = [&](const SaveItem& item) {
-    if (item.group < 0) return item.whole;
-    const at::Tensor mine =
-        engine.model_states().read_lp(static_cast<size_t>(item.group), item.offset, item.pn);
-    at::Tensor all = at::empty({item.pn * comm.size()}, mine.options());
-    comm.all_gather(all, mine);
-    return all.narrow(0, 0, ckpt::shape_numel(item.shape)).view(item.shape);
-  };
-  const std::function<at::Tensor(const std::string&)> whole_of = [&](const std::string& name) {
-    auto it = item_of.find(name);
-    ZRT_CHECK(it != item_of.end(), "save_pretrained: the model has no tensor '", name, "'");
-    return whole(items[it->second]);
-  };
+  const std::function<at::Tensor(const std::string&)> whole_of = whole_by_name(engine, items);
   const bool one_file = !options.weights_name.empty();  // never sharded
   auto shards = plan_shards(items, one_file ? kUnlimited : options.max_shard_size);
   if (!options.weights) shards.clear();
@@ -461,7 +468,7 @@ void save_pretrained(Engine& engine, const std::string& dir, const SavePretraine
     ckpt::NamedTensors tensors;
     for (size_t i : shards[s]) {
       const SaveItem& item = items[i];
-      at::Tensor value = whole(item);  // every rank takes part; rank 0 keeps it
+      at::Tensor value = whole_value(engine, item);  // every rank takes part; rank 0 keeps it
       if (options.transform) value = options.transform(item.param, value, whole_of);
       if (writer) tensors.emplace_back(item.name, value.cpu().contiguous());
       weight_map[item.name] = file(s);

@@ -491,7 +491,9 @@ void evaluate_and_save(Trainer& trainer, const ExampleModel& m, int rank) {
   if (rank == 0) std::printf("eval loss %.6f perplexity %.4f\n", eval_loss, perplexity);
 }
 
-int run(int argc, char** argv) {
+// The command line parsed (HF's "--flag true" and TRL's list flags joined first); nullopt after
+// printing --help.
+std::optional<cxxopts::ParseResult> parse_command_line(int argc, char** argv) {
   cxxopts::Options options = train_options();
   std::vector<std::string> args(argv + 1, argv + argc);
   std::vector<std::string> joined = config::join_bool_flag_values(join_list_flag_values(args));
@@ -505,10 +507,17 @@ int run(int argc, char** argv) {
   }
   if (result.count("help")) {
     std::printf("%s", options.help().c_str());
-    return 0;
+    return std::nullopt;
   }
   ZRT_CHECK_AS(UsageError, result.unmatched().empty(), "unexpected argument '",
                result.unmatched().empty() ? "" : result.unmatched().front(), "'");
+  return result;
+}
+
+int run(int argc, char** argv) {
+  const std::optional<cxxopts::ParseResult> parsed = parse_command_line(argc, argv);
+  if (!parsed) return 0;
+  const cxxopts::ParseResult& result = *parsed;
   config::TrainingArguments targs = config::parse_training_arguments(result);
   // Loaded once: the communicator's "zrt" options from it here, the rest by the Trainer.
   const Json ds_config = targs.deepspeed ? config::load_config_source(*targs.deepspeed)

@@ -1,28 +1,35 @@
 #!/usr/bin/env python3
-"""A LoRA fine-tune of a LLaMA shape on 2 ranks under ZeRO-3, bf16: ZeroRT next to PEFT +
+"""A LoRA fine-tune of a LLaMA shape on 2 ranks under ZeRO-3: ZeroRT next to PEFT +
 transformers' Trainer + DeepSpeed, and next to ZeroRT's full fine-tune (issue 50 section 4).
 
-    bench/peers/lora.py [--bin build/bin] [--layers 22] [--steps 2] [--reps 7]
-                        [--sides zerort_lora,hf_lora] [--jsonl FILE]
+    bench/peers/lora.py [--bin build/bin] [--layers 22] [--dtype fp32] [--lean] [--steps 2]
+                        [--reps 7] [--sides zerort_lora,hf_lora] [--jsonl FILE]
 
 The model folder is a LlamaForCausalLM made by transformers from the ~1.1B LLaMA shape (hidden
 2048, intermediate 5632, 32 heads, 4 key-value heads, vocabulary 32000; --layers decoder layers,
-22 for the 1.1B model), saved in bf16; the data and tokenizer are tests/peers/hf_clm.py's run 1
-(the tokenizer's ids use the first few hundred rows of the embedding). Both sides train TRL's
-default adapters (r 16, alpha 32, dropout 0.05 on q_proj and v_proj) with AdamW, block --block,
-micro-batch 1, --steps steps, bf16 (DeepSpeed's "bf16": auto), ZeRO-3 with the HF Trainer's
-"auto" buckets and thresholds, no activation checkpointing, one intra-op thread per rank, sdpa.
-  * zerort_lora: zrt-train --use_peft --bf16 (the base partitioned as it loads);
+22 for the 1.1B model), saved in --dtype (fp32 or bf16); the data and tokenizer are
+tests/peers/hf_clm.py's run 1 (the tokenizer's ids use the first few hundred rows of the
+embedding). Both sides train TRL's default adapters (r 16, alpha 32, dropout 0.05 on q_proj and
+v_proj) with AdamW, block --block, micro-batch 1, --steps steps, in --dtype (bf16: DeepSpeed's
+"bf16": auto and --bf16), ZeRO-3 with the HF Trainer's "auto" buckets and thresholds and
+DeepSpeed's defaults for the rest (stage3_max_live_parameters and stage3_max_reuse_distance 1e9:
+a parameter used again within 1e9 elements stays gathered, so the layers gathered in the forward
+wait for the backward; --lean sets them to 1e8 and 0, each layer released after its use), no
+activation checkpointing, one intra-op thread per rank, sdpa.
+  * zerort_lora: zrt-train --use_peft (the base partitioned as it loads);
   * hf_lora: TrainingArguments first (so from_pretrained builds the model under zero.Init, each
     rank holding its partition, as transformers' DeepSpeed guide says), then get_peft_model and
     Trainer.train();
-  * zerort_full: zrt-train --bf16 without adapters (every parameter trained: fp32 masters and
-    Adam states for all of them).
+  * zerort_full: zrt-train without adapters (every parameter trained: Adam states, and in bf16
+    fp32 masters, for all of them).
 Per side, median [min, max] over --reps rotated rounds:
   * step: the Trainer's train_runtime / steps;
   * peak RSS: the largest ru_maxrss of the side's processes (getrusage RUSAGE_CHILDREN of a
     wrapper process that runs only that side: the kernel's number, every rank and launcher).
-The limit a rank cannot go under is its share of the frozen base: bf16 bytes of the parameters / 2.
+The limit a rank cannot go under is its share of the frozen base: the parameters' bytes / 2.
+On a CPU without AVX512-BF16, LibTorch's bf16 matmul of a row-major right operand (the input
+gradient g @ W of every Linear) runs at a few hundred MFLOP/s, so a bf16 step of the 1.1B shape
+takes minutes on either side; --dtype fp32 measures the same job at fp32 speed.
 """
 import argparse
 import json
@@ -52,8 +59,8 @@ DS_CONFIG = dict(hf_clm.DS_CONFIG, bf16={"enabled": AUTO}, zero_optimization={
     "stage3_param_persistence_threshold": AUTO})
 
 
-def make_inputs(tmp, run, layers):
-    """hf_clm's data and tokenizer, and the bf16 LLaMA folder of the bench's shape."""
+def make_inputs(tmp, run, layers, dtype, lean=False):
+    """hf_clm's data and tokenizer, and the LLaMA folder of the bench's shape in `dtype`."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     hf_clm.make_inputs(tmp, run)
@@ -63,14 +70,18 @@ def make_inputs(tmp, run, layers):
     torch.manual_seed(3)
     config = LlamaConfig(**SHAPE, num_hidden_layers=layers, tie_word_embeddings=False,
                          bos_token_id=small["bos_token_id"], eos_token_id=small["eos_token_id"])
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = LlamaForCausalLM(config).to(torch.bfloat16 if dtype == "bf16" else torch.float32)
     params = sum(p.numel() for p in model.parameters())
     for name in os.listdir(folder):
         if name.startswith("model") and name.endswith((".safetensors", ".json")):
             os.remove(os.path.join(folder, name))
     model.save_pretrained(folder)
+    config = json.loads(json.dumps(DS_CONFIG))
+    if lean:
+        config["zero_optimization"].update(stage3_max_live_parameters=int(1e8),
+                                           stage3_max_reuse_distance=0)
     with open(os.path.join(tmp, "ds.json"), "w") as f:
-        json.dump(DS_CONFIG, f)
+        json.dump(config, f)
     return params
 
 
@@ -86,26 +97,21 @@ def hf_worker(tmp):
         run = json.load(f)
     deepspeed.init_distributed(dist_backend="gloo")
     args = TrainingArguments(
-        output_dir=os.path.join(tmp, "hf"), deepspeed=os.path.join(tmp, "ds.json"), bf16=True,
+        output_dir=os.path.join(tmp, "hf"), deepspeed=os.path.join(tmp, "ds.json"),
+        bf16=run["dtype"] == "bf16",
         per_device_train_batch_size=1, max_steps=run["steps"], learning_rate=run["lr"],
         warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, seed=run["seed"], logging_steps=1,
         save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True)
     folder = os.path.join(tmp, "model")
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16,
-                                                 attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.bfloat16 if run["dtype"] == "bf16" else torch.float32,
+        attn_implementation="sdpa")
     model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **LORA))
     tokenizer = AutoTokenizer.from_pretrained(folder)
     train_docs, _ = hf_clm.run_clm_documents(tmp, run)
     train = hf_clm.run_clm_blocks(tokenizer, train_docs, run["block"])
 
-    class Blocks(torch.utils.data.Dataset):
-        def __len__(self):
-            return len(train)
-
-        def __getitem__(self, i):
-            return {"input_ids": train[i], "labels": list(train[i])}
-
-    trainer = Trainer(model=model, args=args, train_dataset=Blocks(),
+    trainer = Trainer(model=model, args=args, train_dataset=hf_clm.labelled_blocks(train),
                       data_collator=default_data_collator)
     metrics = trainer.train().metrics
     if torch.distributed.get_rank() == 0:
@@ -124,7 +130,7 @@ def side_once(args):
         argv = hf_clm.zrt_argv(args.tmp, run, out)
         argv.remove("--do_eval")
         argv[argv.index("--warmup_steps") + 1] = "0"
-        argv += ["--bf16"] + (
+        argv += (["--bf16"] if run["dtype"] == "bf16" else []) + (
             ["--use_peft"] if args.side == "zerort_lora" else [])
         cmd = [os.path.join(args.bin, "zrt-launch"), "--np", "2", "--timeout", "3000", "--",
                os.path.join(args.bin, "zrt-train")] + argv
@@ -159,6 +165,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--layers", type=int, default=22)
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--lean", action="store_true",
+                    help="stage3_max_live_parameters 1e8, stage3_max_reuse_distance 0")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--block", type=int, default=64)
@@ -178,17 +187,17 @@ def main():
     if unknown:
         raise SystemExit(f"--sides: unknown {sorted(unknown)}")
     run = dict(hf_clm.RUN, steps=args.steps, block=args.block, micro=1, lr=1e-4, attn="sdpa",
-               save_steps=None, docs=2000)
+               save_steps=None, docs=2000, dtype=args.dtype, lean=args.lean)
     out = Jsonl(args.jsonl)
     tmp = tempfile.mkdtemp(prefix="zrt_bench_lora_")
     try:
-        params = make_inputs(tmp, run, args.layers)
+        params = make_inputs(tmp, run, args.layers, args.dtype, args.lean)
         with open(os.path.join(tmp, "run.json"), "w") as f:
             json.dump(run, f)
-        limit = 2 * params / 2 / 2**20  # bf16 bytes of the frozen base per rank, 2 ranks
+        limit = (2 if args.dtype == "bf16" else 4) * params / 2 / 2**20  # per rank, 2 ranks
         out({"meta": machine_meta(run=run, parameters=params, layers=args.layers)})
-        print(f"LLaMA shape, {args.layers} layers: {params} parameters; the frozen base's share "
-              f"per rank: {limit:.0f} MiB", flush=True)
+        print(f"LLaMA shape, {args.layers} layers, {args.dtype}: {params} parameters; the frozen "
+              f"base's share per rank: {limit:.0f} MiB", flush=True)
         rows = {s: [] for s in sides}
         for rep, _, side in rotations(sides, args.reps):
             r = run_side(args, tmp, side)

@@ -347,76 +347,60 @@ TEST(Pretrained, SavedConfigSaysTheWeightsDtype) {
   }
 }
 
-// PEFT adapter folders under ZeRO-3: save_adapter at 2 ranks writes PEFT's names and
-// adapter_config.json, save_merged the base with W + 2 B A in the adapted layers (alpha / r = 2)
-// and leaves the model as it was; load_adapter at 3 ranks brings the adapters back into a fresh model and
-// touches nothing else; an adapter of another rank is refused naming the tensor.
-TEST(Pretrained, AdapterFoldersRoundTrip) {
-  test::TempDir dir("zrt_adapter");
+lora::LoraConfig tiny_lora() {
   lora::LoraConfig lc;
   lc.r = 4;
   lc.lora_alpha = 8;
   lc.target_modules = {"fc"};
-  auto make = [](comm::Comm& comm, const lora::LoraConfig& c) {
-    auto model = std::make_shared<test::TinyStackImpl>(false);
-    zrt::lora::apply(*model, c);  // rank 0's draw wins: the engine broadcasts the model
-    InitializeOptions io;
-    io.comm = std::shared_ptr<comm::Comm>(&comm, [](comm::Comm*) {});
-    return std::make_pair(model, initialize(model, test::config_for(Case{3}), io));
-  };
+  return lc;
+}
+
+// A TinyStack with adapters under a ZeRO-3 engine of `comm`.
+std::pair<std::shared_ptr<test::TinyStackImpl>, std::shared_ptr<Engine>> adapted_stack(
+    comm::Comm& comm, const lora::LoraConfig& c) {
+  auto model = std::make_shared<test::TinyStackImpl>(false);
+  zrt::lora::apply(*model, c);  // rank 0's draw wins: the engine broadcasts the model
+  InitializeOptions io;
+  io.comm = std::shared_ptr<comm::Comm>(&comm, [](comm::Comm*) {});
+  return std::make_pair(model, initialize(model, test::config_for(Case{3}), io));
+}
+
+// The named parameters of `model` whose names contain `part`, gathered and copied.
+std::map<std::string, at::Tensor> params_with(Engine& engine, torch::nn::Module& model,
+                                              const std::string& part) {
+  GatheredParameters access(engine);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& p : model.named_parameters())
+    if (p.key().find(part) != std::string::npos) out[p.key()] = p.value().detach().clone();
+  return out;
+}
+
+// Sets the adapters' B non-zero (rank 0's values, written through a modifier gather).
+void draw_lora_b(Engine& engine, torch::nn::Module& model) {
+  GatheredParameters access(engine, /*modifier_rank=*/0);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.named_parameters())
+    if (p.key().find(".lora_B.") != std::string::npos) p.value().normal_(0, 0.5);
+}
+
+// PEFT adapter folders under ZeRO-3: save_adapter at 2 ranks writes PEFT's names and
+// adapter_config.json; load_adapter at 3 ranks brings the adapters back into a fresh model and
+// touches nothing else; an adapter of another rank is refused naming the tensor.
+TEST(Pretrained, AdapterFoldersRoundTrip) {
+  test::TempDir dir("zrt_adapter");
+  const lora::LoraConfig lc = tiny_lora();
   auto adapters = [](Engine& engine, torch::nn::Module& model) {
-    GatheredParameters access(engine);
-    std::map<std::string, at::Tensor> out;
-    for (const auto& p : model.named_parameters())
-      if (p.key().find(".lora_") != std::string::npos) out[p.key()] = p.value().detach().clone();
-    return out;
+    return params_with(engine, model, ".lora_");
   };
   std::map<std::string, at::Tensor> saved;
   comm::run_local_world(2, [&](comm::Comm& comm) {
-    auto made = make(comm, lc);  // no structured binding: lambdas capture it (C++17)
+    auto made = adapted_stack(comm, lc);  // no structured binding: lambdas capture it (C++17)
     auto& model = made.first;
     auto& engine = made.second;
-    {
-      GatheredParameters access(*engine, /*modifier_rank=*/0);
-      torch::NoGradGuard no_grad;
-      for (auto& p : model->named_parameters())
-        if (p.key().find(".lora_B.") != std::string::npos) p.value().normal_(0, 0.5);
-    }
+    draw_lora_b(*engine, *model);
     save_adapter(*engine, dir.path(), lc, "tiny");
     const auto mine = adapters(*engine, *model);
     if (comm.rank() == 0) saved = mine;
-    std::map<std::string, at::Tensor> before;  // the whole model, to see save_merged leave it be
-    {
-      GatheredParameters access(*engine);
-      for (const auto& p : model->named_parameters()) before[p.key()] = p.value().detach().clone();
-    }
-    save_merged(*engine, dir / "merged");
-    GatheredParameters access(*engine);
-    for (const auto& p : model->named_parameters()) {
-      EXPECT_TRUE(torch::equal(p.value(), before.at(p.key()))) << p.key();
-    }
-    if (comm.rank() != 0) return;
-    const auto merged = ckpt::load_safetensors(dir / "merged/model.safetensors").tensors;
-    size_t base = 0;
-    for (const auto& p : model->named_parameters()) {
-      if (p.key().find(".lora_") != std::string::npos) continue;
-      ++base;
-      const std::string layer = p.key().substr(0, p.key().rfind('.'));
-      const bool adapted = p.key() == layer + ".weight" && before.count(layer + ".lora_A.weight");
-      const at::Tensor want =
-          adapted ? p.value() + before.at(layer + ".lora_B.weight")
-                                        .matmul(before.at(layer + ".lora_A.weight")) * 2.0
-                  : p.value();
-      EXPECT_EQ(adapted, !want.equal(p.value())) << p.key();  // B is not zero: merging shows
-      bool found = false;
-      for (const auto& [name, t] : merged) {
-        if (name != p.key()) continue;
-        found = true;
-        EXPECT_TRUE(torch::allclose(t, want, 1e-6, 1e-6)) << name;
-      }
-      EXPECT_TRUE(found) << p.key();
-    }
-    EXPECT_EQ(merged.size(), base);  // the base's tensors, no adapter's
   });
   std::set<std::string> keys;
   for (const auto& [name, t] : ckpt::load_safetensors(dir / "adapter_model.safetensors").tensors)
@@ -427,7 +411,7 @@ TEST(Pretrained, AdapterFoldersRoundTrip) {
   const lora::LoraConfig read = read_adapter_config(dir.path());
   EXPECT_EQ(read.r, 4);
   comm::run_local_world(3, [&](comm::Comm& comm) {
-    auto made = make(comm, read);  // no structured binding: lambdas capture it (C++17)
+    auto made = adapted_stack(comm, read);  // no structured binding: lambdas capture it (C++17)
     auto& model = made.first;
     auto& engine = made.second;
     test::TinyStackImpl fresh(false);
@@ -443,12 +427,51 @@ TEST(Pretrained, AdapterFoldersRoundTrip) {
   lora::LoraConfig other = lc;
   other.r = 2;
   comm::run_local_world(2, [&](comm::Comm& comm) {
-    auto made = make(comm, other);  // no structured binding: lambdas capture it (C++17)
+    auto made = adapted_stack(comm, other);  // no structured binding: lambdas capture it (C++17)
     auto& model = made.first;
     auto& engine = made.second;
     expect_contains(test::error_of<CheckpointError>([&] { load_adapter(*engine, dir.path()); }),
                     "'base_model.model.h0.fc.lora_A.weight' is [4, 7] in the weights but [2, 7] "
                     "in the model");
+  });
+}
+
+// save_merged at 2 ranks under ZeRO-3: the base with W + 2 B A in the adapted layers (alpha / r =
+// 2), no adapter tensors, and the running model left as it was.
+TEST(Pretrained, MergedFolderHoldsTheMergedWeights) {
+  test::TempDir dir("zrt_merged");
+  comm::run_local_world(2, [&](comm::Comm& comm) {
+    auto made = adapted_stack(comm, tiny_lora());  // no structured binding (C++17 lambdas)
+    auto& model = made.first;
+    auto& engine = made.second;
+    draw_lora_b(*engine, *model);
+    const auto before = params_with(*engine, *model, "");  // to see save_merged leave it be
+    save_merged(*engine, dir / "merged");
+    for (const auto& [name, t] : params_with(*engine, *model, "")) {
+      EXPECT_TRUE(torch::equal(t, before.at(name))) << name;
+    }
+    if (comm.rank() != 0) return;
+    const auto merged = ckpt::load_safetensors(dir / "merged/model.safetensors").tensors;
+    size_t base = 0;
+    for (const auto& [name, value] : before) {
+      if (name.find(".lora_") != std::string::npos) continue;
+      ++base;
+      const std::string layer = name.substr(0, name.rfind('.'));
+      const bool adapted = name == layer + ".weight" && before.count(layer + ".lora_A.weight");
+      const at::Tensor want =
+          adapted ? value + before.at(layer + ".lora_B.weight")
+                                .matmul(before.at(layer + ".lora_A.weight")) * 2.0
+                  : value;
+      EXPECT_EQ(adapted, !want.equal(value)) << name;  // B is not zero: merging shows
+      bool found = false;
+      for (const auto& saved : merged) {
+        if (saved.first != name) continue;
+        found = true;
+        EXPECT_TRUE(torch::allclose(saved.second, want, 1e-6, 1e-6)) << name;
+      }
+      EXPECT_TRUE(found) << name;
+    }
+    EXPECT_EQ(merged.size(), base);  // the base's tensors, no adapter's
   });
 }
 

@@ -203,6 +203,20 @@ def run_clm_blocks(tokenizer, docs, block):
     return blocks
 
 
+def labelled_blocks(blocks):
+    """run_clm's blocks as the Trainer's dataset: input_ids, and the same ids as labels."""
+    import torch
+
+    class Blocks(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(blocks)
+
+        def __getitem__(self, i):
+            return {"input_ids": blocks[i], "labels": list(blocks[i])}
+
+    return Blocks()
+
+
 def digest(blocks):
     sha = hashlib.sha1()
     for b in blocks:
@@ -242,18 +256,8 @@ def trainer_worker(tmp):
     train = run_clm_blocks(tokenizer, train_docs, block)
     val = run_clm_blocks(tokenizer, val_docs, block)
 
-    class Blocks(torch.utils.data.Dataset):
-        def __init__(self, blocks):
-            self.blocks = blocks
-
-        def __len__(self):
-            return len(self.blocks)
-
-        def __getitem__(self, i):
-            return {"input_ids": self.blocks[i], "labels": list(self.blocks[i])}
-
-    trainer = Trainer(model=model, args=args, train_dataset=Blocks(train),
-                      eval_dataset=Blocks(val), data_collator=default_data_collator)
+    trainer = Trainer(model=model, args=args, train_dataset=labelled_blocks(train),
+                      eval_dataset=labelled_blocks(val), data_collator=default_data_collator)
     train_metrics = trainer.train().metrics
     trainer.save_model(os.path.join(tmp, "hf_model"))
     metrics = trainer.evaluate()

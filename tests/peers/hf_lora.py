@@ -83,21 +83,15 @@ def trainer_worker(tmp, resume=None):
         deepspeed=os.path.join(tmp, "ds.json"),
         per_device_train_batch_size=run["micro"], max_steps=run["steps"], learning_rate=run["lr"],
         warmup_steps=2, weight_decay=0.0, max_grad_norm=1.0, seed=run["seed"], logging_steps=1,
-        save_strategy="no" if resume else "steps", save_steps=3, report_to=[], use_cpu=True, disable_tqdm=True,
+        save_strategy="no" if resume else "steps", save_steps=3, report_to=[], use_cpu=True,
+        disable_tqdm=True,
         gradient_checkpointing=run.get("checkpointing", False),
         gradient_checkpointing_kwargs={"use_reentrant": False})
     tokenizer = AutoTokenizer.from_pretrained(folder)
     train_docs, _ = hf_clm.run_clm_documents(tmp, run)
     train = hf_clm.run_clm_blocks(tokenizer, train_docs, run["block"])
 
-    class Blocks(torch.utils.data.Dataset):
-        def __len__(self):
-            return len(train)
-
-        def __getitem__(self, i):
-            return {"input_ids": train[i], "labels": list(train[i])}
-
-    trainer = Trainer(model=model, args=args, train_dataset=Blocks(),
+    trainer = Trainer(model=model, args=args, train_dataset=hf_clm.labelled_blocks(train),
                       data_collator=default_data_collator)
     trainer.train(resume_from_checkpoint=resume)
     out = os.path.join(tmp, "hf_resumed_adapter" if resume else "hf_adapter")
