@@ -31,8 +31,9 @@ void add_peft_options(cxxopts::Options& options) {
       "training from, on the base model --model_name_or_path",
       cxxopts::value<std::string>())(
       "merge_adapter",
-      "the final model in --output_dir merged (PEFT's merge_and_unload: a full model folder "
-      "from_pretrained loads), the adapter folder in --output_dir/adapter",
+      "after training, the final model in --output_dir merged (PEFT's merge_and_unload: a full "
+      "model folder from_pretrained loads), the adapter folder in --output_dir/adapter; no "
+      "effect without training",
       cxxopts::value<bool>()->implicit_value("true"));
 }
 
