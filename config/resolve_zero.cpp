@@ -126,12 +126,6 @@ void read_zeropp(SectionReader& r, int stage, zero::ZeroPPOptions& z) {
                       ", zero_quantized_*: ZeRO++ works on ZeRO stage 3; no effect at stage ",
                       stage));
   }
-  if (stage == 3 && z.quantized_nontrainable_weights) {
-    r.diag().warn(str(r.key_path("zero_quantized_nontrainable_weights"),
-                      ": ZeroRT partitions the parameters that do not require grad like the "
-                      "others but stores their partitions in the model dtype (int8 storage of "
-                      "them is not built): no effect"));
-  }
 }
 
 // Legacy switches: accepted only at their defaults.
@@ -397,6 +391,12 @@ void resolve_zero_section(const Json& root, Diagnostics& diag, ResolvedConfig& o
     }
   }
   read_zeropp_and_reject_unsupported(r, z, extra);
+  if (z.stage == 3 && z.zeropp.quantized_nontrainable_weights &&
+      z.offload_param.device == zero::OffloadDevice::kNvme) {
+    diag.error(str(kZeroPath, ".zero_quantized_nontrainable_weights"),
+               "int8 frozen partitions are kept in memory; they do not combine with "
+               "offload_param.device \"nvme\" (use \"cpu\", or drop one of the two)");
+  }
   read_deepspeed_019_keys(r, z, extra);
   apply_stage_rules(diag, z);
 }

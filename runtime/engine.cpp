@@ -333,7 +333,7 @@ void Engine::build_stage3(std::vector<std::vector<zero::NamedParam>> groups,
   auto layout = std::make_unique<zero::Stage3Layout>(
       groups, collected.frozen, found.unit_of, static_cast<int>(found.units.size()), comm_->size(),
       comm_->rank(), z.param_persistence_threshold, z.model_persistence_threshold,
-      z.offload_param_enabled(), swap ? &*swap : nullptr);
+      z.offload_param_enabled(), swap ? &*swap : nullptr, z.zeropp.quantized_nontrainable_weights);
   layout->partition();
   warn_unpartitioned(*layout, comm_->size());
   states_ = std::make_unique<runtime::Stage3ModelStates>(std::move(layout), std::move(found.units),

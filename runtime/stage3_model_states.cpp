@@ -103,6 +103,7 @@ ModelStateBytes Stage3ModelStates::memory() const {
   ModelStateBytes m;
   for (int f = layout_->num_groups(); f < layout_->num_flats(); ++f)
     m.params += resident_bytes(layout_->partition_flat(f));  // the frozen parameters'
+  m.params += layout_->own_partition_bytes();                // quantized ones and their flats'
   for (int g = 0; g < layout_->num_groups(); ++g) {
     m.params += resident_bytes(layout_->partition_flat(g));
     if (!targets_[g].master.is_same(layout_->partition_flat(g)))
@@ -184,7 +185,8 @@ void Stage3ModelStates::write_whole_params(const WholeParamFn& whole) {
     const zero::Stage3Param& p = layout_->params()[i];
     const at::Tensor value = whole(p.name, p.param);
     if (!value.defined()) continue;
-    const bool swapped = layout_->swapped();  // staged, then written (Note [Swapped partitions])
+    // Staged, then written (Note [Swapped partitions], Note [Quantized frozen partitions]).
+    const bool swapped = layout_->swapped() || p.quantized;
     at::Tensor part = swapped ? at::empty({p.pn}, p.param.options().device(at::kCPU))
                               : layout_->partition_of(static_cast<int>(i));
     // One rank: the parameter is a view of its partition (Note [Stage 3 on one rank]), and a value

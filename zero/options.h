@@ -49,9 +49,8 @@ struct ActivationCheckpointOptions {
 struct ZeroPPOptions {
   int64_t hpz_partition_size = 1;  // ranks per secondary partition group; 1: no hpZ
   bool quantized_weights = false;
-  // Frozen partitions are stored in the model dtype (Note [Frozen parameters under ZeRO-3] in
-  // zero/stage3_layout.cpp); int8 storage of them is not built: accepted with a warning
-  // (config/KEYS.md).
+  // The frozen parameters' partitions in int8 (Note [Quantized frozen partitions] in
+  // zero/stage3_layout.cpp).
   bool quantized_nontrainable_weights = false;
   bool quantized_gradients = false;
 

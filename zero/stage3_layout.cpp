@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/shard.h"
+#include "zero/zeropp.h"
 #include <sys/mman.h>
 
 namespace zrt::zero {
@@ -112,7 +113,7 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
                            const std::vector<std::pair<std::string, int>>& unit_of, int num_units,
                            int world_size, int rank, int64_t persistence_threshold,
                            int64_t model_persistence_threshold, bool offload_partitions,
-                           const ParamSwapOptions* swap)
+                           const ParamSwapOptions* swap, bool quantize_frozen)
     : num_groups_(static_cast<int>(groups.size())), world_size_(world_size), rank_(rank) {
   std::unordered_map<std::string, int> unit_by_name(unit_of.begin(), unit_of.end());
   units_.resize(num_units + 1);
@@ -147,6 +148,7 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
     p.persistent = p.unit == num_units || small || alone;
     if (p.persistent && p.unit != num_units && small) persisted += p.numel;
     if (p.persistent) persistent_numel_ += p.numel;
+    p.quantized = quantize_frozen && group < 0 && !p.persistent && p.numel > 0;
     const int index = static_cast<int>(params_.size());
     Stage3Unit& u = units_[p.unit];
     u.params.push_back(index);
@@ -177,12 +179,87 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
     partition_flats_.push_back(swap != nullptr ? at::empty({flat_numel[f]}, opts.device(at::kMeta))
                                                : at::zeros({flat_numel[f]}, opts));
   }
+  ZRT_INTERNAL_ASSERT(swap == nullptr || !quantize_frozen,
+                      "quantized frozen partitions with swapped partitions");
   if (swap != nullptr) swap_partitions(*swap);
+  if (quantize_frozen) quantize_frozen_flats();
+}
+
+// Note [Quantized frozen partitions]
+// zero_quantized_nontrainable_weights (ZeRO++; DeepSpeed quantizes each frozen parameter's
+// partition, ds_tensor, when zero.Init partitions it): a frozen parameter that is gathered and
+// released (not persistent) keeps its partition of pn elements as int8 codes with one fp32 scale
+// per group — qwZ's chunk format and group rule (zero/zeropp.h QuantizedChunk, Note [qwZ group
+// count] in kernels/quantize.h), pn padded to a multiple of 8 — so it holds about a quarter (fp32)
+// or half (bf16/fp16) of its bytes at rest. A gather dequantizes it into the model dtype before
+// the all-gather, so the wire and the computation are in the model dtype; the values the model
+// computes with are the dequantized ones, within one quantization step (amax/128 of each group)
+// of the original. The partitions of a flat that holds quantized ones are stored per parameter
+// (the flat itself is a meta tensor); the persistent frozen parameters of that flat keep theirs in
+// the model dtype. Writing a partition (a checkpoint load, a whole-model write) quantizes the
+// values afresh unless they are the values it dequantizes to already: quantizing dequantized
+// values again would move them (the scale of a group shrinks when its largest magnitude was
+// positive, as the code 127 stands for 127/128 of it), so a resume into the same frozen base is
+// bitwise, and frozen values that differ are quantized from the checkpoint's values.
+
+void Stage3Layout::quantize_frozen_flats() {
+  own_partitions_.resize(params_.size());
+  std::vector<char> per_param(partition_flats_.size(), 0);
+  for (const Stage3Param& p : params_) {
+    if (p.quantized) per_param[p.flat] = 1;
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Stage3Param& p = params_[i];
+    if (!per_param[p.flat]) continue;
+    const at::TensorOptions opts = partition_flats_[p.flat].options();
+    own_partitions_[i] = p.quantized
+                             ? at::zeros({QuantizedChunk::for_numel(p.pn).bytes}, opts.dtype(at::kByte))
+                             : at::zeros({p.pn}, opts);
+    own_at_[{p.flat, p.group_offset}] = static_cast<int>(i);
+  }
+  for (size_t f = 0; f < partition_flats_.size(); ++f) {
+    if (per_param[f]) partition_flats_[f] = at::empty({partition_flats_[f].numel()},
+                                                      partition_flats_[f].options().device(at::kMeta));
+  }
+}
+
+int Stage3Layout::param_at(int flat, int64_t offset) const {
+  auto it = own_at_.find({flat, offset});
+  ZRT_INTERNAL_ASSERT(it != own_at_.end(), "flat ", flat, " has no partition starting at ", offset);
+  return it->second;
+}
+
+int64_t Stage3Layout::own_partition_bytes() const {
+  int64_t bytes = 0;
+  for (const at::Tensor& t : own_partitions_) bytes += t.defined() ? t.nbytes() : 0;
+  return bytes;
+}
+
+void Stage3Layout::write_own(int i, const at::Tensor& values) {
+  at::NoGradGuard no_grad;
+  const Stage3Param& p = params_[i];
+  const at::Tensor& own = own_partitions_[i];
+  const at::Tensor flat = values.reshape({-1});
+  ZRT_INTERNAL_ASSERT(flat.numel() <= p.pn, "write_partition(", p.name, "): ", flat.numel(),
+                      " values for a partition of ", p.pn);
+  if (!p.quantized) {
+    own.narrow(0, 0, flat.numel()).copy_(flat);
+    return;
+  }
+  const QuantizedChunk chunk = QuantizedChunk::for_numel(p.pn);
+  const at::Tensor current = read_partition(i);
+  at::Tensor next = at::zeros({chunk.padded}, current.options());
+  next.narrow(0, 0, p.pn).copy_(current);
+  next.narrow(0, 0, flat.numel()).copy_(flat);
+  if (at::equal(next.narrow(0, 0, p.pn), current)) return;  // already these values
+  chunk.pack(next, own);
 }
 
 at::Tensor Stage3Layout::partition_of(int i) const {
   const Stage3Param& p = params_.at(i);
   ZRT_INTERNAL_ASSERT(!swapped(), "partition_of(", p.name, ") of a swapped layout");
+  ZRT_INTERNAL_ASSERT(!p.quantized, "partition_of(", p.name, "): a quantized partition");
+  if (!own_partitions_.empty() && own_partitions_[i].defined()) return own_partitions_[i];
   return partition_flats_[p.flat].narrow(0, p.group_offset, p.pn);
 }
 
@@ -206,17 +283,25 @@ void Stage3Layout::swap_partitions(const ParamSwapOptions& options) {
 
 at::Tensor Stage3Layout::read_partition(int i) const {
   const Stage3Param& p = params_.at(i);
-  return read_flat(p.flat, p.group_offset, p.pn);
+  if (!p.quantized) return read_flat(p.flat, p.group_offset, p.pn);
+  const QuantizedChunk chunk = QuantizedChunk::for_numel(p.pn);
+  const at::Tensor& own = own_partitions_[i];
+  at::Tensor out = at::empty({chunk.padded}, own.options().dtype(p.param.scalar_type()));
+  chunk.unpack(own, out);
+  return out.narrow(0, 0, p.pn);
 }
 
 void Stage3Layout::write_partition(int i, const at::Tensor& values) {
   const Stage3Param& p = params_.at(i);
-  ZRT_INTERNAL_ASSERT(values.numel() == p.pn, "write_partition(", p.name, "): ", values.numel(),
+  ZRT_INTERNAL_ASSERT(values.numel() <= p.pn, "write_partition(", p.name, "): ", values.numel(),
                       " values for a partition of ", p.pn);
   write_flat(p.flat, p.group_offset, values);
 }
 
 at::Tensor Stage3Layout::read_flat(int g, int64_t offset, int64_t n) const {
+  if (!own_at_.empty() && partition_flats_.at(g).is_meta() && !swapped()) {
+    return read_partition(param_at(g, offset)).narrow(0, 0, n);
+  }
   if (!swapped()) return partition_flats_.at(g).narrow(0, offset, n);
   at::Tensor out = at::empty({n}, partition_flats_.at(g).options().device(at::kCPU));
   swapper_->read(g, offset, out);
@@ -225,7 +310,9 @@ at::Tensor Stage3Layout::read_flat(int g, int64_t offset, int64_t n) const {
 
 void Stage3Layout::write_flat(int g, int64_t offset, const at::Tensor& values) {
   at::NoGradGuard no_grad;
-  if (swapped()) {
+  if (!own_at_.empty() && partition_flats_.at(g).is_meta() && !swapped()) {
+    write_own(param_at(g, offset), values);
+  } else if (swapped()) {
     swapper_->write(g, offset, values);
   } else {
     partition_flats_.at(g).narrow(0, offset, values.numel()).copy_(values.reshape({-1}));
@@ -263,14 +350,15 @@ void Stage3Layout::partition() {
     p.param.set_data(has_values ? p.param.detach().clone(at::MemoryFormat::Contiguous)
                                 : at::zeros(p.shape, p.param.options()));
     const ShardInfo mine = param_shard(p.numel, rank_, world_size_);
-    // A swapped partition is written from a staging tensor; deferred values stay the zeros a
-    // fresh swap file reads as.
-    at::Tensor part = swapped() ? at::zeros({p.pn}, p.param.options().device(at::kCPU))
-                                : partition_of(static_cast<int>(i));
+    // A swapped or quantized partition is written from a staging tensor; deferred values stay
+    // the zeros a fresh swap file reads as, or that zero codes and scales stand for.
+    const bool staged = swapped() || p.quantized;
+    at::Tensor part = staged ? at::zeros({p.pn}, p.param.options().device(at::kCPU))
+                             : partition_of(static_cast<int>(i));
     part.zero_();
     if (has_values && mine.size > 0)
       part.narrow(0, 0, mine.size).copy_(p.param.reshape(-1).narrow(0, mine.offset, mine.size));
-    if (swapped() && has_values) write_partition(static_cast<int>(i), part);
+    if (staged && has_values) write_partition(static_cast<int>(i), part);
     // One rank (Note [Stage 3 on one rank]): the parameter becomes a view of its partition,
     // so that an updated partition is the updated parameter, with no copy at all.
     if (world_size_ == 1 && p.persistent && !swapped() &&

@@ -10,6 +10,7 @@
 // is re-gathered for backward (see Note [Releasing parameter storage] in stage3_layout.cpp).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@ struct Stage3Param {
   int64_t group_offset = 0;  // offset of its partition in that flat
   int unit = -1;             // owning unit; the root unit (params outside units) is num_units
   bool persistent = false;   // always gathered (small, tied, or outside every unit)
+  bool quantized = false;    // an int8 partition (Note [Quantized frozen partitions])
 
   bool frozen() const { return group < 0; }
 
@@ -60,12 +62,14 @@ class Stage3Layout {
   // tensors (Note [Swapped partitions] in zero/param_swapper.h); values are read and written
   // through read_partition / write_partition / read_flat / write_flat, and a unit's partitions
   // through swapper()->acquire.
+  // `quantize_frozen` (zero_quantized_nontrainable_weights): the frozen non-persistent parameters'
+  // partitions are stored in int8 (Note [Quantized frozen partitions]); not with `swap`.
   Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
                const std::vector<NamedParam>& frozen,
                const std::vector<std::pair<std::string, int>>& unit_of, int num_units,
                int world_size, int rank, int64_t persistence_threshold,
                int64_t model_persistence_threshold, bool offload_partitions = false,
-               const ParamSwapOptions* swap = nullptr);
+               const ParamSwapOptions* swap = nullptr, bool quantize_frozen = false);
 
   bool swapped() const { return swapper_ != nullptr; }
   ParamSwapper* swapper() const { return swapper_.get(); }
@@ -81,7 +85,9 @@ class Stage3Layout {
   // num_flats() - 1.
   int num_groups() const { return num_groups_; }
   int num_flats() const { return static_cast<int>(partition_flats_.size()); }
-  // This rank's partitions of flat f's parameters, concatenated (model dtype).
+  // This rank's partitions of flat f's parameters, concatenated (model dtype). A meta tensor
+  // when swapped, or when the flat holds quantized partitions (each parameter's stored on its
+  // own): read and write those through read_flat / write_flat.
   const at::Tensor& partition_flat(int f) const { return partition_flats_[f]; }
   // Σ pn over flat f (the flat's numel).
   int64_t group_partition_numel(int f) const { return partition_flats_[f].numel(); }
@@ -89,16 +95,22 @@ class Stage3Layout {
   int rank() const { return rank_; }
   int64_t persistent_numel() const { return persistent_numel_; }
 
-  // This rank's partition of parameter i (a view of its group's flat). Not when swapped().
+  // This rank's partition of parameter i (a view of its group's flat, or of its own storage).
+  // Not when swapped(), nor for a quantized parameter.
   at::Tensor partition_of(int i) const;
-  // Parameter i's partition (pn elements): a view as partition_of, or read from the swapper.
+  // Parameter i's partition (pn elements): a view as partition_of, read from the swapper, or
+  // dequantized (a new tensor).
   at::Tensor read_partition(int i) const;
-  // Writes parameter i's partition (pn elements of any dtype; converted).
+  // Writes parameter i's partition (pn elements, or its first elements; any dtype, converted).
   void write_partition(int i, const at::Tensor& values);
   // Elements [offset, offset + n) of flat g: a view, or read from the swapper; and the same
-  // written.
+  // written. In a flat of quantized partitions, offset must be a parameter's partition start and
+  // n at most its pn.
   at::Tensor read_flat(int g, int64_t offset, int64_t n) const;
   void write_flat(int g, int64_t offset, const at::Tensor& values);
+  // Bytes of the partitions stored per parameter (int8 codes and scales, and the plain
+  // partitions beside them in a quantized flat); they are not in partition_flat().
+  int64_t own_partition_bytes() const;
   // Where each gathered parameter sits in its unit's slab (Note [Reusing gather buffers] in
   // zero/param_coordinator.cpp): byte offsets per parameter, each 64-byte aligned at the
   // parameters' current dtypes (0 for persistent ones); *unit_bytes gets each unit's total.
@@ -106,10 +118,18 @@ class Stage3Layout {
 
  private:
   void swap_partitions(const ParamSwapOptions& options);
+  void quantize_frozen_flats();
+  int param_at(int flat, int64_t offset) const;  // in a flat of partitions stored per parameter
+  void write_own(int i, const at::Tensor& values);
 
   std::vector<Stage3Param> params_;
   std::vector<Stage3Unit> units_;
   std::vector<at::Tensor> partition_flats_;
+  // Per parameter: its partition stored on its own (defined in flats with quantized partitions):
+  // packed int8 codes and fp32 scales (zero/zeropp.h QuantizedChunk) when quantized, else pn
+  // elements in the model dtype. own_at_[{flat, offset}] = the parameter there.
+  std::vector<at::Tensor> own_partitions_;
+  std::map<std::pair<int, int64_t>, int> own_at_;
   std::unique_ptr<ParamSwapper> swapper_;
   int num_groups_ = 0;
   int world_size_ = 1;

@@ -20,6 +20,8 @@ activation checkpointing, one intra-op thread per rank, sdpa.
   * hf_lora: TrainingArguments first (so from_pretrained builds the model under zero.Init, each
     rank holding its partition, as transformers' DeepSpeed guide says), then get_peft_model and
     Trainer.train();
+  * zerort_lora_int8: zerort_lora with zero_quantized_nontrainable_weights (the frozen
+    partitions held as int8 codes with qwZ's groups, dequantized for each gather);
   * zerort_full: zrt-train without adapters (every parameter trained: Adam states, and in bf16
     fp32 masters, for all of them).
 Per side, median [min, max] over --reps rotated rounds:
@@ -82,6 +84,9 @@ def make_inputs(tmp, run, layers, dtype, lean=False):
                                            stage3_max_reuse_distance=0)
     with open(os.path.join(tmp, "ds.json"), "w") as f:
         json.dump(config, f)
+    config["zero_optimization"]["zero_quantized_nontrainable_weights"] = True
+    with open(os.path.join(tmp, "ds_int8.json"), "w") as f:
+        json.dump(config, f)
     return params
 
 
@@ -131,7 +136,9 @@ def side_once(args):
         argv.remove("--do_eval")
         argv[argv.index("--warmup_steps") + 1] = "0"
         argv += (["--bf16"] if run["dtype"] == "bf16" else []) + (
-            ["--use_peft"] if args.side == "zerort_lora" else [])
+            ["--use_peft"] if args.side.startswith("zerort_lora") else [])
+        if args.side == "zerort_lora_int8":
+            argv[argv.index("--deepspeed") + 1] = os.path.join(args.tmp, "ds_int8.json")
         cmd = [os.path.join(args.bin, "zrt-launch"), "--np", "2", "--timeout", "3000", "--",
                os.path.join(args.bin, "zrt-train")] + argv
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=3100, env=env)
@@ -183,7 +190,7 @@ def main():
         return side_once(args)
     os.environ["OMP_NUM_THREADS"] = "1"
     sides = args.sides.split(",")
-    unknown = set(sides) - {"zerort_lora", "hf_lora", "zerort_full"}
+    unknown = set(sides) - {"zerort_lora", "zerort_lora_int8", "hf_lora", "zerort_full"}
     if unknown:
         raise SystemExit(f"--sides: unknown {sorted(unknown)}")
     run = dict(hf_clm.RUN, steps=args.steps, block=args.block, micro=1, lr=1e-4, attn="sdpa",

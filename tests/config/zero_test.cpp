@@ -232,8 +232,12 @@ TEST(Zero, ZeroPlusPlusKeys) {
                   "zero_optimization.zero_hpz_partition_size");
   const auto frozen =
       resolve(with_zero(R"({"stage": 3, "zero_quantized_nontrainable_weights": true})"));
-  ASSERT_EQ(frozen.warnings.size(), 1u);
-  EXPECT_CONTAINS(frozen.warnings[0], "int8 storage of them is not built): no effect");
+  EXPECT_TRUE(frozen.warnings.empty());
+  EXPECT_TRUE(frozen.zero.zeropp.quantized_nontrainable_weights);
+  EXPECT_CONTAINS(
+      resolve_error(with_zero(R"({"stage": 3, "zero_quantized_nontrainable_weights": true,
+                                  "offload_param": {"device": "nvme", "nvme_path": "/tmp"}})")),
+      "zero_optimization.zero_quantized_nontrainable_weights: int8 frozen partitions");
   const auto stage2 = resolve(with_zero(R"({"stage": 2, "zero_quantized_gradients": true})"));
   ASSERT_EQ(stage2.warnings.size(), 1u);
   EXPECT_CONTAINS(stage2.warnings[0], "ZeRO++ works on ZeRO stage 3; no effect at stage 2");

@@ -4,7 +4,9 @@
 // are partitioned (no storage between uses, 1/N of their bytes at rest), training equals stage 0
 // on the same batches and never moves them, and checkpoints write DeepSpeed's
 // frozen_param_fragments and load them back — at the same layout bit for bit, into stage 2, and
-// through DeepSpeed's own zero_to_fp32.
+// through DeepSpeed's own zero_to_fp32. With zero_quantized_nontrainable_weights the frozen
+// partitions are int8 (Note [Quantized frozen partitions]): the model computes with their
+// dequantized values and a resume into the same base is bit for bit.
 #include <filesystem>
 
 #include <gtest/gtest.h>
@@ -24,6 +26,7 @@
 #include "tests/support/run_command.h"
 #include "tests/support/tiny_model.h"
 #include "zero/stage3_layout.h"
+#include "zero/zeropp.h"
 
 namespace zrt {
 namespace {
@@ -195,6 +198,97 @@ TEST(FrozenStage3, CheckpointsHoldFragmentsAndLoadBack) {
     const Value ds = r.exit_code == 0 ? ckpt::load_pt(out) : Value::dict();
     for (const auto& [name, value] : r.exit_code == 0 ? saved : decltype(saved){}) {
       EXPECT_TRUE(at::equal(ds.at(name).as_tensor(), full.at(name))) << "DeepSpeed's " << name;
+    }
+  }
+  w.barrier();
+  if (w.rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// What rank r's quantized partition of `value` dequantizes to, for every rank, put together.
+at::Tensor quantized_round_trip(const at::Tensor& value, int n) {
+  const at::Tensor flat = value.reshape({-1});
+  at::Tensor out = at::empty_like(flat);
+  for (int r = 0; r < n; ++r) {
+    const ShardInfo s = param_shard(value.numel(), r, n);
+    const zero::QuantizedChunk chunk =
+        zero::QuantizedChunk::for_numel(param_partition_size(value.numel(), n));
+    at::Tensor part = at::zeros({chunk.padded});
+    part.narrow(0, 0, s.size).copy_(flat.narrow(0, s.offset, s.size));
+    at::Tensor packed = at::empty({chunk.bytes}, at::kByte);
+    chunk.pack(part, packed);
+    chunk.unpack(packed, part);
+    out.narrow(0, s.offset, s.size).copy_(part.narrow(0, 0, s.size));
+  }
+  return out.view(value.sizes());
+}
+
+TEST(FrozenStage3, QuantizedPartitionsTrainWithTheirDequantizedValues) {
+  comm::Comm& w = test::world();
+  const int n = w.size();
+  Json cfg = config(3);
+  cfg["zero_optimization"]["zero_quantized_nontrainable_weights"] = true;
+  auto model = frozen_stack();
+  auto engine = make(model, cfg);
+  // At rest: trainable partitions in fp32, frozen ones as codes + scales (one rank: every
+  // parameter stays whole, nothing is quantized).
+  int64_t expected_bytes = 0;
+  for (const auto& p : model->named_parameters()) {
+    const int64_t pn = param_partition_size(p.value().numel(), n);
+    expected_bytes += is_frozen(p.key()) && n > 1 ? zero::QuantizedChunk::for_numel(pn).bytes
+                                                  : pn * 4;
+  }
+  EXPECT_EQ(engine->model_states().memory().params, expected_bytes);
+  // The model computes with the dequantized partitions: a stage-0 engine given those values
+  // trains alike.
+  auto reference = frozen_stack();
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : reference->named_parameters()) {
+      if (is_frozen(p.key()) && n > 1) p.value().copy_(quantized_round_trip(p.value(), n));
+    }
+  }
+  auto e0 = make(reference, config(0));
+  const auto dequantized = weights(*e0, *reference);
+  const auto initial = weights(*engine, *model);
+  bool moved = false;
+  for (const auto& [name, t] : initial) {
+    EXPECT_TRUE(at::equal(t, dequantized.at(name))) << name;
+    if (is_frozen(name)) moved = moved || !at::equal(t, frozen_stack()->named_parameters()[name]);
+  }
+  EXPECT_EQ(moved, n > 1) << "quantization changes the frozen values on more than one rank";
+  const std::string dir = test::shared_temp_dir(w, "ckpt_frozen_q");
+  train_step(*engine, *model, 0);
+  train_step(*e0, *reference, 0);
+  engine->save_checkpoint(dir);
+  const auto saved = weights(*engine, *model);
+  for (int s = 1; s < 3; ++s) {
+    train_step(*engine, *model, s);
+    train_step(*e0, *reference, s);
+  }
+  const auto straight = weights(*engine, *model);
+  for (const auto& [name, t] : weights(*e0, *reference)) {
+    EXPECT_TRUE(at::allclose(straight.at(name), t, 1e-5, 1e-6)) << name;
+  }
+  // Resumed into the same base: bit for bit. Into another base: the checkpoint's values,
+  // quantized afresh (within one quantization step).
+  for (float scale : {1.0f, 2.0f}) {
+    auto other = frozen_stack(scale);
+    auto resumed = make(other, cfg);
+    ASSERT_TRUE(resumed->load_checkpoint(dir).has_value());
+    for (const auto& [name, t] : weights(*resumed, *other)) {
+      const at::Tensor& want = saved.at(name);
+      if (scale == 1.0f || !is_frozen(name)) {
+        EXPECT_TRUE(at::equal(t, want)) << scale << " " << name;
+      } else {
+        const double step = want.abs().max().item<double>() / 128 * (1 + 1e-5);  // + roundings
+        EXPECT_TRUE(at::allclose(t, want, 0, step))
+            << name << " off by " << (t - want).abs().max().item<double>() << ", step " << step;
+      }
+    }
+    if (scale != 1.0f) continue;
+    for (int s = 1; s < 3; ++s) train_step(*resumed, *other, s);
+    for (const auto& [name, t] : weights(*resumed, *other)) {
+      EXPECT_TRUE(at::equal(t, straight.at(name))) << "resume " << name;
     }
   }
   w.barrier();
