@@ -283,6 +283,8 @@ void Stage3Layout::swap_partitions(const ParamSwapOptions& options) {
 
 at::Tensor Stage3Layout::read_partition(int i) const {
   const Stage3Param& p = params_.at(i);
+  if (!own_partitions_.empty() && own_partitions_[i].defined() && !p.quantized)
+    return own_partitions_[i];
   if (!p.quantized) return read_flat(p.flat, p.group_offset, p.pn);
   const QuantizedChunk chunk = QuantizedChunk::for_numel(p.pn);
   const at::Tensor& own = own_partitions_[i];

@@ -4,6 +4,7 @@ transformers' Trainer + DeepSpeed, and next to ZeroRT's full fine-tune (issue 50
 
     bench/peers/lora.py [--bin build/bin] [--layers 22] [--dtype fp32] [--lean] [--steps 2]
                         [--reps 7] [--sides zerort_lora,hf_lora] [--jsonl FILE]
+                        [--cap_mib MIB]
 
 The model folder is a LlamaForCausalLM made by transformers from the ~1.1B LLaMA shape (hidden
 2048, intermediate 5632, 32 heads, 4 key-value heads, vocabulary 32000; --layers decoder layers,
@@ -29,6 +30,10 @@ Per side, median [min, max] over --reps rotated rounds:
   * peak RSS: the largest ru_maxrss of the side's processes (getrusage RUSAGE_CHILDREN of a
     wrapper process that runs only that side: the kernel's number, every rank and launcher).
 The limit a rank cannot go under is its share of the frozen base: the parameters' bytes / 2.
+--cap_mib runs every rank (each process the launcher starts, and what it execs) in a cgroup-v1
+memory group of its own limited to MIB (this machine has no swap, so a rank past it is killed by
+the kernel's OOM killer) and reports, per side and rep, whether the job finished under the cap;
+the groups go again after each run.
 On a CPU without AVX512-BF16, LibTorch's bf16 matmul of a row-major right operand (the input
 gradient g @ W of every Linear) runs at a few hundred MFLOP/s, so a bf16 step of the 1.1B shape
 takes minutes on either side; --dtype fp32 measures the same job at fp32 speed.
@@ -90,8 +95,38 @@ def make_inputs(tmp, run, layers, dtype, lean=False):
     return params
 
 
+CGROUP = "/sys/fs/cgroup/memory/zrt_bench_lora"
+
+
+def enter_cap(mib):
+    """Moves this process into a memory cgroup of its own limited to `mib` MiB."""
+    group = os.path.join(CGROUP, f"rank_{os.getpid()}")
+    os.makedirs(group, exist_ok=True)
+    with open(os.path.join(group, "memory.limit_in_bytes"), "w") as f:
+        f.write(str(int(mib) * 2**20))
+    with open(os.path.join(group, "cgroup.procs"), "w") as f:
+        f.write(str(os.getpid()))
+
+
+def remove_caps():
+    """Removes the rank groups (empty once their processes are gone) and their parent."""
+    if not os.path.isdir(CGROUP):
+        return
+    for name in os.listdir(CGROUP):
+        if name.startswith("rank_"):
+            for _ in range(50):
+                try:
+                    os.rmdir(os.path.join(CGROUP, name))
+                    break
+                except OSError:
+                    time.sleep(0.1)
+    os.rmdir(CGROUP)
+
+
 def hf_worker(tmp):
     """One rank of the PEFT + Trainer + DeepSpeed side (started by run_ranks)."""
+    if os.environ.get("ZRT_BENCH_CAP_MIB"):
+        enter_cap(os.environ["ZRT_BENCH_CAP_MIB"])
     import deepspeed
     import torch
     from peft import LoraConfig, get_peft_model
@@ -139,16 +174,24 @@ def side_once(args):
             ["--use_peft"] if args.side.startswith("zerort_lora") else [])
         if args.side == "zerort_lora_int8":
             argv[argv.index("--deepspeed") + 1] = os.path.join(args.tmp, "ds_int8.json")
-        cmd = [os.path.join(args.bin, "zrt-launch"), "--np", "2", "--timeout", "3000", "--",
-               os.path.join(args.bin, "zrt-train")] + argv
+        capped = [sys.executable, os.path.abspath(__file__), "--cap_exec", str(args.cap_mib),
+                  "--"] if args.cap_mib else []
+        cmd = [os.path.join(args.bin, "zrt-launch"), "--np", "2", "--timeout", "3000", "--"] + \
+            capped + [os.path.join(args.bin, "zrt-train")] + argv
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=3100, env=env)
         if done.returncode != 0:
+            if args.cap_mib:
+                return print(json.dumps({"fits": False, "error": done.stderr[-300:]}))
             raise SystemExit(f"zrt-train failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
         with open(os.path.join(out, "train_results.json")) as f:
             train = json.load(f)["train_runtime"]
     else:
+        if args.cap_mib:
+            os.environ["ZRT_BENCH_CAP_MIB"] = str(args.cap_mib)
         failed = run_ranks([os.path.abspath(__file__), "--worker", args.tmp], 2, 3000,
                            "lora_bench_hf")
+        if failed and args.cap_mib:
+            return print(json.dumps({"fits": False, "error": str(failed)[-300:]}))
         if failed:
             raise SystemExit(f"PEFT + Trainer + DeepSpeed failed: {failed}")
         with open(os.path.join(args.tmp, "hf_result.json")) as f:
@@ -156,13 +199,16 @@ def side_once(args):
     wall = time.monotonic() - start
     shutil.rmtree(out, ignore_errors=True)
     rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
-    print(json.dumps({"wall_s": wall, "train_runtime_s": train, "peak_rss_mib": rss}))
+    print(json.dumps({"wall_s": wall, "train_runtime_s": train, "peak_rss_mib": rss, "fits": True}))
 
 
 def run_side(args, tmp, side):
     cmd = [sys.executable, os.path.abspath(__file__), "--side", side, "--tmp", tmp,
-           "--bin", args.bin]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=3200)
+           "--bin", args.bin] + (["--cap_mib", str(args.cap_mib)] if args.cap_mib else [])
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=3200)
+    finally:
+        remove_caps()
     if done.returncode != 0:
         raise SystemExit(f"{side} failed: {done.stdout[-3000:]}{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -180,10 +226,16 @@ def main():
     ap.add_argument("--block", type=int, default=64)
     ap.add_argument("--sides", default="zerort_lora,hf_lora")
     ap.add_argument("--jsonl")
+    ap.add_argument("--cap_mib", type=int, help="each rank in a memory cgroup of MIB MiB")
+    ap.add_argument("--cap_exec", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("command", nargs="*", help=argparse.SUPPRESS)
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--tmp", help=argparse.SUPPRESS)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.cap_exec:  # one rank of a capped ZeroRT side: into its group, then the program
+        enter_cap(args.cap_exec)
+        os.execv(args.command[0], args.command)
     if args.worker:
         return hf_worker(args.worker)
     if args.side:
@@ -208,6 +260,13 @@ def main():
         rows = {s: [] for s in sides}
         for rep, _, side in rotations(sides, args.reps):
             r = run_side(args, tmp, side)
+            if not r["fits"]:
+                out(dict(r, framework=side, rep=rep, cap_mib=args.cap_mib))
+                print(f"rep {rep} {side:12s} did not finish under {args.cap_mib} MiB per rank: "
+                      f"{r['error'][-200:]}", flush=True)
+                continue
+            if args.cap_mib:
+                r["cap_mib"] = args.cap_mib
             step = r["train_runtime_s"] / args.steps
             rows[side].append((step, r["peak_rss_mib"]))
             out(dict(r, framework=side, rep=rep, step_s=step))
@@ -218,6 +277,9 @@ def main():
               f"(median [min, max], {args.reps} reps)")
         print("|---|---|---|---|")
         for side in sides:
+            if not rows[side]:
+                print(f"| {side} | did not finish under the cap | | |")
+                continue
             step, rss = [r[0] for r in rows[side]], [r[1] for r in rows[side]]
             print(f"| {side} | {statistics.median(step):.2f} [{min(step):.2f}, {max(step):.2f}] | "
                   f"{statistics.median(rss):.0f} [{min(rss):.0f}, {max(rss):.0f}] | "

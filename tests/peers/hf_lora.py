@@ -174,6 +174,22 @@ def check_merged_and_served(bindir, tmp, out):
         served_diff <= hf_clm.LOGITS_ATOL
 
 
+def check_merge_needs_training(bindir, tmp, run):
+    """--merge_adapter on a command line that does not train: a usage error naming it."""
+    import subprocess
+    cmd = [os.path.join(bindir, "zrt-launch"), "--np", "1", "--timeout", "120", "--",
+           os.path.join(bindir, "zrt-train")] + zrt_argv(tmp, run, os.path.join(tmp, "no_merge")) + [
+               "--do_eval", "--merge_adapter"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
+    ok = done.returncode == 1 and "--merge_adapter merges the adapter after training" in (
+        done.stdout + done.stderr) and not os.path.exists(os.path.join(tmp, "no_merge", "adapter"))
+    print(f"--merge_adapter without training: exit {done.returncode}, "
+          f"{'refused by name' if ok else 'NOT REFUSED AS EXPECTED'}")
+    if not ok:
+        print(done.stdout[-2000:] + done.stderr[-2000:])
+    return ok
+
+
 def check(tmp, run, zrt_out):
     from peft import LoraConfig
     with open(os.path.join(tmp, "hf_adapter", "hf_result.json")) as f:
@@ -274,6 +290,7 @@ def main():
             ok &= check(tmp, run, zrt_out)
             if not run.get("checkpointing"):
                 ok &= check_resume(args.bin, tmp, run, zrt_out)
+                ok &= check_merge_needs_training(args.bin, tmp, run)
     print("hf_lora: " + ("OK" if ok else "FAILED"))
     return 0 if ok else 1
 
