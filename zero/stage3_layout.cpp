@@ -171,18 +171,25 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
     if (it == frozen_dtypes.end()) it = frozen_dtypes.insert(it, np.param.scalar_type());
     add(np, -1, num_groups_ + static_cast<int>(it - frozen_dtypes.begin()));
   }
+  std::vector<char> per_param(flat_numel.size(), 0);  // Note [Quantized frozen partitions]
+  for (const Stage3Param& p : params_) {
+    if (p.quantized) per_param[p.flat] = 1;
+  }
+  std::vector<at::TensorOptions> flat_options;
   for (size_t f = 0; f < flat_numel.size(); ++f) {
     at::TensorOptions opts = flat_first[f].options().requires_grad(false);
     if (offload_partitions && !flat_first[f].is_cpu())
       opts = opts.device(at::kCPU).pinned_memory(true);
-    // Swapped: never allocated (the values go to the swapper).
-    partition_flats_.push_back(swap != nullptr ? at::empty({flat_numel[f]}, opts.device(at::kMeta))
-                                               : at::zeros({flat_numel[f]}, opts));
+    // Swapped: never allocated (the values go to the swapper); per parameter: the options alone.
+    const bool meta = swap != nullptr || per_param[f];
+    partition_flats_.push_back(meta ? at::empty({flat_numel[f]}, opts.device(at::kMeta))
+                                    : at::zeros({flat_numel[f]}, opts));
+    flat_options.push_back(opts);
   }
   ZRT_INTERNAL_ASSERT(swap == nullptr || !quantize_frozen,
                       "quantized frozen partitions with swapped partitions");
   if (swap != nullptr) swap_partitions(*swap);
-  if (quantize_frozen) quantize_frozen_flats();
+  if (quantize_frozen) quantize_frozen_flats(per_param, flat_options);
 }
 
 // Note [Quantized frozen partitions]
@@ -202,24 +209,17 @@ Stage3Layout::Stage3Layout(const std::vector<std::vector<NamedParam>>& groups,
 // positive, as the code 127 stands for 127/128 of it), so a resume into the same frozen base is
 // bitwise, and frozen values that differ are quantized from the checkpoint's values.
 
-void Stage3Layout::quantize_frozen_flats() {
+void Stage3Layout::quantize_frozen_flats(const std::vector<char>& per_param,
+                                         const std::vector<at::TensorOptions>& options) {
   own_partitions_.resize(params_.size());
-  std::vector<char> per_param(partition_flats_.size(), 0);
-  for (const Stage3Param& p : params_) {
-    if (p.quantized) per_param[p.flat] = 1;
-  }
   for (size_t i = 0; i < params_.size(); ++i) {
     const Stage3Param& p = params_[i];
     if (!per_param[p.flat]) continue;
-    const at::TensorOptions opts = partition_flats_[p.flat].options();
-    own_partitions_[i] = p.quantized
-                             ? at::zeros({QuantizedChunk::for_numel(p.pn).bytes}, opts.dtype(at::kByte))
-                             : at::zeros({p.pn}, opts);
+    const at::TensorOptions& opts = options[p.flat];
+    const int64_t bytes = QuantizedChunk::for_numel(p.pn).bytes;
+    own_partitions_[i] = p.quantized ? at::zeros({bytes}, opts.dtype(at::kByte))
+                                     : at::zeros({p.pn}, opts);
     own_at_[{p.flat, p.group_offset}] = static_cast<int>(i);
-  }
-  for (size_t f = 0; f < partition_flats_.size(); ++f) {
-    if (per_param[f]) partition_flats_[f] = at::empty({partition_flats_[f].numel()},
-                                                      partition_flats_[f].options().device(at::kMeta));
   }
 }
 

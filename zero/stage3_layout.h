@@ -118,7 +118,9 @@ class Stage3Layout {
 
  private:
   void swap_partitions(const ParamSwapOptions& options);
-  void quantize_frozen_flats();
+  // Gives each parameter of the flats marked in `per_param` its own partition storage.
+  void quantize_frozen_flats(const std::vector<char>& per_param,
+                             const std::vector<at::TensorOptions>& options);
   int param_at(int flat, int64_t offset) const;  // in a flat of partitions stored per parameter
   void write_own(int i, const at::Tensor& values);
 
