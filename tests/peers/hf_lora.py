@@ -177,9 +177,10 @@ def check_merged_and_served(bindir, tmp, out):
 def check_merge_needs_training(bindir, tmp, run):
     """--merge_adapter on a command line that does not train: a usage error naming it."""
     import subprocess
+    argv = zrt_argv(tmp, run, os.path.join(tmp, "no_merge"))
+    argv.remove("--do_train")
     cmd = [os.path.join(bindir, "zrt-launch"), "--np", "1", "--timeout", "120", "--",
-           os.path.join(bindir, "zrt-train")] + zrt_argv(tmp, run, os.path.join(tmp, "no_merge")) + [
-               "--do_eval", "--merge_adapter"]
+           os.path.join(bindir, "zrt-train")] + argv + ["--do_eval", "--merge_adapter"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=200)
     ok = done.returncode == 1 and "--merge_adapter merges the adapter after training" in (
         done.stdout + done.stderr) and not os.path.exists(os.path.join(tmp, "no_merge", "adapter"))
