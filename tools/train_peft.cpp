@@ -4,7 +4,6 @@
 #include <filesystem>
 
 #include "checkpoint/storage.h"
-#include "config/training_args.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "hf/adapter.h"
@@ -61,10 +60,11 @@ std::vector<std::string> join_list_flag_values(const std::vector<std::string>& a
   return out;
 }
 
-bool trains(const cxxopts::ParseResult& result) {
-  const bool phase_given =
-      result.count("do_train") + result.count("do_eval") + result.count("do_predict") > 0;
-  return config::parse_hf_bool(result["do_train"].as<std::string>()) || !phase_given;
+void refuse_merge_without_training(const cxxopts::ParseResult& result, bool do_train) {
+  ZRT_CHECK_AS(UsageError,
+               do_train || !(result.count("merge_adapter") && result["merge_adapter"].as<bool>()),
+               "--merge_adapter merges the adapter after training, and this command line does "
+               "not train (--do_eval / --do_predict without --do_train): add --do_train");
 }
 
 namespace {
@@ -83,11 +83,6 @@ std::optional<lora::LoraConfig> peft_config(const cxxopts::ParseResult& result,
                         "lora_modules_to_save"}) {
     if (result.count(f)) lora_flags.push_back(std::string("--") + f);
   }
-  ZRT_CHECK_AS(UsageError,
-               !(result.count("merge_adapter") && result["merge_adapter"].as<bool>()) ||
-                   trains(result),
-               "--merge_adapter merges the adapter after training, and this command line does "
-               "not train (--do_eval / --do_predict without --do_train): add --do_train");
   if (result.count("adapter_name_or_path")) {
     ZRT_CHECK_AS(UsageError, lora_flags.empty(), lora_flags.empty() ? "" : lora_flags.front(),
                  " with --adapter_name_or_path: the adapter's adapter_config.json decides it");

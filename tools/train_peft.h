@@ -24,13 +24,12 @@ void refuse_peft_options(const cxxopts::ParseResult& result, const std::string& 
 // TRL's nargs="+" flags written as separate words ("--lora_target_modules q_proj v_proj") joined
 // into one comma-separated value, which cxxopts reads as a list.
 std::vector<std::string> join_list_flag_values(const std::vector<std::string>& args);
-// Whether the command line trains: --do_train, or none of --do_train / --do_eval / --do_predict
-// (HF's example scripts run each phase only when asked).
-bool trains(const cxxopts::ParseResult& result);
+// UsageError for --merge_adapter on a command line that does not train (`do_train` false): it
+// merges the trained adapter, and nothing would be written.
+void refuse_merge_without_training(const cxxopts::ParseResult& result, bool do_train);
 // The adapters to train: --use_peft (from the --lora_* flags, TRL's defaults) or
 // --adapter_name_or_path (its adapter_config.json); nullopt without either. UsageError for
-// --lora_* flags without --use_peft, or with --adapter_name_or_path, and for --merge_adapter
-// without training (it merges the trained adapter; nothing would be written).
+// --lora_* flags without --use_peft, or with --adapter_name_or_path.
 std::optional<lora::LoraConfig> peft_config(const cxxopts::ParseResult& result,
                                             const models::LlamaConfig& model);
 // lora::apply, and PEFT's print_trainable_parameters line on rank 0.

@@ -540,7 +540,10 @@ int run(int argc, char** argv) {
   // HF's example scripts: each phase only when asked. With no --do_* flag on the command line,
   // training (--eval_strategy alone, which makes do_eval true as in HF's __post_init__, trains
   // and evaluates on its schedule).
-  const bool do_train = trains(result);
+  const bool phase_given =
+      result.count("do_train") + result.count("do_eval") + result.count("do_predict") > 0;
+  const bool do_train = targs.do_train || !phase_given;
+  refuse_merge_without_training(result, do_train);
   std::optional<std::string> weights;
   if (result.count("model_name_or_path")) weights = result["model_name_or_path"].as<std::string>();
   if (!do_train && !weights && targs.resume_from_checkpoint) {
