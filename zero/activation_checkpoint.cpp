@@ -238,8 +238,19 @@ std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at:
   // Undefined outputs (e.g. a dense layer's absent router logits) cannot leave an autograd
   // function: the node returns the defined ones, and they are put back in place here.
   auto defined = std::make_shared<std::vector<bool>>();  // per output, from the first run
-  CheckpointFn compact = [fn, defined](const std::vector<at::Tensor>& xs) {
-    const std::vector<at::Tensor> all = fn(xs);
+  // Undefined inputs (e.g. no packed documents) cannot enter one either: the node takes the
+  // defined ones, and the region gets them back in place.
+  std::vector<bool> given;
+  std::vector<at::Tensor> node_inputs;
+  for (const at::Tensor& t : inputs) {
+    given.push_back(t.defined());
+    if (t.defined()) node_inputs.push_back(t);
+  }
+  CheckpointFn compact = [fn, defined, given](const std::vector<at::Tensor>& xs) {
+    std::vector<at::Tensor> args;
+    size_t k = 0;
+    for (const bool g : given) args.push_back(g ? xs.at(k++) : at::Tensor());
+    const std::vector<at::Tensor> all = fn(args);
     if (defined->empty()) {
       for (const at::Tensor& t : all) defined->push_back(t.defined());
     }
@@ -251,7 +262,7 @@ std::vector<at::Tensor> checkpoint(const CheckpointFn& fn, const std::vector<at:
   };
   const std::vector<at::Tensor> outs =
       CheckpointFunction::apply(phantom, c10::make_intrusive<FnHolder>(compact),
-                                at::TensorList(inputs), at::TensorList(params));
+                                at::TensorList(node_inputs), at::TensorList(params));
   std::vector<at::Tensor> full;
   size_t k = 0;
   for (const bool d : *defined) full.push_back(d ? outs.at(k++) : at::Tensor());

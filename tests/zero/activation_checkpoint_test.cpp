@@ -84,6 +84,22 @@ TEST(Checkpoint, InputsWithoutGradStillGiveParameterGradients) {
   expect_same(plain, ckpt);
 }
 
+// Arguments that carry no gradient pass into the region as they were: an integer tensor (a
+// packed batch's document ids) and an undefined one (none given).
+TEST(Checkpoint, UndefinedAndIntegerArgumentsPassThrough) {
+  DropBlockImpl a, b;
+  const at::Tensor order = torch::tensor({2, 0, 1}, torch::kLong);
+  auto region = [&](const at::Tensor& x, const at::Tensor& rows, const at::Tensor& none) {
+    EXPECT_FALSE(none.defined());
+    return b.forward(a.forward(x)).index_select(0, rows);
+  };
+  const Grads plain = run(a, b, [&](const at::Tensor& x) { return region(x, order, {}); });
+  const Grads ckpt = run(a, b, [&](const at::Tensor& x) {
+    return checkpoint(region, x, order, at::Tensor());
+  });
+  expect_same(plain, ckpt);
+}
+
 TEST(Checkpoint, SeveralOutputsAndAnOutputUsedTwice) {
   DropBlockImpl a, b;
   auto two = [&](const at::Tensor& x) { return std::make_tuple(a.forward(x), b.forward(x)); };
