@@ -53,6 +53,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <torch/torch.h>
@@ -158,6 +159,18 @@ inline std::pair<torch::Tensor, torch::Tensor> llama_rotary(const LlamaConfig& c
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
+// cos and sin (b, 1, t, head_dim) of given positions `position_ids` (b, t), as transformers' rotary
+// embedding takes them (a dynamic rope scaled for the largest position + 1, from a fresh state).
+inline std::pair<torch::Tensor, torch::Tensor> llama_rotary_at(const LlamaConfig& c,
+                                                               const torch::Tensor& position_ids,
+                                                               at::ScalarType dtype) {
+  const torch::Tensor pos = position_ids.to(torch::kCPU);
+  const torch::Tensor inv_freq = llama_inv_freq(c, pos.max().item<int64_t>() + 1, nullptr);
+  auto freqs = pos.to(torch::kFloat).unsqueeze(-1) * inv_freq;  // (b, t, head_dim / 2)
+  auto emb = torch::cat({freqs, freqs}, -1).unsqueeze(1).to(position_ids.device());
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
 inline torch::Tensor llama_rotate_half(const torch::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -180,10 +193,12 @@ struct LlamaAttentionImpl : torch::nn::Module {
       k_norm = register_module("k_norm", LlamaRMSNorm(c.head_dim, c.rms_norm_eps));
     }
   }
-  // x: (b, t, hidden); cos/sin: (t, head_dim); `k_cache`/`v_cache` hold earlier positions (or are
-  // undefined) and receive this call's keys and values appended.
+  // x: (b, t, hidden); cos/sin: (t, head_dim) or (b, 1, t, head_dim); `documents`: each token's
+  // document (Note [Packed sequences] in attention.h) or undefined; `k_cache`/`v_cache` hold
+  // earlier positions (or are undefined) and receive this call's keys and values appended.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        torch::Tensor* k_cache, torch::Tensor* v_cache) {
+                        const torch::Tensor& documents, torch::Tensor* k_cache,
+                        torch::Tensor* v_cache) {
     const int64_t b = x.size(0), t = x.size(1), d = c.head_dim;
     const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
     auto q = zrt::lora::linear(q_proj, x).view({b, t, heads, d});
@@ -210,7 +225,7 @@ struct LlamaAttentionImpl : torch::nn::Module {
       k = k.unsqueeze(2).expand({b, kv_heads, rep, total, d}).reshape({b, heads, total, d});
       v = v.unsqueeze(2).expand({b, kv_heads, rep, total, d}).reshape({b, heads, total, d});
     }
-    const torch::Tensor y = causal_attention(q, k, v, c.sliding_window, llama_uses_sdpa(c));
+    const torch::Tensor y = causal_attention(q, k, v, c.sliding_window, llama_uses_sdpa(c), documents);
     return zrt::lora::linear(o_proj, y.transpose(1, 2).reshape({b, t, heads * d}));
   }
   LlamaConfig c;
@@ -256,8 +271,9 @@ struct LlamaDecoderLayerImpl : torch::nn::Module {
   // → (the layer's output, its router logits (b·t, E), undefined for a dense layer).
   std::tuple<torch::Tensor, torch::Tensor> forward(torch::Tensor x, const torch::Tensor& cos,
                                                    const torch::Tensor& sin,
+                                                   const torch::Tensor& documents,
                                                    torch::Tensor* k_cache, torch::Tensor* v_cache) {
-    x = x + self_attn->forward(input_layernorm->forward(x), cos, sin, k_cache, v_cache);
+    x = x + self_attn->forward(input_layernorm->forward(x), cos, sin, documents, k_cache, v_cache);
     if (!moe) return {x + mlp->forward(post_attention_layernorm->forward(x)), torch::Tensor()};
     auto [y, router_logits] = moe->forward(post_attention_layernorm->forward(x));
     return {x + y, router_logits};
@@ -335,18 +351,34 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
   }
   // tokens: (batch, t) int64 → logits (batch, t, vocab) in the model's dtype. With `cache`,
   // positions continue from cache->length and the cache grows by t. With `router_logits`, each
-  // sparse layer's router logits (batch·t, E) are appended (for load_balancing_loss).
+  // sparse layer's router logits (batch·t, E) are appended (for load_balancing_loss). With
+  // `position_ids` (batch, t) int64, rotary takes them and packed documents attend only within
+  // themselves (Note [Packed sequences] in attention.h); not with a cache.
   torch::Tensor forward(const torch::Tensor& tokens, KvCache* cache = nullptr,
-                        std::vector<torch::Tensor>* router_logits = nullptr) {
+                        std::vector<torch::Tensor>* router_logits = nullptr,
+                        const torch::Tensor& position_ids = torch::Tensor()) {
     const int64_t t = tokens.size(1), offset = cache ? cache->length : 0;
     auto x = model->embed_unit->forward(tokens);
-    auto [cos, sin] = llama_rotary(config, offset, t, x.scalar_type(), cache);
+    torch::Tensor cos, sin, documents;
+    if (position_ids.defined()) {
+      ZRT_CHECK(cache == nullptr, "LlamaForCausalLM::forward: position_ids with a KV cache (the "
+                "cache continues its own positions)");
+      ZRT_CHECK(position_ids.dim() == 2 && position_ids.size(0) == tokens.size(0) &&
+                    position_ids.size(1) == t && position_ids.scalar_type() == torch::kLong,
+                "LlamaForCausalLM::forward: position_ids must be int64 of the tokens' shape ",
+                tokens.sizes(), ", got ", position_ids.scalar_type(), " ", position_ids.sizes());
+      std::tie(cos, sin) = llama_rotary_at(config, position_ids, x.scalar_type());
+      documents = packed_documents(position_ids);
+    } else {
+      std::tie(cos, sin) = llama_rotary(config, offset, t, x.scalar_type(), cache);
+    }
     if (cache != nullptr && cache->k.empty()) {
       cache->k.resize(model->units.size());
       cache->v.resize(model->units.size());
     }
     for (size_t l = 0; l < model->units.size(); ++l) {
-      auto [y, logits] = model->units[l]->forward(x, cos, sin, cache ? &cache->k[l] : nullptr,
+      auto [y, logits] = model->units[l]->forward(x, cos, sin, documents,
+                                                  cache ? &cache->k[l] : nullptr,
                                                   cache ? &cache->v[l] : nullptr);
       x = y;
       if (router_logits != nullptr && logits.defined()) router_logits->push_back(logits);

@@ -135,6 +135,47 @@ TEST(Llama, SdpaEqualsEager) {
   EXPECT_THROW(set_attn_implementation(c, "flash_attention_2", "--attn_implementation"), ConfigError);
 }
 
+// Note [Packed sequences]: documents told apart by position_ids give each document's logits as
+// if it ran alone (rotary from its own positions, no attention across documents, Mistral's
+// window within it), with either attention; positions of one document per row change nothing.
+TEST(Llama, PackedDocumentsAttendWithinThemselves) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::string> impls = {"eager"};
+#if TORCH_VERSION_MAJOR >= 2
+  impls.push_back("sdpa");
+#endif
+  for (const std::string family : {"llama", "mistral", "qwen3_moe"}) {
+    for (const std::string& impl : impls) {
+      SCOPED_TRACE(family + " " + impl);
+      LlamaConfig c = tiny_llama(family);
+      c.attn_implementation = impl;
+      auto m = make_llama(c);
+      const at::Tensor tokens = torch::randint(0, 61, {2, 13}, torch::kLong);
+      const std::vector<int64_t> lengths = {4, 7, 2};  // row 0; row 1 is one document
+      std::vector<at::Tensor> row0;
+      for (int64_t n : lengths) row0.push_back(torch::arange(n, torch::kLong));
+      const at::Tensor positions =
+          torch::stack({torch::cat(row0), torch::arange(13, torch::kLong)});
+      EXPECT_TRUE(packed_documents(positions).defined());
+      const at::Tensor packed = m->forward(tokens, nullptr, nullptr, positions);
+      int64_t at = 0;
+      for (int64_t n : lengths) {
+        const at::Tensor alone = m->forward(tokens.narrow(0, 0, 1).narrow(1, at, n));
+        EXPECT_TRUE(torch::allclose(packed.narrow(0, 0, 1).narrow(1, at, n), alone, 1e-5, 1e-5))
+            << "document at " << at;
+        at += n;
+      }
+      EXPECT_TRUE(torch::allclose(packed[1], m->forward(tokens.narrow(0, 1, 1))[0], 1e-5, 1e-5));
+      const at::Tensor plain = torch::arange(13, torch::kLong).expand({2, 13});
+      EXPECT_FALSE(packed_documents(plain).defined());
+      EXPECT_TRUE(torch::equal(m->forward(tokens, nullptr, nullptr, plain), m->forward(tokens)));
+      KvCache cache;
+      EXPECT_THROW(m->forward(tokens, &cache, nullptr, positions), Error);
+      EXPECT_THROW(m->forward(tokens, nullptr, nullptr, positions.narrow(1, 0, 5)), Error);
+    }
+  }
+}
+
 // The MoE keys as transformers writes them for each family, and bad values refused by key.
 TEST(LlamaConfig, MixtureOfExpertsKeys) {
   const Json base = {{"vocab_size", 100},      {"hidden_size", 16},      {"intermediate_size", 32},
