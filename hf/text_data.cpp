@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -313,9 +314,16 @@ TokenizedFile::~TokenizedFile() {
   if (mapping_ != nullptr && mapping_ != MAP_FAILED) ::munmap(mapping_, mapped_bytes_);
 }
 
+int64_t TokenizedFile::document_start(int64_t token) const {
+  // offsets_ holds documents_ + 1 non-decreasing entries; empty documents repeat one.
+  const uint64_t* after = std::upper_bound(offsets_, offsets_ + documents_ + 1,
+                                           static_cast<uint64_t>(token));
+  return static_cast<int64_t>(*(after - 1));
+}
+
 TokenBlocks::TokenBlocks(std::shared_ptr<TokenizedFile> file, int64_t first, int64_t last,
-                         int64_t block_size)
-    : file_(std::move(file)), block_size_(block_size) {
+                         int64_t block_size, bool packed)
+    : file_(std::move(file)), block_size_(block_size), packed_(packed) {
   constexpr int64_t kMapBatch = 1000;  // datasets' map(batched=True) batch size
   for (int64_t d = first; d < last; d += kMapBatch) {
     const int64_t lo = file_->offset(d), hi = file_->offset(std::min(last, d + kMapBatch));
@@ -326,7 +334,17 @@ TokenBlocks::TokenBlocks(std::shared_ptr<TokenizedFile> file, int64_t first, int
 std::pair<at::Tensor, at::Tensor> TokenBlocks::get(int64_t index) const {
   const int32_t* p = file_->ids() + starts_.at(static_cast<size_t>(index));
   at::Tensor ids = at::from_blob(const_cast<int32_t*>(p), {block_size_}, at::kInt).to(at::kLong);
-  return {ids, ids};
+  if (!packed_) return {ids, ids};
+  const int64_t start = starts_.at(static_cast<size_t>(index));
+  at::Tensor positions = at::empty({block_size_}, at::kLong);
+  at::Tensor labels = ids.clone();
+  int64_t* pos = positions.data_ptr<int64_t>();
+  int64_t* label = labels.data_ptr<int64_t>();
+  for (int64_t i = 0; i < block_size_; ++i) {
+    pos[i] = start + i - std::max(start, file_->document_start(start + i));
+    if (pos[i] == 0) label[i] = -100;  // a document's first token: no label
+  }
+  return {at::stack({ids, positions}), labels};
 }
 
 std::string TokenBlocks::digest() const {
@@ -346,12 +364,16 @@ TextSplits load_text_data(const TextDataOptions& options, const DocumentTokenize
   TextSplits s;
   if (options.validation_file) {
     auto val = TokenizedFile::open(*options.validation_file, options, tokenizer, comm);
-    s.validation = std::make_shared<TokenBlocks>(val, 0, val->documents(), options.block_size);
-    s.train = std::make_shared<TokenBlocks>(train, 0, train->documents(), options.block_size);
+    s.validation = std::make_shared<TokenBlocks>(val, 0, val->documents(), options.block_size,
+                                                options.packed_documents);
+    s.train = std::make_shared<TokenBlocks>(train, 0, train->documents(), options.block_size,
+                                           options.packed_documents);
   } else {
     const int64_t cut = percent_boundary(options.validation_split_percentage, train->documents());
-    s.validation = std::make_shared<TokenBlocks>(train, 0, cut, options.block_size);
-    s.train = std::make_shared<TokenBlocks>(train, cut, train->documents(), options.block_size);
+    s.validation = std::make_shared<TokenBlocks>(train, 0, cut, options.block_size,
+                                                options.packed_documents);
+    s.train = std::make_shared<TokenBlocks>(train, cut, train->documents(), options.block_size,
+                                           options.packed_documents);
   }
   ZRT_CHECK_AS(ConfigError, s.train->size() > 0, options.train_file,
                ": the training split has no whole block of ", options.block_size, " tokens (",

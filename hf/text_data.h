@@ -15,6 +15,12 @@
 // 4. Blocks (run_clm's group_texts, mapped in batches of 1000 documents): each run of 1000
 //    documents of a split is concatenated and cut into --block_size tokens, the run's remainder
 //    dropped. A block is an example whose labels are its input ids (the causal-LM loss shifts them).
+// 5. Packed documents (zrt-train --packed_documents, not run_clm's): the same blocks, each token
+//    with its position in its document (restarting at 0 where a document starts, and at the
+//    block's start), so that attention stays within documents (Note [Packed sequences] in
+//    models/attention.h); a document's first token is not a label (-100), as transformers'
+//    DataCollatorWithFlattening labels a flattened batch. The example's input is then (2, block):
+//    the ids, then the positions.
 //
 // The tokens are cached next to the data file, in "<file>.<key>.zrt-tokens" (key: SHA-1 of the
 // data, the tokenizer's files and the reading options), so a second run and every rank read the
@@ -48,6 +54,7 @@ struct TextDataOptions {
   int64_t validation_split_percentage = 5;
   bool keep_linebreaks = true;
   int64_t block_size = 0;
+  bool packed_documents = false;  // Note [run_clm's data] 5
 };
 
 // The tokenizer as the data needs it: one document's ids with its special tokens, and the bytes
@@ -86,6 +93,8 @@ class TokenizedFile {
   // Token offset of document d (d = documents() gives tokens()).
   int64_t offset(int64_t d) const { return static_cast<int64_t>(offsets_[d]); }
   const int32_t* ids() const { return ids_; }
+  // The offset of the last document that starts at or before token `token` (< tokens()).
+  int64_t document_start(int64_t token) const;
 
  private:
   TokenizedFile() = default;
@@ -98,10 +107,12 @@ class TokenizedFile {
 };
 
 // The blocks of documents [first, last) of a tokenized file (Note [run_clm's data] 4): example i
-// is (ids, ids), `block_size` int64 token ids each.
+// is (ids, ids), `block_size` int64 token ids each; with `packed`, (ids and positions, labels)
+// (Note [run_clm's data] 5).
 class TokenBlocks : public Dataset {
  public:
-  TokenBlocks(std::shared_ptr<TokenizedFile> file, int64_t first, int64_t last, int64_t block_size);
+  TokenBlocks(std::shared_ptr<TokenizedFile> file, int64_t first, int64_t last, int64_t block_size,
+              bool packed = false);
   int64_t size() const override { return static_cast<int64_t>(starts_.size()); }
   std::pair<at::Tensor, at::Tensor> get(int64_t index) const override;
   // The token offset of block i in the file.
@@ -113,6 +124,7 @@ class TokenBlocks : public Dataset {
  private:
   std::shared_ptr<TokenizedFile> file_;
   int64_t block_size_;
+  bool packed_;
   std::vector<int64_t> starts_;
 };
 

@@ -135,10 +135,10 @@ double Trainer::collect(Run& run, double loss_sum) {
 bool Trainer::micro_step(Run& run, const std::vector<int64_t>& indices, bool epoch_end) {
   auto [x, y] = collate(*train_, indices);
   // HF's floating_point_ops: 6 x tokens (the input's elements for token ids, else its rows) x
-  // trainable parameters.
-  const double tokens = at::isIntegralType(x.scalar_type(), /*includeBool=*/false)
-                            ? static_cast<double>(x.numel())
-                            : static_cast<double>(x.size(0));
+  // trainable parameters. Token ids (b, 2, t) are ids and positions (Note [run_clm's data] 5).
+  const bool ids = at::isIntegralType(x.scalar_type(), /*includeBool=*/false);
+  const double tokens = static_cast<double>(
+      !ids ? x.size(0) : (x.dim() == 3 ? x.size(0) * x.size(2) : x.numel()));
   run.flos_since_report += 6.0 * tokens * static_cast<double>(num_params_);
   const double t0 = now_seconds();
   at::Tensor loss = loss_fn_(*model_, engine_->to_model_dtype(x), y);

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <random>
 
 #include "core/error.h"
 #include "core/json.h"
@@ -52,12 +53,63 @@ void load_clm_data(const cxxopts::ParseResult& result, const DocumentTokenizer& 
   o.validation_split_percentage = result["validation_split_percentage"].as<int64_t>();
   o.keep_linebreaks = result["keep_linebreaks"].as<bool>();
   o.block_size = context;
+  o.packed_documents = result["packed_documents"].as<bool>();
   hf::TextSplits s = hf::load_text_data(o, tokenizer, comm);
   ZRT_LOG_INFO("data: ", s.train->size(), " training blocks (SHA-1 ", s.train->digest(), ") and ",
                s.validation->size(), " validation blocks (SHA-1 ", s.validation->digest(), ") of ",
                context, " tokens");
+  if (o.packed_documents) ZRT_LOG_INFO("data: packed documents (positions restart per document)");
   *train = s.train;
   if (s.validation->size() > 0) *eval = s.validation;
+}
+
+// Sentences from a small grammar: learnable structure with some randomness.
+std::string generate_corpus(int64_t bytes, uint64_t seed) {
+  static const char* subjects[] = {"the cat", "a dog",       "my friend", "the old man",
+                                   "a bird",  "the teacher", "our team",  "a child"};
+  static const char* verbs[] = {"sees", "likes", "finds", "follows", "helps", "paints", "calls"};
+  static const char* objects[] = {"the river", "a red ball", "the garden", "a small house",
+                                  "the moon",  "an apple",   "the market"};
+  static const char* endings[] = {" today.", " again.", " in the morning.", ".", " with care."};
+  std::mt19937_64 rng(seed);
+  std::string text;
+  while (static_cast<int64_t>(text.size()) < bytes) {
+    text += subjects[rng() % 8];
+    text += ' ';
+    text += verbs[rng() % 7];
+    text += ' ';
+    text += objects[rng() % 7];
+    text += endings[rng() % 5];
+    text += rng() % 4 == 0 ? '\n' : ' ';
+  }
+  text.resize(static_cast<size_t>(bytes));
+  return text;
+}
+
+std::string read_corpus(const cxxopts::ParseResult& result) {
+  ZRT_CHECK_AS(UsageError, !result["packed_documents"].as<bool>(),
+               "--packed_documents needs --model llama with a .txt/.json/.jsonl --train_file");
+  if (!result.count("train_file")) return generate_corpus(result["corpus_bytes"].as<int64_t>(), 1234);
+  const std::string path = result["train_file"].as<std::string>();
+  std::ifstream in(path, std::ios::binary);
+  ZRT_CHECK(in.good(), "--train_file: cannot read ", path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void warn_packed_loss_weights(const cxxopts::ParseResult& result, bool average_tokens, int world,
+                              int64_t accumulation) {
+  if (!result["packed_documents"].as<bool>()) return;
+  if (accumulation <= 1 && (!average_tokens || world <= 1)) return;
+  ZRT_LOG_WARN("--packed_documents: each micro-batch's loss is the mean over its own labels and a "
+               "step averages the micro-batches (DeepSpeed's weighting); transformers' Trainer "
+               "weighs each label of the step equally (",
+               accumulation > 1 ? "--gradient_accumulation_steps > 1" : "--average_tokens_across_devices true",
+               "), so the two differ when the micro-batches' label counts do");
+}
+
+std::pair<at::Tensor, at::Tensor> clm_input(const at::Tensor& x) {
+  if (x.dim() != 3) return {x, at::Tensor()};
+  return {x.select(1, 0), x.select(1, 1)};
 }
 
 int64_t clm_block_size(const cxxopts::ParseResult& result, std::optional<int64_t> asked_size,

@@ -27,7 +27,7 @@ AuxLossScale hf_trainer_aux_scale(const config::TrainingArguments& args, int wor
 }
 
 LossFn moe_causal_lm_loss(std::shared_ptr<models::LlamaForCausalLMImpl> model,
-                              std::function<at::Tensor(const at::Tensor&)> input,
+                              std::function<std::pair<at::Tensor, at::Tensor>(const at::Tensor&)> input,
                               OutputLossFn output_loss,
                               std::shared_ptr<const AuxLossScale> scale) {
   return [model = std::move(model), input = std::move(input), output_loss = std::move(output_loss),
@@ -35,7 +35,8 @@ LossFn moe_causal_lm_loss(std::shared_ptr<models::LlamaForCausalLMImpl> model,
                                     const at::Tensor& y) {
     const models::MoeConfig& moe = model->config.moe;
     std::vector<at::Tensor> router_logits;
-    const at::Tensor logits = model->forward(input(x), nullptr, &router_logits);
+    const auto [ids, positions] = input(x);
+    const at::Tensor logits = model->forward(ids, nullptr, &router_logits, positions);
     const double weight =
         moe.router_aux_loss_coef * (module.is_training() ? scale->train : scale->eval);
     return output_loss(logits, y) + weight * models::load_balancing_loss(router_logits, moe);

@@ -22,11 +22,11 @@ struct AuxLossScale {
 AuxLossScale hf_trainer_aux_scale(const config::TrainingArguments& args, int world,
                                   int64_t accumulation);
 
-// output_loss(model(input(x)), y) + coef · scale · load_balancing_loss(router logits), with
+// output_loss(model(ids, position_ids = input(x)), y) + coef · scale · load_balancing_loss(router logits), with
 // `scale` read at each call (train or eval by the module's mode), so it may be set after the
 // Trainer that calls the loss exists.
 LossFn moe_causal_lm_loss(std::shared_ptr<models::LlamaForCausalLMImpl> model,
-                              std::function<at::Tensor(const at::Tensor&)> input,
+                              std::function<std::pair<at::Tensor, at::Tensor>(const at::Tensor&)> input,
                               OutputLossFn output_loss,
                               std::shared_ptr<const AuxLossScale> scale);
 

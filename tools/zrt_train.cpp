@@ -66,29 +66,6 @@ using models::LlamaConfig;
 using models::LlamaForCausalLMImpl;
 using models::MlpImpl;
 
-// Sentences from a small grammar: learnable structure with some randomness.
-std::string generate_corpus(int64_t bytes, uint64_t seed) {
-  static const char* subjects[] = {"the cat", "a dog",       "my friend", "the old man",
-                                   "a bird",  "the teacher", "our team",  "a child"};
-  static const char* verbs[] = {"sees", "likes", "finds", "follows", "helps", "paints", "calls"};
-  static const char* objects[] = {"the river", "a red ball", "the garden", "a small house",
-                                  "the moon",  "an apple",   "the market"};
-  static const char* endings[] = {" today.", " again.", " in the morning.", ".", " with care."};
-  std::mt19937_64 rng(seed);
-  std::string text;
-  while (static_cast<int64_t>(text.size()) < bytes) {
-    text += subjects[rng() % 8];
-    text += ' ';
-    text += verbs[rng() % 7];
-    text += ' ';
-    text += objects[rng() % 7];
-    text += endings[rng() % 5];
-    text += rng() % 4 == 0 ? '\n' : ' ';
-  }
-  text.resize(static_cast<size_t>(bytes));
-  return text;
-}
-
 // Byte windows: input bytes [i, i+context), target bytes [i+1, i+context+1).
 class ByteDataset : public Dataset {
  public:
@@ -132,14 +109,6 @@ struct ModelSetup {
   std::shared_ptr<AuxLossScale> aux_scale;
   std::optional<lora::LoraConfig> peft;  // --use_peft / --adapter_name_or_path (train_peft.h)
 };
-
-std::string read_corpus(const cxxopts::ParseResult& result) {
-  if (!result.count("train_file")) return generate_corpus(result["corpus_bytes"].as<int64_t>(), 1234);
-  const std::string path = result["train_file"].as<std::string>();
-  std::ifstream in(path, std::ios::binary);
-  ZRT_CHECK(in.good(), "--train_file: cannot read ", path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 // --model, or without it "llama" for a --model_name_or_path / --config_name folder whose
 // config.json names a model_type (a Hugging Face model folder, as run_clm.py takes it; LlamaConfig
@@ -220,7 +189,10 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
       return lm_loss(logits.narrow(-2, 0, n).reshape({-1, logits.size(-1)}).to(torch::kFloat),
                      y.narrow(-1, 1, n).reshape({-1}), smoothing);
     };
-    m.forward = [llama](const at::Tensor& x) { return llama->forward(x); };
+    m.forward = [llama](const at::Tensor& x) {
+      const auto [ids, positions] = clm_input(x);
+      return llama->forward(ids, nullptr, nullptr, positions);
+    };
   } else {
     if (result.count("train_file")) {
       ZRT_LOG_WARN("--train_file ", result["train_file"].as<std::string>(),
@@ -244,7 +216,9 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
     m.aux_scale = std::make_shared<AuxLossScale>();
     const bool text = m.text_data;
     m.loss_fn = moe_causal_lm_loss(
-        llama, [text, vocab](const at::Tensor& x) { return text ? x : x.remainder(vocab); },
+        llama, [text, vocab](const at::Tensor& x) {
+          return text ? clm_input(x) : std::pair<at::Tensor, at::Tensor>{x.remainder(vocab), {}};
+        },
         m.output_loss, m.aux_scale);
   }
   m.peft = peft_config(result, *m.llama);
@@ -457,6 +431,8 @@ cxxopts::Options train_options() {
       cxxopts::value<std::string>()->default_value("text"))(
       "keep_linebreaks", "keep each .txt line's line break (--model llama; no effect otherwise)",
       cxxopts::value<bool>()->default_value("true"))(
+      "packed_documents", "--model llama text data: positions restart and attention stays within each document of a block (Note [run_clm's data] 5)",
+      cxxopts::value<bool>()->default_value("false"))(
       "tokenizer_name", "--model llama: the folder of the tokenizer (default: the model's); no effect otherwise",
       cxxopts::value<std::string>())("corpus_bytes", "size of the generated corpus",
                                      cxxopts::value<int64_t>()->default_value("200000"))(
@@ -537,6 +513,8 @@ int run(int argc, char** argv) {
     *llama->aux_scale =
         hf_trainer_aux_scale(targs, comm->size(), trainer.engine().gradient_accumulation_steps());
   }
+  warn_packed_loss_weights(result, targs.average_tokens_across_devices, comm->size(),
+                           trainer.engine().gradient_accumulation_steps());
   // HF's example scripts: each phase only when asked. With no --do_* flag on the command line,
   // training (--eval_strategy alone, which makes do_eval true as in HF's __post_init__, trains
   // and evaluates on its schedule).

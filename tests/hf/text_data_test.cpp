@@ -158,5 +158,38 @@ TEST(TextData, BlocksOfThousandDocumentRunsFromOneSharedCache) {
   EXPECT_EQ(calls.load(), 2500);  // the cache was reused
 }
 
+// Note [run_clm's data] 5: the same blocks, each token with its position in its document (from
+// the block's start for a document begun before it), a document's first token labelled -100;
+// empty documents (no tokens) start nothing.
+TEST(TextData, PackedDocumentsCarryPositionsAndUnlabelledStarts) {
+  test::TempDir dir("zrt_text_data");
+  const std::string path = dir / "docs.jsonl";
+  write_file(path, "{\"text\": \"abcdefgh\"}\n{\"text\": \"\"}\n{\"text\": \"xy\"}\n"
+                   "{\"text\": \"pqrstuvw\"}\n");
+  DocumentTokenizer tok;  // the bytes, no special tokens: the empty document has no tokens
+  tok.encode = [](const std::string& text) { return std::vector<int64_t>(text.begin(), text.end()); };
+  tok.identity = "plain bytes";
+  TextDataOptions o;
+  o.train_file = path;
+  o.block_size = 6;
+  o.validation_split_percentage = 0;
+  o.packed_documents = true;
+  TextSplits s;
+  comm::run_local_world(1, [&](comm::Comm& comm) { s = load_text_data(o, tok, comm); });
+  ASSERT_EQ(s.train->size(), 3);  // 18 tokens: abcdef | ghxypq | rstuvw
+  const std::vector<std::vector<int64_t>> positions = {
+      {0, 1, 2, 3, 4, 5}, {0, 1, 0, 1, 0, 1}, {0, 1, 2, 3, 4, 5}};
+  for (int64_t i = 0; i < 3; ++i) {
+    const auto [x, y] = s.train->get(i);
+    ASSERT_EQ(x.sizes(), (std::vector<int64_t>{2, 6}));
+    EXPECT_EQ(std::vector<int64_t>(x[1].data_ptr<int64_t>(), x[1].data_ptr<int64_t>() + 6),
+              positions[i]) << "block " << i;
+    EXPECT_TRUE(y.eq(-100).equal(x[1].eq(0))) << "block " << i;
+    EXPECT_TRUE(y.masked_select(y.ne(-100)).equal(x[0].masked_select(y.ne(-100))));
+  }
+  const auto [x1, y1] = s.train->get(1);
+  EXPECT_EQ(static_cast<char>(x1[0][2].item<int64_t>()), 'x');  // "xy" starts at 2 in block 1
+}
+
 }  // namespace
 }  // namespace zrt::hf

@@ -79,6 +79,14 @@ MIXTRAL_RUN = dict(MOE_RUN, name="mixtral", model_type="mixtral", accumulation=1
                               num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
                               num_experts_per_tok=2, output_router_logits=True,
                               router_aux_loss_coef=0.05, max_position_embeddings=64))
+# And run 1 with packed documents (Note [run_clm's data] 5 in hf/text_data.h): the same blocks,
+# each token's position_ids counted from its document's start (or the block's), a document's first
+# token labelled -100, as transformers' DataCollatorWithFlattening labels; transformers masks
+# attention across documents from the position_ids (with use_cache off, find_packed_sequence_indices)
+# and ZeroRT from the same rule. Activation checkpointing on both sides; average_tokens_across_devices
+# off on both (the micro-batches' label counts differ: zrt-train averages the ranks' means).
+PACKED_RUN = dict(RUN, name="packed", packed=True, steps=6, save_steps=None, checkpointing=True,
+                  average_tokens=False)
 LOSS_RTOL, EVAL_RTOL, LOGITS_ATOL = 1e-5, 1e-5, 1e-4
 DS_CONFIG = {
     "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -193,18 +201,25 @@ def run_clm_documents(tmp, run):
     return lines[0], lines[1]
 
 
-def run_clm_blocks(tokenizer, docs, block):
-    """run_clm.py's tokenize_function and group_texts (datasets' map, batches of 1000)."""
-    blocks = []
+def run_clm_blocks(tokenizer, docs, block, packed=False):
+    """run_clm.py's tokenize_function and group_texts (datasets' map, batches of 1000). With
+    `packed`, (blocks, positions): each token's position in its document, counted from the block's
+    start for the document a block starts inside."""
+    blocks, positions = [], []
     for lo in range(0, len(docs), 1000):
-        ids = [t for d in tokenizer(docs[lo:lo + 1000])["input_ids"] for t in d]
+        encoded = tokenizer(docs[lo:lo + 1000])["input_ids"]
+        ids = [t for d in encoded for t in d]
+        starts = [k for d in encoded for k in range(len(d))]  # position in the document
         total = len(ids) // block * block
         blocks += [ids[i:i + block] for i in range(0, total, block)]
-    return blocks
+        positions += [[min(starts[k], k - i) for k in range(i, i + block)]
+                      for i in range(0, total, block)]
+    return (blocks, positions) if packed else blocks
 
 
-def labelled_blocks(blocks):
-    """run_clm's blocks as the Trainer's dataset: input_ids, and the same ids as labels."""
+def labelled_blocks(blocks, positions=None):
+    """run_clm's blocks as the Trainer's dataset: input_ids, and the same ids as labels; with
+    `positions`, position_ids too and -100 for each document's first token."""
     import torch
 
     class Blocks(torch.utils.data.Dataset):
@@ -212,7 +227,10 @@ def labelled_blocks(blocks):
             return len(blocks)
 
         def __getitem__(self, i):
-            return {"input_ids": blocks[i], "labels": list(blocks[i])}
+            if positions is None:
+                return {"input_ids": blocks[i], "labels": list(blocks[i])}
+            return {"input_ids": blocks[i], "position_ids": positions[i],
+                    "labels": [-100 if p == 0 else t for t, p in zip(blocks[i], positions[i])]}
 
     return Blocks()
 
@@ -253,11 +271,16 @@ def trainer_worker(tmp):
         block = tokenizer.model_max_length
         if block > model.config.max_position_embeddings:
             block = min(1024, model.config.max_position_embeddings)
-    train = run_clm_blocks(tokenizer, train_docs, block)
-    val = run_clm_blocks(tokenizer, val_docs, block)
+    packed = run.get("packed", False)
+    train, train_pos = run_clm_blocks(tokenizer, train_docs, block, True)
+    val, val_pos = run_clm_blocks(tokenizer, val_docs, block, True)
+    if packed:
+        model.config.use_cache = False  # else transformers masks causally only (a cache is made)
 
-    trainer = Trainer(model=model, args=args, train_dataset=labelled_blocks(train),
-                      eval_dataset=labelled_blocks(val), data_collator=default_data_collator)
+    trainer = Trainer(model=model, args=args,
+                      train_dataset=labelled_blocks(train, train_pos if packed else None),
+                      eval_dataset=labelled_blocks(val, val_pos if packed else None),
+                      data_collator=default_data_collator)
     train_metrics = trainer.train().metrics
     trainer.save_model(os.path.join(tmp, "hf_model"))
     metrics = trainer.evaluate()
@@ -289,7 +312,8 @@ def zrt_argv(tmp, run, out):
             "--seed", str(run["seed"]), "--logging_steps", "1", "--report_to", "none",
             "--save_strategy", "steps" if run.get("save_steps") else "no",
             "--save_steps", str(run.get("save_steps") or 500),
-            "--label_smoothing_factor", str(run.get("label_smoothing", 0.0))]
+            "--label_smoothing_factor", str(run.get("label_smoothing", 0.0))] + (
+            ["--packed_documents"] if run.get("packed") else [])
 
 
 def compare_models(zrt_dir, hf_dir):
@@ -391,7 +415,7 @@ def main():
         return trainer_worker(args.worker)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     ok = True
-    for run in (RUN, QWEN2_RUN, MOE_RUN, MIXTRAL_RUN):
+    for run in (RUN, QWEN2_RUN, MOE_RUN, MIXTRAL_RUN, PACKED_RUN):
         with tempfile.TemporaryDirectory(prefix="zrt_hf_clm_") as scratch:
             tmp = os.path.join(args.keep, run.get("name", run["family"])) if args.keep else scratch
             os.makedirs(tmp, exist_ok=True)
