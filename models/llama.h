@@ -357,15 +357,25 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& tokens, KvCache* cache = nullptr,
                         std::vector<torch::Tensor>* router_logits = nullptr,
                         const torch::Tensor& position_ids = torch::Tensor()) {
+    const torch::Tensor x = hidden(tokens, cache, router_logits, position_ids);
+    if (lm_head) return lm_head->forward(x);
+    auto& embed = *model->embed_unit;  // tied: a second use of the embedding unit
+    return embed.run([&embed](const torch::Tensor& h) { return torch::linear(h, embed.weight); },
+                     x);
+  }
+  // forward() up to the final norm's output (batch, t, hidden): the head's input.
+  torch::Tensor hidden(const torch::Tensor& tokens, KvCache* cache = nullptr,
+                       std::vector<torch::Tensor>* router_logits = nullptr,
+                       const torch::Tensor& position_ids = torch::Tensor()) {
     const int64_t t = tokens.size(1), offset = cache ? cache->length : 0;
     auto x = model->embed_unit->forward(tokens);
     torch::Tensor cos, sin, documents;
     if (position_ids.defined()) {
-      ZRT_CHECK(cache == nullptr, "LlamaForCausalLM::forward: position_ids with a KV cache (the "
+      ZRT_CHECK(cache == nullptr, "LlamaForCausalLM: position_ids with a KV cache (the "
                 "cache continues its own positions)");
       ZRT_CHECK(position_ids.dim() == 2 && position_ids.size(0) == tokens.size(0) &&
                     position_ids.size(1) == t && position_ids.scalar_type() == torch::kLong,
-                "LlamaForCausalLM::forward: position_ids must be int64 of the tokens' shape ",
+                "LlamaForCausalLM: position_ids must be int64 of the tokens' shape ",
                 tokens.sizes(), ", got ", position_ids.scalar_type(), " ", position_ids.sizes());
       std::tie(cos, sin) = llama_rotary_at(config, position_ids, x.scalar_type());
       documents = packed_documents(position_ids);
@@ -384,11 +394,7 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
       if (router_logits != nullptr && logits.defined()) router_logits->push_back(logits);
     }
     if (cache != nullptr) cache->length += t;
-    x = model->norm->forward(x);
-    if (lm_head) return lm_head->forward(x);
-    auto& embed = *model->embed_unit;  // tied: a second use of the embedding unit
-    return embed.run([&embed](const torch::Tensor& h) { return torch::linear(h, embed.weight); },
-                     x);
+    return model->norm->forward(x);
   }
   // Parameters in all, from the shapes (valid for a deferred model too).
   int64_t num_params() {

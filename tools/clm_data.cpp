@@ -107,6 +107,13 @@ void warn_packed_loss_weights(const cxxopts::ParseResult& result, bool average_t
                "), so the two differ when the micro-batches' label counts do");
 }
 
+void refuse_text_options(const cxxopts::ParseResult& result, const std::string& kind) {
+  ZRT_CHECK_AS(UsageError, !result["packed_documents"].as<bool>(),
+               "--packed_documents is for --model llama's text data, not --model ", kind);
+  ZRT_CHECK_AS(UsageError, result["tiled_loss_tokens"].as<int64_t>() == 0,
+               "--tiled_loss_tokens is for --model llama's text data, not --model ", kind);
+}
+
 std::pair<at::Tensor, at::Tensor> clm_input(const at::Tensor& x) {
   if (x.dim() != 3) return {x, at::Tensor()};
   return {x.select(1, 0), x.select(1, 1)};

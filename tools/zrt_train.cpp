@@ -49,6 +49,7 @@
 #include "models/gpt.h"
 #include "models/llama.h"
 #include "models/mlp.h"
+#include "models/tiled_loss.h"
 #include "runtime/initialize.h"
 #include "hf/adapter.h"
 #include "hf/pretrained.h"
@@ -149,6 +150,15 @@ at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& target, double sm
                                    /*ignore_index=*/-100, smoothing);
 }
 
+// --tiled_loss_tokens: the causal-LM loss a tile at a time (Note [Tiled logits and loss]).
+LossFn tiled_loss(std::shared_ptr<LlamaForCausalLMImpl> llama, int64_t tile, double smoothing) {
+  return [llama, tile, smoothing](torch::nn::Module&, const at::Tensor& x, const at::Tensor& y) {
+    const auto [ids, positions] = clm_input(x);
+    return models::tiled_causal_lm_loss(*llama, llama->hidden(ids, nullptr, nullptr, positions), y,
+                                        tile, smoothing);
+  };
+}
+
 ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config, int64_t context,
                        comm::Comm& comm, std::shared_ptr<Dataset>* train,
                        std::shared_ptr<Dataset>* eval, double smoothing) {
@@ -190,8 +200,7 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
                      y.narrow(-1, 1, n).reshape({-1}), smoothing);
     };
     m.forward = [llama](const at::Tensor& x) {
-      const auto [ids, positions] = clm_input(x);
-      return llama->forward(ids, nullptr, nullptr, positions);
+      return std::apply([&](const auto& ids, const auto& pos) { return llama->forward(ids, nullptr, nullptr, pos); }, clm_input(x));
     };
   } else {
     if (result.count("train_file")) {
@@ -220,6 +229,10 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
           return text ? clm_input(x) : std::pair<at::Tensor, at::Tensor>{x.remainder(vocab), {}};
         },
         m.output_loss, m.aux_scale);
+  }
+  if (const int64_t tile = result["tiled_loss_tokens"].as<int64_t>(); tile > 0) {
+    ZRT_CHECK_AS(UsageError, m.text_data && !m.aux_scale, "--tiled_loss_tokens needs a LLaMA's text --train_file, and a model without output_router_logits");
+    m.loss_fn = tiled_loss(llama, tile, smoothing);
   }
   m.peft = peft_config(result, *m.llama);
   if (m.peft) {
@@ -271,6 +284,7 @@ ExampleModel build_model(const cxxopts::ParseResult& result, const Json& ds_conf
                          comm::Comm& comm, double smoothing) {
   const std::string kind = model_kind(result);
   if (kind != "llama") refuse_peft_options(result, kind);
+  if (kind != "llama") refuse_text_options(result, kind);
   if (kind == "gpt") return build_gpt(result, smoothing);
   ExampleModel m;
   if (kind == "mlp") {
@@ -431,6 +445,8 @@ cxxopts::Options train_options() {
       cxxopts::value<std::string>()->default_value("text"))(
       "keep_linebreaks", "keep each .txt line's line break (--model llama; no effect otherwise)",
       cxxopts::value<bool>()->default_value("true"))(
+      "tiled_loss_tokens", "--model llama text data: the LM head and loss this many tokens at a time, recomputed in backward, so the (tokens, vocab) logits never exist whole (Note [Tiled logits and loss]); 0: off",
+      cxxopts::value<int64_t>()->default_value("0"))(
       "packed_documents", "--model llama text data: positions restart and attention stays within each document of a block (Note [run_clm's data] 5)",
       cxxopts::value<bool>()->default_value("false"))(
       "tokenizer_name", "--model llama: the folder of the tokenizer (default: the model's); no effect otherwise",

@@ -15,6 +15,7 @@
 #include "models/gpt.h"
 #include "models/llama.h"
 #include "models/mlp.h"
+#include "models/tiled_loss.h"
 
 namespace zrt::models {
 namespace {
@@ -172,6 +173,54 @@ TEST(Llama, PackedDocumentsAttendWithinThemselves) {
       KvCache cache;
       EXPECT_THROW(m->forward(tokens, &cache, nullptr, positions), Error);
       EXPECT_THROW(m->forward(tokens, nullptr, nullptr, positions.narrow(1, 0, 5)), Error);
+    }
+  }
+}
+
+// Note [Tiled logits and loss]: any tile size gives the untiled loss and gradients (ignored labels,
+// label smoothing, a frozen weight), and a LLaMA's tiled causal-LM loss equals the loss of its
+// logits, untied and tied, with the parameters' gradients.
+TEST(TiledLoss, EqualsTheUntiledLossAndGradients) {
+  torch::manual_seed(3);
+  const at::Tensor h0 = torch::randn({13, 8}), w0 = torch::randn({29, 8});
+  at::Tensor labels = torch::randint(0, 29, {13}, torch::kLong);
+  labels.index_put_({torch::tensor({0, 5, 6})}, -100);
+  for (const double smoothing : {0.0, 0.1}) {
+    for (const bool frozen : {false, true}) {
+      const at::Tensor h = h0.clone().requires_grad_(), w = w0.clone().requires_grad_(!frozen);
+      const at::Tensor ref = torch::cross_entropy_loss(torch::linear(h, w), labels, {},
+                                                       at::Reduction::Mean, -100, smoothing);
+      ref.backward();
+      for (const int64_t tile : {1, 4, 13, 20}) {
+        SCOPED_TRACE("smoothing " + std::to_string(smoothing) + " tile " + std::to_string(tile));
+        const at::Tensor ht = h0.clone().requires_grad_(), wt = w0.clone().requires_grad_(!frozen);
+        const at::Tensor loss = tiled_linear_cross_entropy(ht, wt, labels, tile, smoothing);
+        loss.backward();
+        EXPECT_TRUE(torch::allclose(loss, ref, 1e-6, 1e-6));
+        EXPECT_TRUE(torch::allclose(ht.grad(), h.grad(), 1e-6, 1e-7));
+        if (!frozen) EXPECT_TRUE(torch::allclose(wt.grad(), w.grad(), 1e-6, 1e-7));
+        if (frozen) EXPECT_FALSE(wt.grad().defined());
+      }
+    }
+  }
+  for (const bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    LlamaConfig c = tiny_llama();
+    c.tie_word_embeddings = tied;
+    auto a = make_llama(c), b = make_llama(c);
+    a->train();
+    b->train();
+    const at::Tensor tokens = torch::randint(0, 61, {2, 9}, torch::kLong);
+    const at::Tensor logits = a->forward(tokens);
+    const at::Tensor ref = torch::cross_entropy_loss(
+        logits.narrow(1, 0, 8).reshape({-1, 61}).to(torch::kFloat), tokens.narrow(1, 1, 8).reshape({-1}));
+    ref.backward();
+    const at::Tensor loss = tiled_causal_lm_loss(*b, b->hidden(tokens), tokens, 5, 0.0);
+    loss.backward();
+    EXPECT_TRUE(torch::allclose(loss, ref, 1e-6, 1e-6));
+    const auto pa = a->named_parameters(), pb = b->named_parameters();
+    for (const auto& p : pa) {
+      EXPECT_TRUE(torch::allclose(p.value().grad(), pb[p.key()].grad(), 1e-5, 1e-6)) << p.key();
     }
   }
 }
