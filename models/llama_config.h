@@ -26,7 +26,7 @@ struct LlamaConfig {
   int64_t max_position_embeddings = 2048;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
-  // Rotary scaling (Note [Rotary scaling] in models/llama.h): "default", "linear", "dynamic" or "llama3", with
+  // Rotary scaling (Note [Rotary scaling] in models/rotary.h): "default", "linear", "dynamic" or "llama3", with
   // transformers' parameters; the others are refused.
   std::string rope_type = "default";
   double rope_factor = 1.0;
@@ -37,12 +37,12 @@ struct LlamaConfig {
   bool attention_bias = false;  // llama, qwen3_moe: biases on q, k, v and o
   bool mlp_bias = false;
   bool qwen_qkv_bias = false;  // qwen2, qwen2_moe: biases on q, k and v
-  // The family (Note [LLaMA families] in models/llama.h): "llama", "mistral", "qwen2", or a
-  // mixture of experts (models/moe.h): "mixtral", "qwen2_moe", "qwen3_moe".
+  // The family (Note [LLaMA families] in llama.h): llama, mistral, qwen2, or MoE (moe.h): mixtral, qwen2_moe, qwen3_moe.
   std::string model_type = "llama";
   int64_t sliding_window = 0;  // mistral, mixtral: keys more than this far back are not seen
   MoeConfig moe;
   std::string attn_implementation;  // "sdpa", "eager"; "": sdpa if LibTorch has it (llama.h)
+  int64_t mlp_tile_tokens = 0;  // dense MLPs over tiles of this many positions (tiled_mlp.h); 0: off
   bool qkv_bias() const { return attention_bias || qwen_qkv_bias; }
   bool o_bias() const { return attention_bias; }
   bool qk_norm() const { return model_type == "qwen3_moe"; }  // RMSNorm of each q and k head
@@ -75,7 +75,7 @@ inline const LlamaFamily& llama_family(const LlamaConfig& c) {
 }
 inline const char* family_name(const LlamaConfig& c) { return llama_family(c).name; }
 
-// The rope type and its parameters into `c` (Note [Rotary scaling] in llama.h); the rope_theta
+// The rope type and its parameters into `c` (Note [Rotary scaling] in rotary.h); the rope_theta
 // given there, if any.
 inline std::optional<double> read_rope_scaling(const Json& j, const std::string& where,
                                                LlamaConfig& c) {

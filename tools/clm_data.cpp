@@ -112,6 +112,14 @@ void refuse_text_options(const cxxopts::ParseResult& result, const std::string& 
                "--packed_documents is for --model llama's text data, not --model ", kind);
   ZRT_CHECK_AS(UsageError, result["tiled_loss_tokens"].as<int64_t>() == 0,
                "--tiled_loss_tokens is for --model llama's text data, not --model ", kind);
+  ZRT_CHECK_AS(UsageError, result["tiled_mlp_tokens"].as<int64_t>() == 0,
+               "--tiled_mlp_tokens is for --model llama, not --model ", kind);
+}
+
+int64_t tiled_mlp_tokens(const cxxopts::ParseResult& result) {
+  const int64_t n = result["tiled_mlp_tokens"].as<int64_t>();
+  ZRT_CHECK_AS(UsageError, n >= 0, "--tiled_mlp_tokens must be 0 (off) or more, got ", n);
+  return n;
 }
 
 std::pair<at::Tensor, at::Tensor> clm_input(const at::Tensor& x) {

@@ -43,9 +43,12 @@ std::string generate_corpus(int64_t bytes, uint64_t seed);
 // The bytes of --train_file, or the generated corpus of --corpus_bytes without one.
 std::string read_corpus(const cxxopts::ParseResult& result);
 
-// --packed_documents and --tiled_loss_tokens, given for a model `kind` other than llama: a usage
-// error naming the flag.
+// --packed_documents, --tiled_loss_tokens and --tiled_mlp_tokens, given for a model `kind` other
+// than llama: a usage error naming the flag.
 void refuse_text_options(const cxxopts::ParseResult& result, const std::string& kind);
+
+// --tiled_mlp_tokens (Note [Tiled MLP] in models/tiled_mlp.h), checked: 0 (off) or more.
+int64_t tiled_mlp_tokens(const cxxopts::ParseResult& result);
 
 // The model's input of a micro-batch `x` of load_clm_data's examples: (ids, undefined) for
 // (b, block) ids; (ids, position_ids) for --packed_documents' (b, 2, block) (Note [run_clm's

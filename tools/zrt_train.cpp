@@ -165,15 +165,14 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
   ZRT_CHECK_AS(UsageError, result.count("model_name_or_path") || result.count("config_name"),
                "--model llama needs --model_name_or_path DIR (a Hugging Face LLaMA folder) or "
                "--config_name CONFIG (a config.json, to train from scratch)");
-  const std::string dir = result.count("config_name")
-                              ? result["config_name"].as<std::string>()
-                              : result["model_name_or_path"].as<std::string>();
+  const std::string dir = result[result.count("config_name") ? "config_name" : "model_name_or_path"].as<std::string>();
   ModelSetup m;
   m.llama = LlamaConfig::from_file(dir);
   if (result.count("attn_implementation")) {
     models::set_attn_implementation(*m.llama, result["attn_implementation"].as<std::string>(),
                                     "--attn_implementation");
   }
+  m.llama->mlp_tile_tokens = tiled_mlp_tokens(result);
   m.text_data = result.count("train_file") && hf::is_text_data_file(result["train_file"].as<std::string>());
   if (m.text_data) {
     const std::optional<int64_t> asked =
@@ -445,6 +444,8 @@ cxxopts::Options train_options() {
       cxxopts::value<std::string>()->default_value("text"))(
       "keep_linebreaks", "keep each .txt line's line break (--model llama; no effect otherwise)",
       cxxopts::value<bool>()->default_value("true"))(
+      "tiled_mlp_tokens", "--model llama: each dense MLP over this many positions at a time, each tile recomputed in backward (Note [Tiled MLP]); 0: off",
+      cxxopts::value<int64_t>()->default_value("0"))(
       "tiled_loss_tokens", "--model llama text data: the LM head and loss this many tokens at a time, recomputed in backward, so the (tokens, vocab) logits never exist whole (Note [Tiled logits and loss]); 0: off",
       cxxopts::value<int64_t>()->default_value("0"))(
       "packed_documents", "--model llama text data: positions restart and attention stays within each document of a block (Note [run_clm's data] 5)",

@@ -51,14 +51,14 @@ rc=$?
 set -e
 [[ $rc -eq 1 && "$err" == *"--use_peft with --model gpt"* ]] || {
   echo "--use_peft with --model gpt: exit $rc, expected 1 naming the flag: $err"; exit 1; }
-# The LLaMA text-data flags on the GPT: usage errors naming the flag.
-for flag in "--packed_documents" "--tiled_loss_tokens 4"; do
+# The LLaMA's data and tiling flags on the GPT: usage errors naming the flag.
+for flag in "--packed_documents" "--tiled_loss_tokens 4" "--tiled_mlp_tokens 4"; do
   set +e
   # shellcheck disable=SC2086
   err=$("$BIN/zrt-train" --output_dir "$WORK/text_flag" --max_steps 1 "${MODEL[@]}" $flag 2>&1)
   rc=$?
   set -e
-  [[ $rc -eq 1 && "$err" == *"${flag%% *} is for --model llama's text data"* &&
+  [[ $rc -eq 1 && "$err" == *"${flag%% *} is for --model llama"* &&
      ! -e "$WORK/text_flag" ]] || {
     echo "$flag with --model gpt: exit $rc, expected 1 naming the flag, nothing written: $err"; exit 1; }
 done

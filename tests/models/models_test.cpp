@@ -225,6 +225,55 @@ TEST(TiledLoss, EqualsTheUntiledLossAndGradients) {
   }
 }
 
+// Note [Tiled MLP]: a LLaMA whose MLPs run over tiles of 3 positions gives the untiled logits and
+// parameter gradients (with LoRA adapters on the MLP too); with dropout in the tiled function the
+// recompute draws the forward's masks (the gradients of a plain loop over the same tiles).
+TEST(TiledMlp, EqualsTheWholeSequence) {
+  LlamaConfig c = tiny_llama();
+  c.mlp_tile_tokens = 3;
+  const at::Tensor tokens = torch::randint(0, 61, {2, 11}, torch::kLong);
+  for (const bool adapters : {false, true}) {
+    SCOPED_TRACE(adapters ? "LoRA on the MLP" : "full");
+    auto a = make_llama(tiny_llama()), b = make_llama(c);
+    if (adapters) {
+      lora::LoraConfig lc;
+      lc.r = 2;
+      lc.target_modules = {"up_proj", "down_proj"};
+      torch::manual_seed(9);  // the same adapters' initial values
+      lora::apply(*a, lc);
+      torch::manual_seed(9);
+      lora::apply(*b, lc);
+    }
+    const at::Tensor la = a->forward(tokens), lb = b->forward(tokens);
+    la.pow(2).mean().backward();
+    lb.pow(2).mean().backward();
+    EXPECT_TRUE(torch::allclose(la, lb, 1e-5, 1e-6));
+    const auto pa = a->named_parameters(), pb = b->named_parameters();
+    for (const auto& p : pa) {
+      if (!p.value().requires_grad()) continue;
+      EXPECT_TRUE(torch::allclose(p.value().grad(), pb[p.key()].grad(), 1e-5, 1e-6)) << p.key();
+    }
+  }
+  torch::nn::Linear fc(4, 4);
+  const at::Tensor x = torch::randn({2, 7, 4});
+  auto fn = [&fc](const at::Tensor& t) { return torch::dropout(fc->forward(t), 0.5, true); };
+  std::vector<at::Tensor> grads[2];
+  for (const bool tiled : {false, true}) {
+    fc->zero_grad();
+    const at::Tensor xi = x.clone().requires_grad_();
+    torch::manual_seed(5);
+    at::Tensor y;
+    if (tiled) {
+      y = tiled_sequence(fn, xi, fc->parameters(), 3);
+    } else {
+      y = torch::cat({fn(xi.narrow(1, 0, 3)), fn(xi.narrow(1, 3, 3)), fn(xi.narrow(1, 6, 1))}, 1);
+    }
+    y.pow(2).sum().backward();
+    grads[tiled] = {xi.grad(), fc->weight.grad(), fc->bias.grad()};
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(torch::allclose(grads[0][i], grads[1][i], 1e-6, 1e-7)) << i;
+}
+
 // The MoE keys as transformers writes them for each family, and bad values refused by key.
 TEST(LlamaConfig, MixtureOfExpertsKeys) {
   const Json base = {{"vocab_size", 100},      {"hidden_size", 16},      {"intermediate_size", 32},

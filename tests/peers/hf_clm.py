@@ -85,10 +85,11 @@ MIXTRAL_RUN = dict(MOE_RUN, name="mixtral", model_type="mixtral", accumulation=1
 # attention across documents from the position_ids (with use_cache off, find_packed_sequence_indices)
 # and ZeroRT from the same rule. Activation checkpointing on both sides; average_tokens_across_devices
 # off on both (the micro-batches' label counts differ: zrt-train averages the ranks' means).
-# zrt-train also computes its loss 7 tokens at a time (--tiled_loss_tokens: Note [Tiled logits and
-# loss] in models/tiled_loss.h), which must not move the losses.
+# zrt-train also computes its loss 7 tokens at a time and its MLPs 5 positions at a time
+# (--tiled_loss_tokens, --tiled_mlp_tokens: models/tiled_loss.h, tiled_mlp.h), inside the
+# checkpointed layers, which must not move the losses.
 PACKED_RUN = dict(RUN, name="packed", packed=True, steps=6, save_steps=None, checkpointing=True,
-                  average_tokens=False, tiled_loss=7)
+                  average_tokens=False, tiled_loss=7, tiled_mlp=5)
 LOSS_RTOL, EVAL_RTOL, LOGITS_ATOL = 1e-5, 1e-5, 1e-4
 DS_CONFIG = {
     "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -316,7 +317,8 @@ def zrt_argv(tmp, run, out):
             "--save_steps", str(run.get("save_steps") or 500),
             "--label_smoothing_factor", str(run.get("label_smoothing", 0.0))] + (
             ["--packed_documents"] if run.get("packed") else []) + (
-            ["--tiled_loss_tokens", str(run["tiled_loss"])] if run.get("tiled_loss") else [])
+            ["--tiled_loss_tokens", str(run["tiled_loss"])] if run.get("tiled_loss") else []) + (
+            ["--tiled_mlp_tokens", str(run["tiled_mlp"])] if run.get("tiled_mlp") else [])
 
 
 def compare_models(zrt_dir, hf_dir):
