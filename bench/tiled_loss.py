@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""Tiled logits + loss (Note [Tiled logits and loss], models/tiled_loss.h): peak RSS per rank and
-time per step of zrt-train at a long context and a LLaMA-2-sized vocabulary, with the loss computed
-whole (the (tokens, vocab) logits, their fp32 log-softmax and gradients) against
---tiled_loss_tokens N.
+"""Tiled logits + loss and tiled MLP (Notes [Tiled logits and loss], [Tiled MLP] in models/): peak
+RSS per rank and time per step of zrt-train at a long context and a LLaMA-2-sized vocabulary, with
+the loss computed whole (the (tokens, vocab) logits, their fp32 log-softmax and gradients) against
+--tiled_loss_tokens N, and with --mlp_tile also --tiled_mlp_tokens N on top.
 
     bench/tiled_loss.py [--bin build/bin] [--context 4096] [--vocab 32000] [--tile 1024]
-                        [--steps 2] [--reps 7] [--jsonl FILE]
+                        [--intermediate I] [--mlp_tile N] [--steps 2] [--reps 7] [--jsonl FILE]
 
 The model: a LLaMA folder made by examples/make_tiny_llama.py (SentencePiece tokenizer, hidden 128,
-2 layers), trained from its configuration with the vocabulary raised to --vocab and
-max_position_embeddings to --context (--config_name, the folder's tokenizer by --tokenizer_name),
+2 layers), trained from its configuration with the vocabulary raised to --vocab,
+max_position_embeddings to --context and (with --intermediate) the MLP's width to I (--config_name, the folder's tokenizer by --tokenizer_name),
 on generated text (run_clm's blocks of --context tokens). Both variants: 2 ranks under zrt-launch,
 ZeRO-3 fp32, micro-batch 1, sdpa attention, every decoder layer checkpointed, one intra-op thread
 per rank. Peak RSS: the largest rank's (getrusage of the rank process). Time per step: the run's
@@ -49,6 +49,8 @@ def prepare(args, work):
     with open(os.path.join(folder, "config.json")) as f:
         config = json.load(f)
     config.update(vocab_size=args.vocab, max_position_embeddings=args.context)
+    if args.intermediate:
+        config.update(intermediate_size=args.intermediate)
     os.makedirs(os.path.join(work, "config"))
     with open(os.path.join(work, "config", "config.json"), "w") as f:
         json.dump(config, f)
@@ -62,7 +64,8 @@ def prepare(args, work):
     return folder
 
 
-def run(args, work, folder, tile):
+def run(args, work, folder, variant):
+    tile, mlp_tile = variant
     out = tempfile.mkdtemp(dir=work)
     cmd = [os.path.join(args.bin, "zrt-launch"), "--np", "2", "--timeout", "900", "--",
            sys.executable, "-c", PEAK, os.path.join(args.bin, "zrt-train"), "--model", "llama",
@@ -71,7 +74,8 @@ def run(args, work, folder, tile):
            "--deepspeed", os.path.join(work, "ds.json"), "--output_dir", out,
            "--max_steps", str(args.steps), "--per_device_train_batch_size", "1",
            "--gradient_checkpointing", "--learning_rate", "1e-3", "--save_strategy", "no",
-           "--do_train", "--logging_steps", "1", "--tiled_loss_tokens", str(tile)]
+           "--do_train", "--logging_steps", "1", "--tiled_loss_tokens", str(tile),
+           "--tiled_mlp_tokens", str(mlp_tile)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1000,
                           env=dict(os.environ, OMP_NUM_THREADS="1"))
     if done.returncode != 0:
@@ -91,36 +95,39 @@ def main():
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--tile", type=int, default=1024)
+    ap.add_argument("--intermediate", type=int)
+    ap.add_argument("--mlp_tile", type=int, default=0)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--jsonl")
     args = ap.parse_args()
     out = Jsonl(args.jsonl)
     out({"meta": machine_meta(context=args.context, vocab=args.vocab, tile=args.tile,
+                              intermediate=args.intermediate, mlp_tile=args.mlp_tile,
                               steps=args.steps)})
     work = tempfile.mkdtemp(prefix="zrt_bench_tiled_")
     try:
         folder = prepare(args, work)
-        variants = [0, args.tile]
+        variants = [(0, 0), (args.tile, 0)] + ([(args.tile, args.mlp_tile)] if args.mlp_tile else [])
         rows = {v: [] for v in variants}
         losses = {}
-        for rep, _, tile in rotations(variants, args.reps):
-            step_s, peak, loss = run(args, work, folder, tile)
-            rows[tile].append((step_s, peak))
-            losses.setdefault(tile, loss)
-            out({"tile": tile, "rep": rep, "step_s": step_s, "peak_rss_mib": peak, "losses": loss})
-            print(f"rep {rep} tile {tile:5d}: {step_s:.3f} s/step, peak {peak:.0f} MiB", flush=True)
+        for rep, _, v in rotations(variants, args.reps):
+            step_s, peak, loss = run(args, work, folder, v)
+            rows[v].append((step_s, peak))
+            losses.setdefault(v, loss)
+            out({"tile": v[0], "mlp_tile": v[1], "rep": rep, "step_s": step_s,
+                 "peak_rss_mib": peak, "losses": loss})
+            print(f"rep {rep} tiles {v}: {step_s:.3f} s/step, peak {peak:.0f} MiB", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\ncontext {args.context}, vocab {args.vocab}, 2 ranks, ZeRO-3 fp32, {args.reps} reps "
           "(median [min, max])")
-    for tile in variants:
-        t, m = [r[0] for r in rows[tile]], [r[1] for r in rows[tile]]
-        print(f"{'whole' if tile == 0 else f'tiles of {tile}':14s} s/step {statistics.median(t):.3f} "
-              f"[{min(t):.3f}, {max(t):.3f}]  peak RSS MiB {statistics.median(m):.0f} "
-              f"[{min(m):.0f}, {max(m):.0f}]  losses {losses[tile]}")
-        out({"summary": tile, "step_s": statistics.median(t), "peak_rss_mib": statistics.median(m)})
-
+    for v in variants:
+        t, m = [r[0] for r in rows[v]], [r[1] for r in rows[v]]
+        name = "whole" if v == (0, 0) else f"loss tiles {v[0]}" + (f", MLP tiles {v[1]}" if v[1] else "")
+        print(f"{name:28s} s/step {statistics.median(t):.3f} [{min(t):.3f}, {max(t):.3f}]  peak RSS "
+              f"MiB {statistics.median(m):.0f} [{min(m):.0f}, {max(m):.0f}]  losses {losses[v]}")
+        out({"summary": list(v), "step_s": statistics.median(t), "peak_rss_mib": statistics.median(m)})
 
 if __name__ == "__main__":
     main()
