@@ -116,9 +116,9 @@ void refuse_text_options(const cxxopts::ParseResult& result, const std::string& 
                "--tiled_mlp_tokens is for --model llama, not --model ", kind);
 }
 
-int64_t tiled_mlp_tokens(const cxxopts::ParseResult& result) {
-  const int64_t n = result["tiled_mlp_tokens"].as<int64_t>();
-  ZRT_CHECK_AS(UsageError, n >= 0, "--tiled_mlp_tokens must be 0 (off) or more, got ", n);
+int64_t tile_tokens(const cxxopts::ParseResult& result, const std::string& flag) {
+  const int64_t n = result[flag].as<int64_t>();
+  ZRT_CHECK_AS(UsageError, n >= 0, "--", flag, " must be 0 (off) or more, got ", n);
   return n;
 }
 

@@ -47,8 +47,9 @@ std::string read_corpus(const cxxopts::ParseResult& result);
 // than llama: a usage error naming the flag.
 void refuse_text_options(const cxxopts::ParseResult& result, const std::string& kind);
 
-// --tiled_mlp_tokens (Note [Tiled MLP] in models/tiled_mlp.h), checked: 0 (off) or more.
-int64_t tiled_mlp_tokens(const cxxopts::ParseResult& result);
+// --tiled_mlp_tokens or --tiled_loss_tokens (`flag`; models/tiled_mlp.h, tiled_loss.h), checked:
+// 0 (off) or more.
+int64_t tile_tokens(const cxxopts::ParseResult& result, const std::string& flag);
 
 // The model's input of a micro-batch `x` of load_clm_data's examples: (ids, undefined) for
 // (b, block) ids; (ids, position_ids) for --packed_documents' (b, 2, block) (Note [run_clm's

@@ -172,7 +172,7 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
     models::set_attn_implementation(*m.llama, result["attn_implementation"].as<std::string>(),
                                     "--attn_implementation");
   }
-  m.llama->mlp_tile_tokens = tiled_mlp_tokens(result);
+  m.llama->mlp_tile_tokens = tile_tokens(result, "tiled_mlp_tokens");
   m.text_data = result.count("train_file") && hf::is_text_data_file(result["train_file"].as<std::string>());
   if (m.text_data) {
     const std::optional<int64_t> asked =
@@ -229,7 +229,7 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
         },
         m.output_loss, m.aux_scale);
   }
-  if (const int64_t tile = result["tiled_loss_tokens"].as<int64_t>(); tile > 0) {
+  if (const int64_t tile = tile_tokens(result, "tiled_loss_tokens"); tile > 0) {
     ZRT_CHECK_AS(UsageError, m.text_data && !m.aux_scale, "--tiled_loss_tokens needs a LLaMA's text --train_file, and a model without output_router_logits");
     m.loss_fn = tiled_loss(llama, tile, smoothing);
   }

@@ -410,6 +410,20 @@ def check(tmp, run, zrt_out, zrt_log):
     return ok
 
 
+def check_bad_tiles(bin_dir, tmp):
+    """A negative tile size is a usage error naming the flag, nothing written."""
+    ok = True
+    for flag in ("--tiled_loss_tokens", "--tiled_mlp_tokens"):
+        out = os.path.join(tmp, "bad_tile")
+        run = subprocess.run([os.path.join(bin_dir, "zrt-train")] + zrt_argv(tmp, RUN, out) +
+                             [flag, "-1"], capture_output=True, text=True, timeout=120)
+        good = (run.returncode == 1 and f"{flag} must be 0 (off) or more, got -1" in run.stderr
+                and not os.path.exists(out))
+        print(f"{flag} -1: exit {run.returncode} ({'ok' if good else 'FAILED: ' + run.stderr[-300:]})")
+        ok &= good
+    return ok
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", help="ZeroRT's build/bin")
@@ -430,6 +444,8 @@ def main():
             if run_ranks([os.path.abspath(__file__), "--worker", tmp], run["world"], 600, "hf_clm"):
                 return 1
             ok &= check(tmp, run, zrt_out, zrt_log)
+            if run.get("tiled_loss"):
+                ok &= check_bad_tiles(args.bin, tmp)
     print("hf_clm: " + ("OK" if ok else "FAILED"))
     return 0 if ok else 1
 
