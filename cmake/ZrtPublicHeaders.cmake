@@ -37,4 +37,5 @@ set(ZRT_PUBLIC_HEADERS
   zero/activation_checkpoint.h
   zero/leaf_modules.h
   zero/options.h
+  zero/sequence_parallel.h
   zero/shard_unit.h)

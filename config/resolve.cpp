@@ -72,9 +72,25 @@ void resolve_scalars(SectionReader& top, ResolvedConfig& out) {
   if (auto v = top.get_bool("dataloader_drop_last")) out.dataloader_drop_last = *v;
 }
 
+// sequence_parallel_size K (Note [Ulysses sequence parallelism] in zero/sequence_parallel.h):
+// at least 1 and dividing the job's ranks; the batch triad then counts world / K data-parallel
+// ranks, as DeepSpeed's config divides its world size by the key. 1 when absent or wrong (the
+// error is reported).
+int resolve_sequence_parallel(SectionReader& top, int world_size) {
+  const std::optional<int64_t> sp = top.get_int("sequence_parallel_size", 1);
+  if (!sp || *sp == 1) return 1;
+  if (world_size % *sp != 0) {
+    top.error("sequence_parallel_size",
+              str(*sp, " does not divide the job's ", world_size,
+                  " ranks (groups of sequence_parallel_size consecutive ranks share a sample)"));
+    return 1;
+  }
+  return static_cast<int>(*sp);
+}
+
 // Top-level keys DeepSpeed 0.19 reads that ZeroRT implements only at their defaults (mean
-// reduction, managed accumulation, no sequence parallelism), and the data-parallel size that
-// deepspeed.initialize() checks against the world.
+// reduction, managed accumulation), and the data-parallel size that deepspeed.initialize()
+// checks against the world (divided by sequence_parallel_size).
 void resolve_parallel_keys(SectionReader& top, int world_size) {
   if (auto op = top.get_string("gradient_allreduce_op")) {
     if (*op != "mean" && *op != "sum") {
@@ -92,15 +108,11 @@ void resolve_parallel_keys(SectionReader& top, int world_size) {
               "false (the program reduces gradients itself between boundaries) is not supported "
               "by ZeroRT, whose engine accumulates and reduces them; remove the key or set true");
   }
-  if (auto sp = top.get_int("sequence_parallel_size", 1); sp && *sp > 1) {
-    top.error("sequence_parallel_size",
-              str(*sp, ": sequence parallelism is not supported by ZeroRT; remove the key or set 1"));
-  }
   if (auto dp = top.get_int("data_parallel_size", 1); dp && *dp != world_size) {
     top.error("data_parallel_size",
               str(*dp, " does not match the job's ", world_size,
-                  " ranks: a data-parallel group smaller than the job is not supported by "
-                  "ZeroRT"));
+                  " data-parallel ranks (the job's ranks / sequence_parallel_size): another "
+                  "data-parallel group is not supported by ZeroRT"));
   }
 }
 
@@ -270,9 +282,11 @@ ResolvedConfig resolve_config(const Json& config, const ResolveOptions& options)
   ResolvedConfig out;
   out.client_optimizer = options.client_optimizer;
   SectionReader top(config, "", diag);
-  resolve_batch_keys(top, options.world_size, diag, out);
+  out.sequence_parallel_size = resolve_sequence_parallel(top, options.world_size);
+  const int data_parallel = options.world_size / out.sequence_parallel_size;
+  resolve_batch_keys(top, data_parallel, diag, out);
   resolve_scalars(top, out);
-  resolve_parallel_keys(top, options.world_size);
+  resolve_parallel_keys(top, data_parallel);
   detail::resolve_zero_section(config, diag, out);
   detail::resolve_precision_sections(config, diag, out);
   detail::resolve_optimizer_section(config, diag, out);

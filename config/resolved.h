@@ -101,6 +101,9 @@ struct ResolvedConfig {
   bool zero_allow_untested_optimizer = false;
   bool zero_force_ds_cpu_optimizer = true;
   bool dataloader_drop_last = false;
+  // Ranks per sequence-parallel group (Note [Ulysses sequence parallelism] in
+  // zero/sequence_parallel.h); batch.world_size is the job's ranks / this.
+  int sequence_parallel_size = 1;
   bool client_optimizer = false;                               // ResolveOptions::client_optimizer
   zero::ActivationCheckpointOptions activation_checkpointing;  // the section of that name
   comm::CommOptions comm;                                      // the ZeroRT "zrt" section
@@ -123,7 +126,8 @@ struct ResolvedConfig {
 };
 
 struct ResolveOptions {
-  int world_size = 1;  // data-parallel world size for the batch triad
+  // The job's ranks; the batch triad's data-parallel world is this / sequence_parallel_size.
+  int world_size = 1;
   // The program supplies its own optimizer when the config has none (the HF Trainer does).
   bool client_optimizer = false;
   // The config went through the HF-Trainer layer (prepare_trainer_config): a leftover "auto" is

@@ -226,6 +226,7 @@ Json to_json(const ResolvedConfig& rc) {
   j["zero_allow_untested_optimizer"] = rc.zero_allow_untested_optimizer;
   j["zero_force_ds_cpu_optimizer"] = rc.zero_force_ds_cpu_optimizer;
   j["dataloader_drop_last"] = rc.dataloader_drop_last;
+  if (rc.sequence_parallel_size > 1) j["sequence_parallel_size"] = rc.sequence_parallel_size;
   j["aio"] = {{"block_size", rc.aio.block_size},
               {"queue_depth", rc.aio.queue_depth},
               {"intra_op_parallelism", rc.aio.thread_count},

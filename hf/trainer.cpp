@@ -80,6 +80,14 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, config::TrainingArgum
     options_.deepspeed_config = args_.deepspeed ? config::load_config_source(*args_.deepspeed)
                                                 : config_without_deepspeed();
   }
+  const Json& ds = *options_.deepspeed_config;
+  if (ds.is_object() && ds.contains("sequence_parallel_size") &&
+      ds["sequence_parallel_size"].is_number_integer()) {
+    sequence_parallel_ = ds["sequence_parallel_size"].get<int>();
+    ZRT_CHECK_AS(ConfigError, sequence_parallel_ >= 1 && comm_->size() % sequence_parallel_ == 0,
+                 "sequence_parallel_size ", sequence_parallel_,
+                 " must be at least 1 and divide the job's ", comm_->size(), " ranks");
+  }
 }
 
 Json config_without_deepspeed() {
@@ -94,11 +102,11 @@ Json config_without_deepspeed() {
 DistributedSampler Trainer::train_sampler() const {
   const auto seed = static_cast<uint64_t>(args_.data_seed.value_or(args_.seed));
   if (options_.batch_order == TrainerOptions::BatchOrder::kHfTrainer) {
-    return DistributedSampler::hf_trainer(train_->size(), comm_->size(), comm_->rank(), true, seed,
+    return DistributedSampler::hf_trainer(train_->size(), dp_size(), dp_rank(), true, seed,
                                           args_.dataloader_drop_last,
                                           args_.per_device_train_batch_size);
   }
-  return DistributedSampler(train_->size(), comm_->size(), comm_->rank(), true, seed,
+  return DistributedSampler(train_->size(), dp_size(), dp_rank(), true, seed,
                             args_.dataloader_drop_last);
 }
 
@@ -215,7 +223,7 @@ void Trainer::save(int64_t epoch, int64_t batches_in_epoch, double epoch_f) {
   ckpt::Value position = ckpt::Value::dict();
   position.set("epoch", epoch);
   position.set("batches_in_epoch", batches_in_epoch);
-  position.set("world_size", comm_->size());
+  position.set("world_size", dp_size());  // the ranks the data is drawn for (the job's / K)
   ckpt::Value client = ckpt::Value::dict();
   client.set("zrt_trainer", std::move(position));
   // HF's _save_checkpoint: save_model(checkpoint-N), then the optimizer and schedule (here the
@@ -268,9 +276,9 @@ double Trainer::evaluate() {
   const int64_t micro = args_.per_device_eval_batch_size;
   const bool hf_order = options_.batch_order == TrainerOptions::BatchOrder::kHfTrainer;
   const DistributedSampler sampler =
-      hf_order ? DistributedSampler::hf_trainer(eval_->size(), comm_->size(), comm_->rank(), false,
+      hf_order ? DistributedSampler::hf_trainer(eval_->size(), dp_size(), dp_rank(), false,
                                                 0, args_.dataloader_drop_last, micro)
-               : DistributedSampler(eval_->size(), comm_->size(), comm_->rank(), false, 0, false);
+               : DistributedSampler(eval_->size(), dp_size(), dp_rank(), false, 0, false);
   const std::vector<int64_t> idx = sampler.indices();
   double sum = 0;
   double count = 0;
@@ -289,7 +297,7 @@ double Trainer::evaluate() {
     const double loss = loss_fn_(*model_, engine_->to_model_dtype(x), y).item<double>();
     // The HF order gathers the ranks' batches round by round and drops the padding past the
     // dataset's end; each example weighs its batch's mean loss.
-    const int64_t start = (static_cast<int64_t>(b / micro) * comm_->size() + comm_->rank()) * micro;
+    const int64_t start = (static_cast<int64_t>(b / micro) * dp_size() + dp_rank()) * micro;
     const double weight =
         hf_order ? static_cast<double>(std::clamp<int64_t>(eval_->size() - start, 0, micro))
                  : static_cast<double>(batch.size());

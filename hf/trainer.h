@@ -226,6 +226,9 @@ class Trainer {
   LossFn loss_fn_;
   TrainerOptions options_;
   std::shared_ptr<comm::Comm> comm_;
+  int sequence_parallel_ = 1;  // the config's K: data drawn for world / K ranks (Ulysses)
+  int dp_size() const { return comm_->size() / sequence_parallel_; }
+  int dp_rank() const { return comm_->rank() / sequence_parallel_; }
   std::unique_ptr<Engine> engine_;
   std::vector<LogEntry> log_history_;
   // TrainerState fields beyond the log history.

@@ -54,6 +54,10 @@ PredictionOutput Trainer::predict(const Dataset& data, const ForwardFn& forward,
   const bool was_training = model_->is_training();
   engine_->eval();
   torch::NoGradGuard no_grad;
+  ZRT_CHECK_AS(UsageError, sequence_parallel_ == 1,
+               "predict() under sequence parallelism (sequence_parallel_size ", sequence_parallel_,
+               ") is not supported: each rank's forward gives a slice of the logits; evaluate() "
+               "is");
   DistributedSampler sampler(data.size(), comm_->size(), comm_->rank(), false, 0, false);
   const std::vector<int64_t> idx = sampler.indices();
   std::vector<at::Tensor> outputs, targets;

@@ -96,9 +96,10 @@ void Trainer::resume_from(Run& run, const std::string& path) {
   if (const ckpt::Value* pos = loaded->client_state.find("zrt_trainer")) {
     run.epoch = pos->at("epoch").as_int();
     run.skip = pos->at("batches_in_epoch").as_int();
-    if (pos->at("world_size").as_int() != comm_->size()) {
-      ZRT_LOG_WARN("resuming at world size ", comm_->size(), " from a checkpoint written at ",
-                   pos->at("world_size").as_int(), ": the data order of the current epoch changes");
+    if (pos->at("world_size").as_int() != dp_size()) {
+      ZRT_LOG_WARN("resuming with ", dp_size(), " data-parallel ranks from a checkpoint written "
+                   "with ", pos->at("world_size").as_int(), ": the data order of the current "
+                   "epoch changes");
     }
     if (run.skip >= run.batches) {
       ++run.epoch;
@@ -128,7 +129,7 @@ double Trainer::collect(Run& run, double loss_sum) {
   at::Tensor t = at::tensor({loss_sum, run.flos_since_report}, at::kDouble);
   comm_->all_reduce(t);
   run.flos_since_report = 0;
-  total_flos_ += t[1].item<double>();
+  total_flos_ += t[1].item<double>() / sequence_parallel_;  // a group's ranks count one sample
   return t[0].item<double>() / comm_->size();
 }
 
@@ -204,7 +205,7 @@ void Trainer::log_save_evaluate(Run& run, const StepDecision& d) {
     e.eval_loss = evaluate();
     const double runtime = now_seconds() - t0;
     const double n = static_cast<double>(eval_->size());
-    const double steps = std::ceil(n / comm_->size() / args_.per_device_eval_batch_size);
+    const double steps = std::ceil(n / dp_size() / args_.per_device_eval_batch_size);
     e.metrics = {{"eval_runtime", runtime},
                  {"eval_samples_per_second", n / std::max(runtime, 1e-9)},
                  {"eval_steps_per_second", steps / std::max(runtime, 1e-9)}};

@@ -47,6 +47,7 @@
 #pragma once
 
 #include <cmath>
+#include <numeric>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -67,6 +68,7 @@
 #include "models/moe.h"
 #include "models/rotary.h"
 #include "peft/lora.h"
+#include "zero/sequence_parallel.h"
 #include "zero/shard_unit.h"
 
 namespace zrt::models {
@@ -129,15 +131,32 @@ struct LlamaAttentionImpl : torch::nn::Module {
       *k_cache = k;
       *v_cache = v;
     }
-    const int64_t total = k.size(2), rep = heads / kv_heads;
-    if (rep > 1) {  // key/value head j serves query heads j·rep .. j·rep + rep − 1
-      k = k.unsqueeze(2).expand({b, kv_heads, rep, total, d}).reshape({b, heads, total, d});
-      v = v.unsqueeze(2).expand({b, kv_heads, rep, total, d}).reshape({b, heads, total, d});
+    const bool ulysses = sp != nullptr && sp->size() > 1;  // Note [Ulysses sequence parallelism]
+    int64_t local_heads = heads, local_kv = kv_heads;
+    if (ulysses) {
+      ZRT_CHECK(k_cache == nullptr, "sequence parallelism with a KV cache");
+      const int64_t ranks = sp->size(), f = ranks / std::gcd(kv_heads, ranks);
+      if (f > 1) {  // each key/value head repeated f times: the copies divide over the ranks
+        k = k.repeat_interleave(f, 1);
+        v = v.repeat_interleave(f, 1);
+      }
+      q = sp->gather_sequence(q);
+      k = sp->gather_sequence(k);
+      v = sp->gather_sequence(v);
+      local_heads = heads / ranks;
+      local_kv = kv_heads * f / ranks;
     }
-    const torch::Tensor y = causal_attention(q, k, v, c.sliding_window, llama_uses_sdpa(c), documents);
+    const int64_t total = k.size(2), rep = local_heads / local_kv;
+    if (rep > 1) {  // key/value head j serves query heads j·rep .. j·rep + rep − 1
+      k = k.unsqueeze(2).expand({b, local_kv, rep, total, d}).reshape({b, local_heads, total, d});
+      v = v.unsqueeze(2).expand({b, local_kv, rep, total, d}).reshape({b, local_heads, total, d});
+    }
+    torch::Tensor y = causal_attention(q, k, v, c.sliding_window, llama_uses_sdpa(c), documents);
+    if (ulysses) y = sp->scatter_sequence(y);
     return zrt::lora::linear(o_proj, y.transpose(1, 2).reshape({b, t, heads * d}));
   }
   LlamaConfig c;
+  std::shared_ptr<const zrt::SequenceParallel> sp;  // set by LlamaForCausalLM::set_sequence_parallel
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   LlamaRMSNorm q_norm{nullptr}, k_norm{nullptr};
 };
@@ -285,6 +304,9 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
                        std::vector<torch::Tensor>* router_logits = nullptr,
                        const torch::Tensor& position_ids = torch::Tensor()) {
     const int64_t t = tokens.size(1), offset = cache ? cache->length : 0;
+    ZRT_CHECK(!sp_ || (cache == nullptr && position_ids.defined()),
+              "LlamaForCausalLM under sequence parallelism takes its slice's position_ids "
+              "(SequenceParallel::shard_causal_lm) and no KV cache");
     auto x = model->embed_unit->forward(tokens);
     torch::Tensor cos, sin, documents;
     if (position_ids.defined()) {
@@ -295,7 +317,7 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
                 "LlamaForCausalLM: position_ids must be int64 of the tokens' shape ",
                 tokens.sizes(), ", got ", position_ids.scalar_type(), " ", position_ids.sizes());
       std::tie(cos, sin) = llama_rotary_at(config, position_ids, x.scalar_type());
-      documents = packed_documents(position_ids);
+      documents = packed_documents(sp_ ? sp_->all_positions(position_ids) : position_ids);
     } else {
       std::tie(cos, sin) = llama_rotary(config, offset, t, x.scalar_type(), cache);
     }
@@ -313,6 +335,23 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
     if (cache != nullptr) cache->length += t;
     return model->norm->forward(x);
   }
+  // Ulysses sequence parallelism over `sp`'s group (Note [Ulysses sequence parallelism] in
+  // zero/sequence_parallel.h): forward() then takes this rank's slice of the sequence with its
+  // position_ids. The heads must divide over the group; dynamic rope (scaled by the longest
+  // position a forward sees) is refused, each rank seeing other positions. Null: off.
+  void set_sequence_parallel(std::shared_ptr<const zrt::SequenceParallel> group) {
+    if (group && group->size() == 1) group = nullptr;
+    if (group) {
+      ZRT_CHECK_AS(ConfigError, config.num_attention_heads % group->size() == 0,
+                   "sequence_parallel_size ", group->size(), " does not divide the model's ",
+                   config.num_attention_heads, " attention heads");
+      ZRT_CHECK_AS(ConfigError, config.rope_type != "dynamic",
+                   "sequence parallelism with rope_type \"dynamic\" (scaled by the longest "
+                   "position of a forward, which each rank's slice does not see) is not supported");
+    }
+    sp_ = group;
+    for (auto& unit : model->units) unit->self_attn->sp = group;
+  }
   // Parameters in all, from the shapes (valid for a deferred model too).
   int64_t num_params() {
     int64_t n = 0;
@@ -322,6 +361,7 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
   LlamaConfig config;
   LlamaModel model{nullptr};
   std::shared_ptr<zrt::ShardUnit<torch::nn::LinearImpl>> lm_head;
+  std::shared_ptr<const zrt::SequenceParallel> sp_;
 };
 TORCH_MODULE(LlamaForCausalLM);
 

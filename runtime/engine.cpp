@@ -146,8 +146,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, config::ResolvedConfig 
   storage_ = runtime::maybe_kill_in_save(std::make_shared<ckpt::PosixStorage>(), comm_->rank());
   set_log_rank(comm_->rank());
   reporter_ = std::make_unique<runtime::StepReporter>(config_, comm_->rank());
-  ZRT_CHECK_AS(ConfigError, config_.batch.world_size == comm_->size(),
-               "the config was resolved for world size ", config_.batch.world_size,
+  ZRT_CHECK_AS(ConfigError,
+               config_.batch.world_size * config_.sequence_parallel_size == comm_->size(),
+               "the config was resolved for world size ",
+               config_.batch.world_size * config_.sequence_parallel_size,
                " but the communicator has ", comm_->size(), " ranks");
   ZRT_CHECK_AS(ConfigError, config_.zero.stage >= 0 && config_.zero.stage <= 3,
                "zero_optimization.stage must be 0, 1, 2 or 3, got ", config_.zero.stage);

@@ -18,4 +18,5 @@
 #include "runtime/gathered_parameters.h"  // zrt::GatheredParameters
 #include "runtime/initialize.h"           // zrt::initialize
 #include "zero/leaf_modules.h"            // zrt::set_z3_leaf_modules (ZeRO-3 leaves)
+#include "zero/sequence_parallel.h"       // zrt::SequenceParallel (Ulysses)
 #include "zero/shard_unit.h"              // zrt::ShardUnit (ZeRO-3 units)

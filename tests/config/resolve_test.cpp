@@ -497,9 +497,18 @@ TEST(Resolve, DeepSpeed019TopLevelKeys) {
       resolve_error(R"({"train_batch_size": 8, "managed_gradient_accumulation": false})"),
       "managed_gradient_accumulation: false");
   EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8, "sequence_parallel_size": 2})"),
-                  "sequence_parallel_size: 2: sequence parallelism is not supported");
+                  "sequence_parallel_size: 2 does not divide the job's 1 ranks");
   EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8, "data_parallel_size": 4})", 2),
-                  "data_parallel_size: 4 does not match the job's 2 ranks");
+                  "data_parallel_size: 4 does not match the job's 2 data-parallel ranks");
+  // Ulysses: the batch triad counts the job's ranks / sequence_parallel_size, as DeepSpeed's.
+  const ResolvedConfig sp = resolve(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+      "sequence_parallel_size": 2, "data_parallel_size": 2})", /*world_size=*/4);
+  EXPECT_EQ(sp.sequence_parallel_size, 2);
+  EXPECT_EQ(sp.batch.world_size, 2);
+  EXPECT_EQ(sp.batch.gradient_accumulation_steps, 2);
+  EXPECT_CONTAINS(resolve_error(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": 3, "sequence_parallel_size": 2})", 4),
+                  "gradient_acc_step * world_size 8 != 2 * 3 * 2");
   EXPECT_CONTAINS(
       resolve_error(R"({"train_batch_size": 8, "expert_parallel": {"enabled": true}})"),
       "expert_parallel: this DeepSpeed feature is not supported by ZeroRT");
