@@ -79,10 +79,14 @@ at::Tensor tiled_linear_cross_entropy(const at::Tensor& h, const at::Tensor& w,
 at::Tensor tiled_causal_lm_loss(LlamaForCausalLMImpl& model, const at::Tensor& hidden,
                                 const at::Tensor& labels, int64_t tile, double smoothing) {
   const int64_t n = hidden.size(1) - 1;  // position t scores label t + 1
-  const at::Tensor target = labels.narrow(1, 1, n).reshape({-1});
+  return tiled_head_loss(model, hidden.narrow(1, 0, n), labels.narrow(1, 1, n), tile, smoothing);
+}
+
+at::Tensor tiled_head_loss(LlamaForCausalLMImpl& model, const at::Tensor& hidden,
+                           const at::Tensor& labels, int64_t tile, double smoothing) {
+  const at::Tensor target = labels.reshape({-1});
   auto loss = [&](const at::Tensor& h, const at::Tensor& w) {
-    return tiled_linear_cross_entropy(h.narrow(1, 0, n).reshape({-1, h.size(2)}), w, target, tile,
-                                      smoothing);
+    return tiled_linear_cross_entropy(h.reshape({-1, h.size(-1)}), w, target, tile, smoothing);
   };
   if (model.lm_head) {
     auto& head = *model.lm_head;

@@ -31,5 +31,9 @@ at::Tensor tiled_linear_cross_entropy(const at::Tensor& h, const at::Tensor& w,
 // (lm_head, or the tied embedding) with its parameters gathered as forward() gathers them.
 at::Tensor tiled_causal_lm_loss(LlamaForCausalLMImpl& model, const at::Tensor& hidden,
                                 const at::Tensor& labels, int64_t tile, double smoothing);
+// The same with labels already aligned: position i of `hidden` (b, t, hidden) scores `labels`
+// (b, t) at i (e.g. shifted over a whole sequence before it was sliced, zero/sequence_parallel.h).
+at::Tensor tiled_head_loss(LlamaForCausalLMImpl& model, const at::Tensor& hidden,
+                           const at::Tensor& labels, int64_t tile, double smoothing);
 
 }  // namespace zrt::models

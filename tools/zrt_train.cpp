@@ -56,6 +56,7 @@
 #include "hf/trainer.h"
 #include "tools/clm_data.h"
 #include "tools/moe_loss.h"
+#include "tools/train_long.h"
 #include "tools/train_peft.h"
 
 namespace zrt::tools {
@@ -150,15 +151,6 @@ at::Tensor lm_loss(const at::Tensor& logits, const at::Tensor& target, double sm
                                    /*ignore_index=*/-100, smoothing);
 }
 
-// --tiled_loss_tokens: the causal-LM loss a tile at a time (Note [Tiled logits and loss]).
-LossFn tiled_loss(std::shared_ptr<LlamaForCausalLMImpl> llama, int64_t tile, double smoothing) {
-  return [llama, tile, smoothing](torch::nn::Module&, const at::Tensor& x, const at::Tensor& y) {
-    const auto [ids, positions] = clm_input(x);
-    return models::tiled_causal_lm_loss(*llama, llama->hidden(ids, nullptr, nullptr, positions), y,
-                                        tile, smoothing);
-  };
-}
-
 ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config, int64_t context,
                        comm::Comm& comm, std::shared_ptr<Dataset>* train,
                        std::shared_ptr<Dataset>* eval, double smoothing) {
@@ -229,10 +221,8 @@ ModelSetup setup_llama(const cxxopts::ParseResult& result, const Json& ds_config
         },
         m.output_loss, m.aux_scale);
   }
-  if (const int64_t tile = tile_tokens(result, "tiled_loss_tokens"); tile > 0) {
-    ZRT_CHECK_AS(UsageError, m.text_data && !m.aux_scale, "--tiled_loss_tokens needs a LLaMA's text --train_file, and a model without output_router_logits");
-    m.loss_fn = tiled_loss(llama, tile, smoothing);
-  }
+  m.loss_fn = long_sequence_loss(result, ds_config, comm, m.loss_fn, m.text_data && !m.aux_scale,
+                                 llama, smoothing);
   m.peft = peft_config(result, *m.llama);
   if (m.peft) {
     apply_peft(*llama, *m.peft, comm.rank());
@@ -284,6 +274,9 @@ ExampleModel build_model(const cxxopts::ParseResult& result, const Json& ds_conf
   const std::string kind = model_kind(result);
   if (kind != "llama") refuse_peft_options(result, kind);
   if (kind != "llama") refuse_text_options(result, kind);
+  ZRT_CHECK_AS(UsageError, kind == "llama" || sequence_parallel_size(ds_config) == 1,
+               "sequence_parallel_size ", sequence_parallel_size(ds_config),
+               " (sequence parallelism) is for --model llama's text data, not --model ", kind);
   if (kind == "gpt") return build_gpt(result, smoothing);
   ExampleModel m;
   if (kind == "mlp") {
@@ -466,6 +459,7 @@ cxxopts::Options train_options() {
       "max_shard_size", "--model llama: bytes per safetensors file of the saved model",
       cxxopts::value<int64_t>()->default_value("5000000000"))("h,help", "show this help");
   add_peft_options(options);
+  add_sequence_parallel_options(options);
   config::add_training_arguments(options);
   return options;
 }
@@ -513,8 +507,9 @@ int run(int argc, char** argv) {
   const cxxopts::ParseResult& result = *parsed;
   config::TrainingArguments targs = config::parse_training_arguments(result);
   // Loaded once: the communicator's "zrt" options from it here, the rest by the Trainer.
-  const Json ds_config = targs.deepspeed ? config::load_config_source(*targs.deepspeed)
-                                         : config_without_deepspeed();
+  Json ds_config = targs.deepspeed ? config::load_config_source(*targs.deepspeed)
+                                   : config_without_deepspeed();
+  apply_sequence_parallel_flag(result, ds_config);
   const at::DeviceType device = training_device(targs);
   auto comm = comm::init_from_env(comm_options_for_config(ds_config), device);
   torch::manual_seed(static_cast<uint64_t>(targs.seed));

@@ -62,4 +62,15 @@ for flag in "--packed_documents" "--tiled_loss_tokens 4" "--tiled_mlp_tokens 4";
      ! -e "$WORK/text_flag" ]] || {
     echo "$flag with --model gpt: exit $rc, expected 1 naming the flag, nothing written: $err"; exit 1; }
 done
+# Sequence parallelism too (the flag or the config's key), and a size below 1.
+for case in "2:sequence_parallel_size 2 (sequence parallelism) is for --model llama" \
+            "0:--sequence_parallel_size must be at least 1, got 0"; do
+  set +e
+  err=$("$BIN/zrt-train" --output_dir "$WORK/sp_flag" --max_steps 1 "${MODEL[@]}" \
+    --sequence_parallel_size "${case%%:*}" 2>&1)
+  rc=$?
+  set -e
+  [[ $rc -eq 1 && "$err" == *"${case#*:}"* && ! -e "$WORK/sp_flag" ]] || {
+    echo "--sequence_parallel_size ${case%%:*}: exit $rc, expected 1 and '${case#*:}': $err"; exit 1; }
+done
 echo "train_resume_test: OK"

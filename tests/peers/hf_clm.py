@@ -90,6 +90,12 @@ MIXTRAL_RUN = dict(MOE_RUN, name="mixtral", model_type="mixtral", accumulation=1
 # checkpointed layers, which must not move the losses.
 PACKED_RUN = dict(RUN, name="packed", packed=True, steps=6, save_steps=None, checkpointing=True,
                   average_tokens=False, tiled_loss=7, tiled_mlp=5)
+# The sixth run: Ulysses sequence parallelism, the 24-token blocks split over the 2 ranks of one
+# group (zrt-train --sequence_parallel_size 2; the Trainer with accelerate's ParallelismConfig and
+# DeepSpeed's Ulysses backend, which needs position_ids in every batch), one sample per step,
+# activation checkpointing on both sides.
+ULYSSES_RUN = dict(RUN, name="ulysses", sp=2, micro=1, steps=6, save_steps=3, checkpointing=True,
+                   average_tokens=False)
 LOSS_RTOL, EVAL_RTOL, LOGITS_ATOL = 1e-5, 1e-5, 1e-4
 DS_CONFIG = {
     "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
@@ -245,6 +251,23 @@ def digest(blocks):
     return sha.hexdigest()
 
 
+def sequence_parallel_arguments(run):
+    """The Trainer's Ulysses arguments for a run with `sp` (accelerate's ParallelismConfig with
+    DeepSpeed's backend), none without."""
+    if run.get("sp", 1) == 1:
+        return {}
+    from accelerate.parallelism_config import ParallelismConfig
+    from accelerate.utils import DeepSpeedSequenceParallelConfig
+    import deepspeed
+    # On CPU nothing initialises deepspeed.comm before accelerate registers Ulysses, whose
+    # initialize_sequence_parallel asserts that it is (parallel_state_sp.py:28).
+    deepspeed.init_distributed(dist_backend="gloo")
+    handler = DeepSpeedSequenceParallelConfig(sp_seq_length=run["block"], sp_seq_length_is_variable=False,
+                                              sp_attn_implementation="sdpa")
+    return {"parallelism_config": ParallelismConfig(sp_backend="deepspeed", sp_size=run["sp"],
+                                                    sp_handler=handler)}
+
+
 def trainer_worker(tmp):
     """One rank of run_clm.py's Trainer run (started by run_ranks)."""
     import torch
@@ -266,7 +289,8 @@ def trainer_worker(tmp):
         gradient_accumulation_steps=run.get("accumulation", 1), save_strategy="no", report_to=[],
         gradient_checkpointing=run.get("checkpointing", False),
         average_tokens_across_devices=run.get("average_tokens", True),
-        use_cpu=True, disable_tqdm=True, label_smoothing_factor=run.get("label_smoothing", 0.0))
+        use_cpu=True, disable_tqdm=True, label_smoothing_factor=run.get("label_smoothing", 0.0),
+        **sequence_parallel_arguments(run))
     tokenizer = AutoTokenizer.from_pretrained(folder)
     train_docs, val_docs = run_clm_documents(tmp, run)
     block = run["block"]
@@ -280,6 +304,8 @@ def trainer_worker(tmp):
     if packed:
         model.config.use_cache = False  # else transformers masks causally only (a cache is made)
 
+    if not packed and run.get("sp", 1) > 1:  # DeepSpeed's Ulysses wants position_ids in every batch
+        train_pos, val_pos, packed = [[list(range(len(b))) for b in x] for x in (train, val)] + [True]
     trainer = Trainer(model=model, args=args,
                       train_dataset=labelled_blocks(train, train_pos if packed else None),
                       eval_dataset=labelled_blocks(val, val_pos if packed else None),
@@ -318,7 +344,8 @@ def zrt_argv(tmp, run, out):
             "--label_smoothing_factor", str(run.get("label_smoothing", 0.0))] + (
             ["--packed_documents"] if run.get("packed") else []) + (
             ["--tiled_loss_tokens", str(run["tiled_loss"])] if run.get("tiled_loss") else []) + (
-            ["--tiled_mlp_tokens", str(run["tiled_mlp"])] if run.get("tiled_mlp") else [])
+            ["--tiled_mlp_tokens", str(run["tiled_mlp"])] if run.get("tiled_mlp") else []) + (
+            ["--sequence_parallel_size", str(run["sp"])] if run.get("sp", 1) > 1 else [])
 
 
 def compare_models(zrt_dir, hf_dir):
@@ -410,6 +437,40 @@ def check(tmp, run, zrt_out, zrt_log):
     return ok
 
 
+def check_sequence_parallel_moves(bin_dir, tmp, run, zrt_out):
+    """Ulysses against ZeroRT itself: K=1 on one rank (the same sample each step) gives the K=2
+    run's losses, and its checkpoint-3 resumes at K=1 on one rank, and the K=1 run's at K=2 on
+    two, each continuing with the straight run's losses; 4 ranks in 2 groups of K=2 give K=1's
+    losses on 2 ranks."""
+    def losses(out):
+        with open(os.path.join(out, "trainer_state.json")) as f:
+            return {e["step"]: e["loss"] for e in json.load(f)["log_history"] if "loss" in e}
+
+    def train(name, world, sp, resume=None):
+        out = os.path.join(tmp, name)
+        argv = zrt_argv(tmp, dict(run, sp=sp), out)
+        cc.run_zrt(bin_dir, world, argv + (["--resume_from_checkpoint", resume] if resume else []))
+        return losses(out)
+
+    straight = losses(zrt_out)
+    runs = {"K=1 on one rank": (train("k1", 1, 1), range(1, run["steps"] + 1)),
+            "K=2 checkpoint resumed at K=1": (
+                train("k2_to_k1", 1, 1, os.path.join(zrt_out, "checkpoint-3")), range(4, run["steps"] + 1)),
+            "K=1 checkpoint resumed at K=2": (
+                train("k1_to_k2", 2, 2, os.path.join(tmp, "k1", "checkpoint-3")), range(4, run["steps"] + 1))}
+    # Two data-parallel groups of K=2 on 4 ranks draw what K=1 draws on 2 ranks.
+    pairs = [(name, got, straight, steps, "the K=2 run") for name, (got, steps) in runs.items()]
+    pairs.append(("2 groups of K=2 on 4 ranks", train("w4k2", 4, 2), train("w2k1", 2, 1),
+                  range(1, run["steps"] + 1), "K=1 on 2 ranks"))
+    ok = True
+    for name, got, want, steps, what in pairs:
+        rel = (max(abs(got[s] - want[s]) / abs(want[s]) for s in steps)
+               if all(s in got and s in want for s in steps) else float("inf"))
+        print(f"ulysses: {name}: steps {steps[0]}-{steps[-1]} within {rel:.2e} of {what}")
+        ok &= rel <= LOSS_RTOL
+    return ok
+
+
 def check_bad_tiles(bin_dir, tmp):
     """A negative tile size is a usage error naming the flag, nothing written."""
     ok = True
@@ -434,7 +495,7 @@ def main():
         return trainer_worker(args.worker)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     ok = True
-    for run in (RUN, QWEN2_RUN, MOE_RUN, MIXTRAL_RUN, PACKED_RUN):
+    for run in (RUN, QWEN2_RUN, MOE_RUN, MIXTRAL_RUN, PACKED_RUN, ULYSSES_RUN):
         with tempfile.TemporaryDirectory(prefix="zrt_hf_clm_") as scratch:
             tmp = os.path.join(args.keep, run.get("name", run["family"])) if args.keep else scratch
             os.makedirs(tmp, exist_ok=True)
@@ -446,6 +507,8 @@ def main():
             ok &= check(tmp, run, zrt_out, zrt_log)
             if run.get("tiled_loss"):
                 ok &= check_bad_tiles(args.bin, tmp)
+            if run.get("sp", 1) > 1:
+                ok &= check_sequence_parallel_moves(args.bin, tmp, run, zrt_out)
     print("hf_clm: " + ("OK" if ok else "FAILED"))
     return 0 if ok else 1
 
