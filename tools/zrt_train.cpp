@@ -510,6 +510,10 @@ int run(int argc, char** argv) {
   Json ds_config = targs.deepspeed ? config::load_config_source(*targs.deepspeed)
                                    : config_without_deepspeed();
   apply_sequence_parallel_flag(result, ds_config);
+  ZRT_CHECK_AS(UsageError, !targs.do_predict || sequence_parallel_size(ds_config) == 1,
+               "--do_predict under sequence parallelism (sequence_parallel_size ",
+               sequence_parallel_size(ds_config), ") is not supported: each rank's forward gives "
+               "a slice of the logits (--do_eval is)");
   const at::DeviceType device = training_device(targs);
   auto comm = comm::init_from_env(comm_options_for_config(ds_config), device);
   torch::manual_seed(static_cast<uint64_t>(targs.seed));

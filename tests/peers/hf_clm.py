@@ -468,7 +468,15 @@ def check_sequence_parallel_moves(bin_dir, tmp, run, zrt_out):
                if all(s in got and s in want for s in steps) else float("inf"))
         print(f"ulysses: {name}: steps {steps[0]}-{steps[-1]} within {rel:.2e} of {what}")
         ok &= rel <= LOSS_RTOL
-    return ok
+    # --do_predict would give each rank a slice of the logits: refused by name, before training.
+    argv = zrt_argv(tmp, dict(run, steps=1), os.path.join(tmp, "predict")) + ["--do_predict"]
+    try:
+        cc.run_zrt(bin_dir, 2, argv)
+        refused = False
+    except RuntimeError as e:
+        refused = "--do_predict under sequence parallelism" in str(e)
+    print(f"ulysses: --do_predict {'refused' if refused else 'NOT refused'}")
+    return ok and refused
 
 
 def check_bad_tiles(bin_dir, tmp):
