@@ -46,6 +46,10 @@ std::vector<at::Tensor> gather_in_order(comm::Comm& comm, const std::vector<at::
 
 PredictionOutput Trainer::predict(const Dataset& data, const ForwardFn& forward,
                                   const OutputLossFn& loss) {
+  ZRT_CHECK_AS(UsageError, sequence_parallel_ == 1,
+               "predict() under sequence parallelism (sequence_parallel_size ", sequence_parallel_,
+               ") is not supported: each rank's forward gives a slice of the logits; evaluate() "
+               "is");
   // HF refuses inference before training unless ZeRO-3; ZeroRT runs any stage forward-only
   // and uses ZeRO-3's parameter-partitioning-only mode when the config is stage 3.
   if (!engine_) ensure_engine(stage3_config());
@@ -54,10 +58,6 @@ PredictionOutput Trainer::predict(const Dataset& data, const ForwardFn& forward,
   const bool was_training = model_->is_training();
   engine_->eval();
   torch::NoGradGuard no_grad;
-  ZRT_CHECK_AS(UsageError, sequence_parallel_ == 1,
-               "predict() under sequence parallelism (sequence_parallel_size ", sequence_parallel_,
-               ") is not supported: each rank's forward gives a slice of the logits; evaluate() "
-               "is");
   DistributedSampler sampler(data.size(), comm_->size(), comm_->rank(), false, 0, false);
   const std::vector<int64_t> idx = sampler.indices();
   std::vector<at::Tensor> outputs, targets;
