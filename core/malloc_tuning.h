@@ -1,6 +1,7 @@
 // An explicit, process-wide opt-in for programs that train or serve models larger than one
 // rank under ZeRO-3. The library itself never changes its host's allocator (docs/DESIGN.md,
-// "A library is a guest"); zrt-train, zrt-generate and the stage-3 benchmark call this.
+// "A library is a guest"); zrt-train (under ZeRO-3), zrt-generate and the stage-3 benchmark call
+// this.
 #pragma once
 
 #include <cstddef>

@@ -25,7 +25,8 @@ int sequence_parallel_size(const Json& ds_config) {
   return v.is_number_integer() ? v.get<int>() : 1;  // another type: resolve_config's error
 }
 
-void apply_sequence_parallel_flag(const cxxopts::ParseResult& result, Json& ds_config) {
+void apply_sequence_parallel_flag(const cxxopts::ParseResult& result, bool do_predict,
+                                  Json& ds_config) {
   std::optional<int64_t> k;
   for (const char* flag : {"sequence_parallel_size", "parallelism_config_sp_size"}) {
     if (!result.count(flag)) continue;
@@ -35,14 +36,19 @@ void apply_sequence_parallel_flag(const cxxopts::ParseResult& result, Json& ds_c
                  " and --parallelism_config_sp_size ", v, " disagree");
     k = v;
   }
-  if (!k) return;
-  if (ds_config.is_object() && ds_config.contains("sequence_parallel_size")) {
-    const Json& own = ds_config["sequence_parallel_size"];
-    ZRT_CHECK_AS(UsageError, own.is_number_integer() && own.get<int64_t>() == *k,
-                 "--sequence_parallel_size ", *k, " but the DeepSpeed config says ",
-                 "sequence_parallel_size ", own.dump(), ": give one, or the same value");
+  if (k) {
+    if (ds_config.is_object() && ds_config.contains("sequence_parallel_size")) {
+      const Json& own = ds_config["sequence_parallel_size"];
+      ZRT_CHECK_AS(UsageError, own.is_number_integer() && own.get<int64_t>() == *k,
+                   "--sequence_parallel_size ", *k, " but the DeepSpeed config says ",
+                   "sequence_parallel_size ", own.dump(), ": give one, or the same value");
+    }
+    ds_config["sequence_parallel_size"] = *k;
   }
-  ds_config["sequence_parallel_size"] = *k;
+  ZRT_CHECK_AS(UsageError, !do_predict || sequence_parallel_size(ds_config) == 1,
+               "--do_predict under sequence parallelism (sequence_parallel_size ",
+               sequence_parallel_size(ds_config), ") is not supported: each rank's forward gives "
+               "a slice of the logits (--do_eval is)");
 }
 
 LossFn tiled_loss(std::shared_ptr<models::LlamaForCausalLMImpl> llama, int64_t tile,

@@ -17,8 +17,10 @@ namespace zrt::tools {
 void add_sequence_parallel_options(cxxopts::Options& options);
 // --sequence_parallel_size K (accelerate's --parallelism_config_sp_size too) written into the
 // DeepSpeed config's sequence_parallel_size, which it reads; UsageError when the two flags or the
-// config's own value disagree, or for K < 1.
-void apply_sequence_parallel_flag(const cxxopts::ParseResult& result, Json& ds_config);
+// config's own value disagree, for K < 1, and for K > 1 with `do_predict` (each rank's forward
+// gives a slice of the logits).
+void apply_sequence_parallel_flag(const cxxopts::ParseResult& result, bool do_predict,
+                                  Json& ds_config);
 // The config's sequence_parallel_size (1 without one).
 int sequence_parallel_size(const Json& ds_config);
 

@@ -509,11 +509,10 @@ int run(int argc, char** argv) {
   // Loaded once: the communicator's "zrt" options from it here, the rest by the Trainer.
   Json ds_config = targs.deepspeed ? config::load_config_source(*targs.deepspeed)
                                    : config_without_deepspeed();
-  apply_sequence_parallel_flag(result, ds_config);
-  ZRT_CHECK_AS(UsageError, !targs.do_predict || sequence_parallel_size(ds_config) == 1,
-               "--do_predict under sequence parallelism (sequence_parallel_size ",
-               sequence_parallel_size(ds_config), ") is not supported: each rank's forward gives "
-               "a slice of the logits (--do_eval is)");
+  apply_sequence_parallel_flag(result, targs.do_predict, ds_config);
+  // This program, not the library, opts in to glibc's tuning (core/malloc_tuning.h) under ZeRO-3
+  // only: below it, activations stay mapped between steps (docs/PERFORMANCE.md, the LLaMA step).
+  if (config::resolve_zero_stage(ds_config) == 3) tune_malloc_for_large_models();
   const at::DeviceType device = training_device(targs);
   auto comm = comm::init_from_env(comm_options_for_config(ds_config), device);
   torch::manual_seed(static_cast<uint64_t>(targs.seed));
@@ -582,8 +581,5 @@ int run(int argc, char** argv) {
 }  // namespace zrt::tools
 
 int main(int argc, char** argv) {
-  // This program, not the library, opts in to returning large freed blocks to the system
-  // (core/malloc_tuning.h): ZeRO-3's memory bound on models larger than one rank needs it.
-  zrt::tune_malloc_for_large_models();
   return zrt::run_tool("zrt-train", [&] { return zrt::tools::run(argc, argv); });
 }
