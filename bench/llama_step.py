@@ -29,25 +29,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "peers"))
-from common import Jsonl, machine_meta, rotations  # noqa: E402
+from common import Jsonl, llama_config_folder, machine_meta, rotations  # noqa: E402
 
 PROGRAMS = ("zrt-train", "transformers", "libtorch")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
 def prepare(work, max_context, steps):
-    folder = os.path.join(work, "model")
-    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_tiny_llama.py"), folder,
-                    "--layers", "4", "--hidden", "256", "--tokenizer"], check=True,
-                   capture_output=True)
-    with open(os.path.join(folder, "config.json")) as f:
-        config = json.load(f)
-    config.update(num_attention_heads=8, num_key_value_heads=4, head_dim=32,
-                  max_position_embeddings=max_context)
-    cfg = os.path.join(work, "config")
-    os.makedirs(cfg)
-    with open(os.path.join(cfg, "config.json"), "w") as f:
-        json.dump(config, f)
+    folder, cfg = llama_config_folder(work, 4, 256, num_attention_heads=8, num_key_value_heads=4,
+                                      head_dim=32, max_position_embeddings=max_context)
     rng = random.Random(3)
     words = "the model trains on long documents while every rank keeps its shard".split()
     with open(os.path.join(work, "data.txt"), "w") as f:

@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "peers"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "peers"))
-from common import Jsonl, machine_meta  # noqa: E402
+from common import Jsonl, llama_config_folder, machine_meta  # noqa: E402
 
 MEMCG = "/sys/fs/cgroup/memory"
 WAYS = ("zrt-eager", "zrt-sdpa", "zrt-sp-tiled", "hf-sdpa", "hf-alst")
@@ -88,18 +88,10 @@ def read_cgroups():
 
 
 def prepare(work, max_len):
-    folder = os.path.join(work, "model")
-    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_tiny_llama.py"), folder,
-                    "--layers", "2", "--hidden", "128", "--tokenizer"], check=True,
-                   capture_output=True)
-    with open(os.path.join(folder, "config.json")) as f:
-        config = json.load(f)
-    config.update(vocab_size=32000, max_position_embeddings=max_len, intermediate_size=512,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=32, torch_dtype="bfloat16")
-    config.pop("dtype", None)
-    os.makedirs(os.path.join(work, "config"))
-    with open(os.path.join(work, "config", "config.json"), "w") as f:
-        json.dump(config, f)
+    folder, _ = llama_config_folder(work, 2, 128, vocab_size=32000, max_position_embeddings=max_len,
+                                    intermediate_size=512, num_attention_heads=4,
+                                    num_key_value_heads=2, head_dim=32, torch_dtype="bfloat16",
+                                    dtype=None)
     rng = random.Random(5)
     words = "the model trains on long documents while every rank keeps its shard".split()
     # Long documents: run_clm cuts blocks from 1000 documents at a time, which must hold one.

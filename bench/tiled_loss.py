@@ -28,7 +28,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "peers"))
-from common import Jsonl, machine_meta, rotations  # noqa: E402
+from common import Jsonl, llama_config_folder, machine_meta, rotations  # noqa: E402
 
 PEAK = ("import os, resource, subprocess, sys\n"
         "rc = subprocess.call(sys.argv[1:])\n"
@@ -42,18 +42,9 @@ DS = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "
 
 
 def prepare(args, work):
-    folder = os.path.join(work, "model")
-    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "make_tiny_llama.py"), folder,
-                    "--layers", "2", "--hidden", "128", "--tokenizer"], check=True,
-                   capture_output=True)
-    with open(os.path.join(folder, "config.json")) as f:
-        config = json.load(f)
-    config.update(vocab_size=args.vocab, max_position_embeddings=args.context)
-    if args.intermediate:
-        config.update(intermediate_size=args.intermediate)
-    os.makedirs(os.path.join(work, "config"))
-    with open(os.path.join(work, "config", "config.json"), "w") as f:
-        json.dump(config, f)
+    sizes = {"intermediate_size": args.intermediate} if args.intermediate else {}
+    folder, _ = llama_config_folder(work, 2, 128, vocab_size=args.vocab,
+                                    max_position_embeddings=args.context, **sizes)
     rng = random.Random(5)
     words = "the model trains on long documents while every rank keeps its shard".split()
     with open(os.path.join(work, "data.txt"), "w") as f:

@@ -79,6 +79,26 @@ def compile_c(compiler, flags, source, out):
     return out, " ".join([compiler] + list(flags)) + f" ({version.splitlines()[0]})"
 
 
+def llama_config_folder(work, layers, hidden, **config):
+    """examples/make_tiny_llama.py's folder (SentencePiece tokenizer) in work/model, and its
+    config.json with `config`'s keys changed in work/config (a --config_name to train from
+    scratch); returns the two paths. A None value removes the key."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    folder = os.path.join(work, "model")
+    subprocess.run([sys.executable, os.path.join(root, "examples", "make_tiny_llama.py"), folder,
+                    "--layers", str(layers), "--hidden", str(hidden), "--tokenizer"], check=True,
+                   capture_output=True)
+    with open(os.path.join(folder, "config.json")) as f:
+        values = json.load(f)
+    values.update(config)
+    values = {k: v for k, v in values.items() if v is not None}
+    out = os.path.join(work, "config")
+    os.makedirs(out)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(values, f)
+    return folder, out
+
+
 def free_port():
     """A TCP port on the loopback interface that nothing listens on right now."""
     with socket.socket() as s:
