@@ -162,13 +162,9 @@ TrainerConfig prepare_trainer_config(const TrainingArguments& args,
     ds = DeepSpeedConfig::from_source(*args.deepspeed);
   }
   HfTrainerDeepSpeedConfig hf(std::move(*ds));
-  // Batch sizes count data-parallel ranks: the job's / sequence_parallel_size (a bad value is
-  // resolve_config's error).
-  int data_parallel = options.world_size;
-  const Json& sp = hf.json().contains("sequence_parallel_size") ? hf.json()["sequence_parallel_size"] : Json();
-  if (sp.is_number_integer() && sp.get<int64_t>() >= 1 && options.world_size % sp.get<int64_t>() == 0) {
-    data_parallel = options.world_size / static_cast<int>(sp.get<int64_t>());
-  }
+  // Batch sizes count data-parallel ranks: the job's / sequence_parallel_size.
+  const int data_parallel =
+      options.world_size / sequence_parallel_size(hf.json(), options.world_size);
   hf.trainer_config_process(args, data_parallel, args.auto_find_batch_size);
   accelerate_plugin_rules(hf);
   accelerate_mixed_precision(hf, args);

@@ -3,6 +3,7 @@
 // mixes, optimizer acceptance §1.10/§1.12) and the unknown / ignored top-level keys.
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <string>
 
 #include "config/batch.h"
@@ -330,6 +331,14 @@ Json without_auto_values(const Json& section, const char* keep) {
 }
 
 }  // namespace
+
+int sequence_parallel_size(const Json& config, int world_size) {
+  if (!config.is_object() || !config.contains("sequence_parallel_size")) return 1;
+  const Json& v = config["sequence_parallel_size"];
+  if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > INT32_MAX) return 1;
+  const int k = v.get<int>();
+  return world_size == 0 || world_size % k == 0 ? k : 1;
+}
 
 // Read before the HF-Trainer layer fills "auto" values: those of the section's other keys are left
 // out here, so only the stage itself (and the section's shape) can be an error.

@@ -149,6 +149,11 @@ comm::CommOptions resolve_comm_options(const Json& config);
 // resolve_config reads it): the one answer to "is this ZeRO-3?" before the world size is known.
 // Throws ConfigError for a bad section; the rest of the config is not read.
 int resolve_zero_stage(const Json& config);
+// The config's sequence_parallel_size when it is usable: a positive integer that divides
+// `world_size` (any positive integer when world_size is 0); else 1, resolve_config reporting a bad
+// value with the config's other problems. The one reading for the layers that need K before the
+// config is resolved (the HF "auto" fill, the Trainer's sampler, zrt-train).
+int sequence_parallel_size(const Json& config, int world_size = 0);
 
 // The resolved config as a DeepSpeed JSON config with every effective value written out
 // (defaults included, "auto" gone, aliases and deprecated keys replaced by their canonical

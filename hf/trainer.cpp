@@ -80,14 +80,8 @@ Trainer::Trainer(std::shared_ptr<torch::nn::Module> model, config::TrainingArgum
     options_.deepspeed_config = args_.deepspeed ? config::load_config_source(*args_.deepspeed)
                                                 : config_without_deepspeed();
   }
-  const Json& ds = *options_.deepspeed_config;
-  if (ds.is_object() && ds.contains("sequence_parallel_size") &&
-      ds["sequence_parallel_size"].is_number_integer()) {
-    sequence_parallel_ = ds["sequence_parallel_size"].get<int>();
-    ZRT_CHECK_AS(ConfigError, sequence_parallel_ >= 1 && comm_->size() % sequence_parallel_ == 0,
-                 "sequence_parallel_size ", sequence_parallel_,
-                 " must be at least 1 and divide the job's ", comm_->size(), " ranks");
-  }
+  // A bad value reads as 1 here; the engine's resolve_config refuses it.
+  sequence_parallel_ = config::sequence_parallel_size(*options_.deepspeed_config, comm_->size());
 }
 
 Json config_without_deepspeed() {

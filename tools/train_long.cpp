@@ -19,12 +19,6 @@ void add_sequence_parallel_options(cxxopts::Options& options) {
                                  cxxopts::value<int64_t>());
 }
 
-int sequence_parallel_size(const Json& ds_config) {
-  if (!ds_config.is_object() || !ds_config.contains("sequence_parallel_size")) return 1;
-  const Json& v = ds_config["sequence_parallel_size"];
-  return v.is_number_integer() ? v.get<int>() : 1;  // another type: resolve_config's error
-}
-
 void apply_sequence_parallel_flag(const cxxopts::ParseResult& result, bool do_predict,
                                   Json& ds_config) {
   std::optional<int64_t> k;
@@ -45,9 +39,10 @@ void apply_sequence_parallel_flag(const cxxopts::ParseResult& result, bool do_pr
     }
     ds_config["sequence_parallel_size"] = *k;
   }
-  ZRT_CHECK_AS(UsageError, !do_predict || sequence_parallel_size(ds_config) == 1,
-               "--do_predict under sequence parallelism (sequence_parallel_size ",
-               sequence_parallel_size(ds_config), ") is not supported: each rank's forward gives "
+  const int sp = config::sequence_parallel_size(ds_config);
+  ZRT_CHECK_AS(UsageError, !do_predict || sp == 1,
+               "--do_predict under sequence parallelism (sequence_parallel_size ", sp,
+               ") is not supported: each rank's forward gives "
                "a slice of the logits (--do_eval is)");
 }
 
@@ -89,7 +84,7 @@ LossFn long_sequence_loss(const cxxopts::ParseResult& result, const Json& ds_con
                           comm::Comm& world, LossFn plain, bool supported,
                           std::shared_ptr<models::LlamaForCausalLMImpl> llama, double smoothing) {
   const int64_t tile = tile_tokens(result, "tiled_loss_tokens");
-  const int k = sequence_parallel_size(ds_config);
+  const int k = config::sequence_parallel_size(ds_config, world.size());
   const char* flag = k > 1 ? "--sequence_parallel_size" : "--tiled_loss_tokens";
   ZRT_CHECK_AS(UsageError, supported || (tile == 0 && k == 1), flag,
                " needs a LLaMA's text --train_file, and a model without output_router_logits");

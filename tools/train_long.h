@@ -7,6 +7,7 @@
 
 #include <cxxopts.hpp>
 
+#include "config/resolved.h"
 #include "core/json.h"
 #include "hf/trainer.h"
 #include "models/llama.h"
@@ -21,8 +22,6 @@ void add_sequence_parallel_options(cxxopts::Options& options);
 // gives a slice of the logits).
 void apply_sequence_parallel_flag(const cxxopts::ParseResult& result, bool do_predict,
                                   Json& ds_config);
-// The config's sequence_parallel_size (1 without one).
-int sequence_parallel_size(const Json& ds_config);
 
 // --tiled_loss_tokens: the causal-LM loss a tile at a time (Note [Tiled logits and loss]).
 LossFn tiled_loss(std::shared_ptr<models::LlamaForCausalLMImpl> llama, int64_t tile,

@@ -274,8 +274,8 @@ ExampleModel build_model(const cxxopts::ParseResult& result, const Json& ds_conf
   const std::string kind = model_kind(result);
   if (kind != "llama") refuse_peft_options(result, kind);
   if (kind != "llama") refuse_text_options(result, kind);
-  ZRT_CHECK_AS(UsageError, kind == "llama" || sequence_parallel_size(ds_config) == 1,
-               "sequence_parallel_size ", sequence_parallel_size(ds_config),
+  const int sp = config::sequence_parallel_size(ds_config);
+  ZRT_CHECK_AS(UsageError, kind == "llama" || sp == 1, "sequence_parallel_size ", sp,
                " (sequence parallelism) is for --model llama's text data, not --model ", kind);
   if (kind == "gpt") return build_gpt(result, smoothing);
   ExampleModel m;

@@ -33,27 +33,20 @@ at::Tensor positions_to_heads(comm::Comm& group, const at::Tensor& y) {
   return exchange(group, in).permute({1, 0, 2, 3, 4}).reshape({b, k * h, t, d});
 }
 
-comm::Comm* group_of(AutogradContext* ctx) {
-  return reinterpret_cast<comm::Comm*>(ctx->saved_data["group"].toInt());
-}
-
-struct GatherSequence : torch::autograd::Function<GatherSequence> {
+// One exchange as an autograd function: heads to positions (`kGather`) or back; its backward is
+// the other direction. `group` is the communicator's address (Function arguments are values).
+template <bool kGather>
+struct Exchange : torch::autograd::Function<Exchange<kGather>> {
+  static at::Tensor run(int64_t group, const at::Tensor& x, bool gather) {
+    auto& comm = *reinterpret_cast<comm::Comm*>(group);
+    return gather ? heads_to_positions(comm, x) : positions_to_heads(comm, x);
+  }
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t group) {
     ctx->saved_data["group"] = group;
-    return heads_to_positions(*reinterpret_cast<comm::Comm*>(group), x);
+    return run(group, x, kGather);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {positions_to_heads(*group_of(ctx), grads[0]), at::Tensor()};
-  }
-};
-
-struct ScatterSequence : torch::autograd::Function<ScatterSequence> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& y, int64_t group) {
-    ctx->saved_data["group"] = group;
-    return positions_to_heads(*reinterpret_cast<comm::Comm*>(group), y);
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {heads_to_positions(*group_of(ctx), grads[0]), at::Tensor()};
+    return {run(ctx->saved_data["group"].toInt(), grads[0], !kGather), at::Tensor()};
   }
 };
 
@@ -87,14 +80,14 @@ at::Tensor SequenceParallel::gather_sequence(const at::Tensor& x) const {
   if (size_ == 1) return x;
   ZRT_CHECK(x.dim() == 4 && x.size(1) % size_ == 0, "sequence parallelism: ", x.size(1),
             " heads (of ", x.sizes(), ") do not divide over ", size_, " ranks");
-  return GatherSequence::apply(x, address(group_.get()));
+  return Exchange<true>::apply(x, address(group_.get()));
 }
 
 at::Tensor SequenceParallel::scatter_sequence(const at::Tensor& x) const {
   if (size_ == 1) return x;
   ZRT_CHECK(x.dim() == 4 && x.size(2) % size_ == 0, "sequence parallelism: ", x.size(2),
             " positions (of ", x.sizes(), ") do not divide over ", size_, " ranks");
-  return ScatterSequence::apply(x, address(group_.get()));
+  return Exchange<false>::apply(x, address(group_.get()));
 }
 
 at::Tensor SequenceParallel::all_positions(const at::Tensor& x) const {
